@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds Weir and the example operators, then runs the word-count demo over
+# the bundled King James Bible (public domain) on the embedded local cluster.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tests/setup.sh
+echo "weir: building the example operators (udfs/, wasm32-wasip2)..." >&2
+cargo build --release --target wasm32-wasip2 --manifest-path udfs/Cargo.toml --target-dir udfs/target
+echo "weir: building weir..." >&2
+cargo build --release -p weir-cli
+BIN="${CARGO_TARGET_DIR:-target}/release/weir"
+"$BIN" run udfs/jobs/word-count.toml "$@"
+OUT=udfs/jobs/out/word-counts.txt
+echo >&2
+echo "weir: the 10 most frequent words (from $OUT):" >&2
+sort -t "$(printf '\t')" -k2,2nr "$OUT" | head -10

@@ -1,0 +1,413 @@
+//! `weir`: run, validate and inspect stream jobs whose operators are
+//! WebAssembly components.
+//!
+//! The binary is thin: argument parsing and printing. Everything it does is a
+//! call into `weir-host`.
+//!
+//! Exit codes: 0 success; 1 the job failed while running; 2 bad input (the
+//! command line, the job spec, or a module that cannot be used).
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use weir_host::job::{JobGraph, SinkSpec, VertexKind, parse_override};
+use weir_host::local::{JobSummary, LocalCluster, RunError, default_work_dir};
+use weir_host::wasm::{OperatorInfo, Runtime, RuntimeConfig, StateKind};
+
+/// Weir: a stream processor with WebAssembly operators.
+///
+/// Operators are Wasm components built against the contract in `wit/`
+/// (package weir:operator@0.1.0). A job spec (TOML) wires sources,
+/// operators and sinks into a graph; `weir run` executes it on an embedded
+/// local cluster.
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+
+    /// Log more (-v: debug, -vv: trace). `RUST_LOG` overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a job on the embedded local cluster and print a summary.
+    ///
+    /// A bounded job ends when its sources end. An unbounded one runs until
+    /// Ctrl-C, which stops the sources and lets the job drain and finish
+    /// cleanly (a second Ctrl-C cancels at once).
+    Run(RunArgs),
+    /// Check a job spec and the modules it names, without running it.
+    Validate(SpecArgs),
+    /// Show a component's imports, exports, declared state, and whether it
+    /// fits this host's contract.
+    Inspect(InspectArgs),
+}
+
+#[derive(Debug, Args)]
+struct SpecArgs {
+    /// The job spec (TOML).
+    job: PathBuf,
+
+    /// Default parallelism of every vertex (same as --set job.parallelism=N).
+    #[arg(short, long, value_name = "N")]
+    parallelism: Option<u32>,
+
+    /// Override a spec value: `job.state_backend=heap`,
+    /// `operator.count.parallelism=4`, `source.lines.path=/data/in.txt`.
+    /// Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_override)]
+    overrides: Vec<(String, String)>,
+
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+#[derive(Debug, Args)]
+struct CacheArgs {
+    /// Where compiled components are cached [default: $WEIR_CACHE_DIR, else
+    /// ~/.cache/weir/components].
+    #[arg(long, value_name = "DIR", env = "WEIR_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+
+    /// Compile every module afresh; read and write no cache.
+    #[arg(long)]
+    no_cache: bool,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    spec: SpecArgs,
+
+    /// Where keyed state (RocksDB) of running jobs lives; removed at the end.
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct InspectArgs {
+    /// The component (.wasm).
+    module: PathBuf,
+
+    /// Print as JSON.
+    #[arg(long)]
+    json: bool,
+
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+/// An error with the exit code it deserves.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+fn bad_input(error: impl Into<anyhow::Error>) -> Failure {
+    Failure {
+        code: 2,
+        error: error.into(),
+    }
+}
+
+fn failed(error: impl Into<anyhow::Error>) -> Failure {
+    Failure {
+        code: 1,
+        error: error.into(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let result = match cli.command {
+        Command::Run(args) => run(args),
+        Command::Validate(args) => validate(args),
+        Command::Inspect(args) => inspect(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("error: {:#}", f.error);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info,weir=debug",
+        _ => "debug,weir=trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+fn runtime(cache: &CacheArgs) -> Result<Arc<Runtime>, Failure> {
+    let cache_dir = if cache.no_cache {
+        None
+    } else {
+        cache.cache_dir.clone().or_else(RuntimeConfig::default_cache_dir)
+    };
+    Runtime::new(RuntimeConfig { cache_dir })
+        .map(Arc::new)
+        .map_err(failed)
+}
+
+fn load_graph(args: &SpecArgs) -> Result<JobGraph, Failure> {
+    let mut overrides = Vec::new();
+    if let Some(p) = args.parallelism {
+        overrides.push(("job.parallelism".to_string(), p.to_string()));
+    }
+    overrides.extend(args.overrides.iter().cloned());
+    let graph = JobGraph::from_file(&args.job, &overrides).map_err(bad_input)?;
+    for w in &graph.warnings {
+        eprintln!("warning: {w}");
+    }
+    graph.check_modules_exist().map_err(bad_input)?;
+    Ok(graph)
+}
+
+fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("weir-io")
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(failed)
+}
+
+fn classify_run_error(e: RunError) -> Failure {
+    match e {
+        RunError::Failed { .. } | RunError::Io { .. } => failed(e),
+        RunError::Operator(_) | RunError::Plan(_) => bad_input(e),
+    }
+}
+
+fn run(args: RunArgs) -> Result<(), Failure> {
+    let graph = load_graph(&args.spec)?;
+    let wasm = runtime(&args.spec.cache)?;
+    let rt = tokio_runtime()?;
+    let cluster = LocalCluster::new(
+        wasm.clone(),
+        args.work_dir.clone().unwrap_or_else(default_work_dir),
+        rt.handle().clone(),
+    );
+    let operators = graph
+        .vertices
+        .iter()
+        .filter(|v| matches!(v.kind, VertexKind::Operator(_)))
+        .count();
+    if operators > 0 {
+        eprintln!("loading {operators} operator(s) (compiling where not cached)...");
+    }
+    let handle = cluster.submit(&graph).map_err(classify_run_error)?;
+    let stats = wasm.cache_stats();
+    let (hits, misses) = (
+        stats.hits.load(Ordering::Relaxed),
+        stats.misses.load(Ordering::Relaxed),
+    );
+    eprintln!(
+        "running job `{}` ({} cached, {} compiled); Ctrl-C stops it",
+        graph.name, hits, misses
+    );
+    let stop = handle.stop_flag();
+    let summary = rt.block_on(async move {
+        let ctrl_c = async {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("stopping: sources end, the job drains (Ctrl-C again to cancel)...");
+                stop.store(true, Ordering::Relaxed);
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("cancelling");
+                    std::process::exit(130);
+                }
+            }
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            r = handle.wait() => r,
+            _ = ctrl_c => unreachable!("ctrl_c never completes"),
+        }
+    });
+    let summary = summary.map_err(classify_run_error)?;
+    // Keep stdout for the job when it writes there.
+    let job_uses_stdout = graph
+        .vertices
+        .iter()
+        .any(|v| matches!(v.kind, VertexKind::Sink(SinkSpec::Stdout { .. })));
+    let text = if args.json {
+        summary_json(&summary, hits, misses)
+    } else {
+        summary_table(&summary, hits, misses)
+    };
+    if job_uses_stdout {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+        let _ = std::io::stdout().flush();
+    }
+    Ok(())
+}
+
+fn summary_table(s: &JobSummary, hits: u64, misses: u64) -> String {
+    let mut out = format!(
+        "job `{}` finished in {:.3} s: {} source records, {:.0} records/s, {} task(s); \
+         modules: {hits} cached, {misses} compiled\n",
+        s.name,
+        s.elapsed.as_secs_f64(),
+        s.source_records(),
+        s.records_per_second(),
+        s.tasks,
+    );
+    out.push_str(&format!(
+        "{:<24} {:<9} {:>4} {:>14} {:>14}\n",
+        "VERTEX", "ROLE", "PAR", "RECORDS IN", "RECORDS OUT"
+    ));
+    for v in &s.vertices {
+        out.push_str(&format!(
+            "{:<24} {:<9} {:>4} {:>14} {:>14}\n",
+            v.id, v.role, v.parallelism, v.records_in, v.records_out
+        ));
+    }
+    out
+}
+
+fn summary_json(s: &JobSummary, hits: u64, misses: u64) -> String {
+    let v = serde_json::json!({
+        "job": s.name,
+        "elapsed_ms": s.elapsed.as_millis() as u64,
+        "source_records": s.source_records(),
+        "records_per_second": s.records_per_second(),
+        "tasks": s.tasks,
+        "max_queued_batches": s.max_queued_batches,
+        "modules": { "cached": hits, "compiled": misses },
+        "vertices": s.vertices.iter().map(|v| serde_json::json!({
+            "id": v.id,
+            "role": v.role,
+            "parallelism": v.parallelism,
+            "records_in": v.records_in,
+            "records_out": v.records_out,
+        })).collect::<Vec<_>>(),
+    });
+    format!("{v}\n")
+}
+
+fn validate(args: SpecArgs) -> Result<(), Failure> {
+    let graph = load_graph(&args)?;
+    let wasm = runtime(&args.cache)?;
+    let rt = tokio_runtime()?;
+    let cluster = LocalCluster::new(wasm, default_work_dir(), rt.handle().clone());
+    let infos = cluster.check(&graph).map_err(classify_run_error)?;
+    let tasks = weir_host::job::chain(&graph);
+    println!(
+        "{}: job `{}` is valid: {} vertices, {} edges, {} task(s) after chaining",
+        args.job.display(),
+        graph.name,
+        graph.vertices.len(),
+        graph.edges.len(),
+        tasks.len()
+    );
+    for (id, info) in infos {
+        println!("  operator `{id}`: {} {} {}", info.name, info.version, state_list(&info));
+    }
+    Ok(())
+}
+
+fn state_list(info: &OperatorInfo) -> String {
+    if info.states.is_empty() {
+        return if info.keyed { "(keyed, no state)".into() } else { "(stateless)".into() };
+    }
+    let states: Vec<String> = info
+        .states
+        .iter()
+        .map(|s| {
+            let kind = match s.kind {
+                StateKind::Value => "value",
+                StateKind::List => "list",
+                StateKind::Map => "map",
+            };
+            match s.ttl_ms {
+                Some(ttl) => format!("{}: {kind}, ttl {ttl} ms", s.name),
+                None => format!("{}: {kind}", s.name),
+            }
+        })
+        .collect();
+    format!("(keyed; state: {})", states.join(", "))
+}
+
+fn inspect(args: InspectArgs) -> Result<(), Failure> {
+    let wasm = runtime(&args.cache)?;
+    let i = wasm.inspect(&args.module).map_err(bad_input)?;
+    if args.json {
+        let contract = match &i.contract {
+            Ok(info) => serde_json::json!({
+                "fits": true,
+                "name": info.name,
+                "version": info.version,
+                "keyed": info.keyed,
+                "states": info.states.iter().map(|s| serde_json::json!({
+                    "name": s.name,
+                    "kind": format!("{:?}", s.kind).to_lowercase(),
+                    "ttl_ms": s.ttl_ms,
+                })).collect::<Vec<_>>(),
+            }),
+            Err(why) => serde_json::json!({ "fits": false, "error": why }),
+        };
+        println!(
+            "{}",
+            serde_json::json!({
+                "module": args.module.display().to_string(),
+                "sha256": i.hash,
+                "size": i.size,
+                "imports": i.imports,
+                "exports": i.exports,
+                "contract": contract,
+            })
+        );
+    } else {
+        println!("module:  {}", args.module.display());
+        println!("sha256:  {}", i.hash);
+        println!("size:    {} bytes", i.size);
+        println!("imports:");
+        for name in &i.imports {
+            println!("  {name}");
+        }
+        println!("exports:");
+        for name in &i.exports {
+            println!("  {name}");
+        }
+        match &i.contract {
+            Ok(info) => {
+                println!("contract: fits weir:operator@0.1.0 (world stream-operator)");
+                println!("operator: {} {}", info.name, info.version);
+                println!("state:    {}", state_list(info));
+            }
+            Err(why) => println!("contract: does NOT fit weir:operator@0.1.0: {why}"),
+        }
+    }
+    match i.contract {
+        Ok(_) => Ok(()),
+        Err(_) => Err(bad_input(anyhow::anyhow!(
+            "{} does not implement weir:operator@0.1.0",
+            args.module.display()
+        ))),
+    }
+}

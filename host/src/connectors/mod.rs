@@ -1,0 +1,256 @@
+//! Sources and sinks: where records enter and leave a job.
+//!
+//! # Key types
+//!
+//! - [`Source`]: produces batches until it is exhausted (`Ok(None)`).
+//!   [`FileSource`] reads lines or JSON lines; [`GeneratorSource`] makes a
+//!   deterministic, seeded stream (bounded or not, optionally rate-limited).
+//! - [`Sink`]: consumes batches. [`FileSink`], [`StdoutSink`] and
+//!   [`BlackholeSink`].
+//!
+//! Connectors are plain blocking code driven by a subtask's thread; they know
+//! nothing of channels, Wasm or job graphs. A bad input record is an error
+//! that names the file and line, never a panic.
+
+mod generator;
+mod sink;
+
+pub use generator::{GeneratorConfig, GeneratorKind, GeneratorSource};
+pub use sink::{BlackholeSink, FileSink, OutputFormat, StdoutSink, sink_path};
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use crate::record::Batch;
+
+/// Failure of a source or sink.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectorError {
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// An input record could not be parsed.
+    #[error("{path}:{line}: {message}")]
+    BadRecord {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: u64,
+        /// What is wrong.
+        message: String,
+    },
+    /// Writing to standard output failed.
+    #[error("stdout: {0}")]
+    Stdout(std::io::Error),
+}
+
+/// A source of records.
+pub trait Source: Send {
+    /// The next batch of at most `max` records, or `None` at the end of input.
+    fn next_batch(&mut self, max: usize) -> Result<Option<Batch>, ConnectorError>;
+}
+
+/// A sink for records.
+pub trait Sink: Send {
+    /// Writes a batch.
+    fn write(&mut self, batch: &Batch) -> Result<(), ConnectorError>;
+    /// Flushes everything written; called once at the end of input.
+    fn finish(&mut self) -> Result<(), ConnectorError>;
+}
+
+/// How a file source reads its file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileFormat {
+    /// One record per line; the value is the line without its line ending;
+    /// no key; the timestamp is the time the line was read (ingestion time).
+    Lines,
+    /// One JSON object per line; the value is the line as is. Optionally the
+    /// key is taken from a top-level field, and the event time (a number of
+    /// milliseconds) from another.
+    JsonLines {
+        /// Field holding the record key (string, or any JSON value as text).
+        key_field: Option<String>,
+        /// Field holding the event time in ms.
+        timestamp_field: Option<String>,
+    },
+}
+
+/// Reads a file of lines or JSON lines.
+#[derive(Debug)]
+pub struct FileSource {
+    path: PathBuf,
+    reader: BufReader<File>,
+    format: FileFormat,
+    line_no: u64,
+    line: Vec<u8>,
+    done: bool,
+}
+
+impl FileSource {
+    /// Opens `path`.
+    pub fn open(path: &Path, format: FileFormat) -> Result<FileSource, ConnectorError> {
+        let file = File::open(path).map_err(|source| ConnectorError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(FileSource {
+            path: path.to_path_buf(),
+            reader: BufReader::with_capacity(256 << 10, file),
+            format,
+            line_no: 0,
+            line: Vec::new(),
+            done: false,
+        })
+    }
+
+    fn bad(&self, message: String) -> ConnectorError {
+        ConnectorError::BadRecord {
+            path: self.path.clone(),
+            line: self.line_no,
+            message,
+        }
+    }
+}
+
+/// The text of a JSON value used as a key: strings without quotes, anything
+/// else as compact JSON.
+pub fn json_key_bytes(v: &serde_json::Value) -> Vec<u8> {
+    match v {
+        serde_json::Value::String(s) => s.as_bytes().to_vec(),
+        other => other.to_string().into_bytes(),
+    }
+}
+
+impl Source for FileSource {
+    fn next_batch(&mut self, max: usize) -> Result<Option<Batch>, ConnectorError> {
+        if self.done {
+            return Ok(None);
+        }
+        let now = now_millis();
+        let mut batch = Batch::with_capacity(max, max * 64);
+        while batch.len() < max {
+            self.line.clear();
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.line)
+                .map_err(|source| ConnectorError::Io {
+                    path: self.path.clone(),
+                    source,
+                })?;
+            if n == 0 {
+                self.done = true;
+                break;
+            }
+            self.line_no += 1;
+            let mut line = &self.line[..];
+            if let Some(l) = line.strip_suffix(b"\n") {
+                line = l;
+            }
+            if let Some(l) = line.strip_suffix(b"\r") {
+                line = l;
+            }
+            match &self.format {
+                FileFormat::Lines => batch.push(None, line, now),
+                FileFormat::JsonLines {
+                    key_field,
+                    timestamp_field,
+                } => {
+                    if line.iter().all(u8::is_ascii_whitespace) {
+                        continue;
+                    }
+                    let v: serde_json::Value = serde_json::from_slice(line)
+                        .map_err(|e| self.bad(format!("invalid JSON: {e}")))?;
+                    let key = match key_field {
+                        Some(f) => Some(json_key_bytes(v.get(f).ok_or_else(|| {
+                            self.bad(format!("missing key field `{f}`"))
+                        })?)),
+                        None => None,
+                    };
+                    let ts = match timestamp_field {
+                        Some(f) => v.get(f).and_then(|t| t.as_i64()).ok_or_else(|| {
+                            self.bad(format!(
+                                "timestamp field `{f}` missing or not an integer (ms)"
+                            ))
+                        })?,
+                        None => now,
+                    };
+                    batch.push(key.as_deref(), line, ts);
+                }
+            }
+        }
+        if batch.is_empty() && self.done {
+            return Ok(None);
+        }
+        Ok(Some(batch))
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn drain(src: &mut dyn Source, max: usize) -> Result<Vec<(Option<Vec<u8>>, Vec<u8>, i64)>, ConnectorError> {
+        let mut out = Vec::new();
+        while let Some(b) = src.next_batch(max)? {
+            assert!(b.len() <= max);
+            for r in b.iter() {
+                out.push((r.key.map(<[u8]>::to_vec), r.value.to_vec(), r.timestamp));
+            }
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn file_source_reads_lines_without_endings() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(b"one\r\ntwo\n\nthree").unwrap();
+        let mut src = FileSource::open(f.path(), FileFormat::Lines).unwrap();
+        let values: Vec<_> = drain(&mut src, 2).unwrap().into_iter().map(|r| r.1).collect();
+        assert_eq!(values, vec![b"one".to_vec(), b"two".to_vec(), b"".to_vec(), b"three".to_vec()]);
+    }
+
+    #[test]
+    fn json_lines_take_key_and_timestamp_and_name_bad_lines() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(b"{\"a\":\"x\",\"t\":5}\n{\"a\":7,\"t\":6}\n{oops\n").unwrap();
+        let format = FileFormat::JsonLines {
+            key_field: Some("a".into()),
+            timestamp_field: Some("t".into()),
+        };
+        let mut src = FileSource::open(f.path(), format).unwrap();
+        let err = drain(&mut src, 10).unwrap_err().to_string();
+        assert!(err.contains(":3: invalid JSON"), "{err}");
+        let mut f2 = tempfile::NamedTempFile::new().unwrap();
+        f2.write_all(b"{\"a\":\"x\",\"t\":5}\n{\"a\":7,\"t\":6}\n").unwrap();
+        let format = FileFormat::JsonLines {
+            key_field: Some("a".into()),
+            timestamp_field: Some("t".into()),
+        };
+        let mut src = FileSource::open(f2.path(), format).unwrap();
+        let got = drain(&mut src, 10).unwrap();
+        assert_eq!(got[0].0.as_deref(), Some(&b"x"[..]));
+        assert_eq!(got[1].0.as_deref(), Some(&b"7"[..]));
+        assert_eq!((got[0].2, got[1].2), (5, 6));
+    }
+
+    #[test]
+    fn missing_file_is_an_error_naming_it() {
+        let err = FileSource::open(Path::new("/nonexistent/weir.txt"), FileFormat::Lines).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/weir.txt"));
+    }
+}

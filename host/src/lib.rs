@@ -1,0 +1,29 @@
+//! `weir-host`: everything Weir's daemons run.
+//!
+//! Operators are WebAssembly components written against the contract in
+//! `wit/operator.wit`; this crate compiles and sandboxes them, gives them
+//! keyed state, wires them into a job graph and moves records between them.
+//!
+//! # Layout
+//!
+//! - [`job`]: the job spec (TOML), its validation, the logical [`job::JobGraph`]
+//!   and chaining of operators into tasks.
+//! - [`record`]: the packed [`record::Batch`] that flows between operators and
+//!   across the Wasm boundary.
+//! - [`wasm`]: the wasmtime engine, the compiled-component cache, sandboxed
+//!   operator instances and the host functions they import.
+//! - [`state`]: key groups and the keyed state backends (RocksDB, heap).
+//! - [`connectors`]: sources (file, generator) and sinks (file, stdout, blackhole).
+//! - [`taskmanager`]: runs one subtask of a task: the operator-chain driver,
+//!   partitioners and bounded channels.
+//! - [`local`]: the embedded local cluster behind `weir run`.
+//!
+//! `weir-host` knows nothing of the CLI; the guest never sees its types.
+
+pub mod connectors;
+pub mod job;
+pub mod local;
+pub mod record;
+pub mod state;
+pub mod taskmanager;
+pub mod wasm;

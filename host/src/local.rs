@@ -1,0 +1,633 @@
+//! The embedded local cluster behind `weir run`: turns a [`JobGraph`] into
+//! running subtasks in this process.
+//!
+//! # What it does
+//!
+//! 1. Loads every operator's component through the process's [`Runtime`]
+//!    (compiled cache) and asks it to `describe` itself; an operator that
+//!    declares keyed state must have a keyed input.
+//! 2. Chains the graph into tasks ([`crate::job::chain`]) and creates one
+//!    bounded channel per downstream subtask.
+//! 3. Builds every subtask: its source or input gate, its operator instances
+//!    (each with its own state backend under the work directory when keyed),
+//!    its sink and its partitioned outputs.
+//! 4. Runs each subtask on a tokio blocking thread; [`JobHandle`] waits for
+//!    them, stops the sources on request, and reports the first root cause if
+//!    any fails.
+//!
+//! It must not contain operator logic, connector logic or channel protocol:
+//! those live in [`crate::wasm`], [`crate::connectors`] and
+//! [`crate::taskmanager`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use crate::connectors::{
+    BlackholeSink, FileFormat, FileSink, FileSource, GeneratorConfig, GeneratorKind as GenKind,
+    GeneratorSource, OutputFormat, Sink, Source, StdoutSink,
+};
+use crate::job::{
+    GeneratorKind, JobGraph, KeySelector, ModuleRef, Partitioner, SinkFormat, SinkSpec,
+    SourceFormat, SourceSpec, StateBackendKind, VertexKind, chain, task_edges,
+};
+use crate::state::{
+    BackendConfig, BackendKind, StateDescriptor, StateKind, key_group_range_for_subtask,
+    open_backend,
+};
+use crate::taskmanager::{
+    Abort, ChainedOperator, ChannelSender, Head, JobMetrics, KeyExtractor, Message, Output,
+    Partitioning, Subtask, TailSink, TaskError,
+};
+use crate::wasm::{InstanceConfig, OperatorError, OperatorInfo, OperatorModule, Runtime};
+
+/// Why a job could not start or did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// An operator's module could not be loaded or instantiated.
+    #[error(transparent)]
+    Operator(#[from] OperatorError),
+    /// The job cannot run as specified (beyond what spec validation checks).
+    #[error("{0}")]
+    Plan(String),
+    /// A subtask failed; the first root cause.
+    #[error("job `{job}` failed in {subtask}: {error}")]
+    Failed {
+        /// The job name.
+        job: String,
+        /// The failing subtask, e.g. `count (2/4)`.
+        subtask: String,
+        /// The cause.
+        error: TaskError,
+    },
+    /// Setting up the work directory failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+impl RunError {
+    /// The operator failure behind this error, if there is one.
+    pub fn operator_error(&self) -> Option<&OperatorError> {
+        match self {
+            RunError::Operator(e) => Some(e),
+            RunError::Failed {
+                error: TaskError::Operator(e),
+                ..
+            } => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Counters of one vertex at the end of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VertexSummary {
+    /// The uid.
+    pub id: String,
+    /// `source`, `operator` or `sink`.
+    pub role: &'static str,
+    /// Parallelism.
+    pub parallelism: u32,
+    /// Records received.
+    pub records_in: u64,
+    /// Records emitted.
+    pub records_out: u64,
+}
+
+/// What a finished job reports.
+#[derive(Debug, Clone)]
+pub struct JobSummary {
+    /// Job name.
+    pub name: String,
+    /// Wall time from start to the last subtask's end.
+    pub elapsed: Duration,
+    /// Per vertex, in graph order.
+    pub vertices: Vec<VertexSummary>,
+    /// Number of tasks after chaining.
+    pub tasks: usize,
+    /// Most batches seen queued in one channel.
+    pub max_queued_batches: u64,
+}
+
+impl JobSummary {
+    /// Records emitted by all sources.
+    pub fn source_records(&self) -> u64 {
+        self.vertices
+            .iter()
+            .filter(|v| v.role == "source")
+            .map(|v| v.records_out)
+            .sum()
+    }
+
+    /// Source records per second of wall time.
+    pub fn records_per_second(&self) -> f64 {
+        self.source_records() as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// A running job.
+pub struct JobHandle {
+    name: String,
+    started: Instant,
+    metrics: Arc<JobMetrics>,
+    stop: Arc<AtomicBool>,
+    abort: Abort,
+    tasks: Vec<(String, tokio::task::JoinHandle<Result<(), TaskError>>)>,
+    vertices: Vec<(String, &'static str, u32)>,
+    task_count: usize,
+    work_dir: PathBuf,
+}
+
+impl std::fmt::Debug for JobHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobHandle").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl JobHandle {
+    /// Live metrics.
+    pub fn metrics(&self) -> &Arc<JobMetrics> {
+        &self.metrics
+    }
+
+    /// Stops the sources; the job then drains and finishes normally (this is
+    /// what Ctrl-C does).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// A flag that stops the sources when set, for signal handlers.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Cancels the job at once: every subtask stops where it is.
+    pub fn cancel(&self) {
+        self.abort.trigger();
+    }
+
+    /// Waits for every subtask. On failure, returns the first root cause
+    /// (not the "aborted" errors it caused elsewhere).
+    pub async fn wait(self) -> Result<JobSummary, RunError> {
+        let mut first: Option<(String, TaskError)> = None;
+        for (name, task) in self.tasks {
+            let result = match task.await {
+                Ok(r) => r,
+                Err(join) => Err(TaskError::Partition {
+                    vertex: name.clone(),
+                    message: format!("subtask thread died: {join}"),
+                }),
+            };
+            if let Err(e) = result {
+                let root = !matches!(e, TaskError::Aborted);
+                match &first {
+                    None => first = Some((name, e)),
+                    Some((_, TaskError::Aborted)) if root => first = Some((name, e)),
+                    _ => {}
+                }
+            }
+        }
+        let elapsed = self.started.elapsed();
+        let _ = std::fs::remove_dir_all(&self.work_dir);
+        if let Some((subtask, error)) = first {
+            return Err(RunError::Failed {
+                job: self.name,
+                subtask,
+                error,
+            });
+        }
+        let vertices = self
+            .vertices
+            .iter()
+            .zip(&self.metrics.vertices)
+            .map(|((id, role, p), m)| VertexSummary {
+                id: id.clone(),
+                role,
+                parallelism: *p,
+                records_in: m.records_in.load(Ordering::Relaxed),
+                records_out: m.records_out.load(Ordering::Relaxed),
+            })
+            .collect();
+        Ok(JobSummary {
+            name: self.name,
+            elapsed,
+            vertices,
+            tasks: self.task_count,
+            max_queued_batches: self.metrics.max_queued_batches.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// The embedded cluster: a Wasm runtime, a work directory and a tokio runtime.
+#[derive(Debug, Clone)]
+pub struct LocalCluster {
+    runtime: Arc<Runtime>,
+    work_dir: PathBuf,
+    handle: tokio::runtime::Handle,
+}
+
+impl LocalCluster {
+    /// A cluster running subtasks on `handle`, keeping RocksDB state of each
+    /// job under `work_dir/<job>-<n>` (removed when the job ends).
+    pub fn new(runtime: Arc<Runtime>, work_dir: PathBuf, handle: tokio::runtime::Handle) -> Self {
+        LocalCluster {
+            runtime,
+            work_dir,
+            handle,
+        }
+    }
+
+    /// The Wasm runtime.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// Loads every operator module of `graph` and checks it against its
+    /// place in the graph, without running anything (`weir validate`).
+    pub fn check(&self, graph: &JobGraph) -> Result<Vec<(String, OperatorInfo)>, RunError> {
+        let modules = self.load_modules(graph)?;
+        Ok(graph
+            .vertices
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| modules.get(&i).map(|(_, info)| (v.id.0.clone(), info.clone())))
+            .collect())
+    }
+
+    fn load_modules(
+        &self,
+        graph: &JobGraph,
+    ) -> Result<HashMap<usize, (Arc<OperatorModule>, OperatorInfo)>, RunError> {
+        let mut by_path: HashMap<PathBuf, (Arc<OperatorModule>, OperatorInfo)> = HashMap::new();
+        let mut out = HashMap::new();
+        for (i, v) in graph.vertices.iter().enumerate() {
+            let VertexKind::Operator(op) = &v.kind else { continue };
+            let path = match &op.module {
+                ModuleRef::Path(p) => p.clone(),
+                ModuleRef::Named { name, version } => {
+                    return Err(RunError::Plan(format!(
+                        "operator `{}`: module `{name}@{version}` is a cluster module name; \
+                         `weir run` needs a path to a .wasm file",
+                        v.id.0
+                    )));
+                }
+            };
+            let entry = match by_path.get(&path) {
+                Some(e) => e.clone(),
+                None => {
+                    let module = self.runtime.load(&path).map_err(|mut e| {
+                        e.operator = format!("{} ({})", v.id.0, path.display());
+                        e
+                    })?;
+                    let info = self.runtime.describe(&module)?;
+                    by_path.insert(path.clone(), (module.clone(), info.clone()));
+                    (module, info)
+                }
+            };
+            let keyed_input = graph
+                .inputs(i)
+                .any(|e| matches!(e.partitioner, Partitioner::Hash(_)));
+            if (entry.1.keyed || !entry.1.states.is_empty()) && !keyed_input {
+                return Err(RunError::Plan(format!(
+                    "operator `{}` ({}) is keyed (it declares keyed state or timers) but its \
+                     input is not: add key_by = \"key\" (or \"value\", or \"json:<field>\") \
+                     to its [[operator]] table",
+                    v.id.0, entry.1.name
+                )));
+            }
+            out.insert(i, entry);
+        }
+        Ok(out)
+    }
+
+    /// Starts `graph`. Blocking: compiles (or loads from cache) and
+    /// instantiates every operator before returning.
+    pub fn submit(&self, graph: &JobGraph) -> Result<JobHandle, RunError> {
+        let modules = self.load_modules(graph)?;
+        let settings = &graph.settings;
+        let max_parallelism = u16::try_from(settings.max_parallelism).map_err(|_| {
+            RunError::Plan(format!(
+                "max_parallelism {} is over {}",
+                settings.max_parallelism,
+                u16::MAX
+            ))
+        })?;
+        let tasks = chain(graph);
+        let edges = task_edges(graph, &tasks);
+        let capacity = settings.channel_capacity.max(1) as usize;
+        let batch_size = settings.batch_size.max(1) as usize;
+
+        static JOB_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let work_dir = self.work_dir.join(format!(
+            "{}-{}-{}",
+            sanitize(&graph.name),
+            std::process::id(),
+            JOB_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&work_dir).map_err(|source| RunError::Io {
+            path: work_dir.clone(),
+            source,
+        })?;
+
+        // One channel per subtask of every task with inputs.
+        let mut senders: Vec<Vec<mpsc::Sender<Message>>> = Vec::new();
+        let mut receivers: Vec<Vec<Option<mpsc::Receiver<Message>>>> = Vec::new();
+        let mut channel_counts = vec![0u32; tasks.len()];
+        let mut channel_base = vec![0u32; edges.len()];
+        for (e, edge) in edges.iter().enumerate() {
+            channel_base[e] = channel_counts[edge.to_task];
+            channel_counts[edge.to_task] += match edge.partitioner {
+                Partitioner::Forward => 1,
+                _ => tasks[edge.from_task].parallelism,
+            };
+        }
+        for (t, task) in tasks.iter().enumerate() {
+            let (mut txs, mut rxs) = (Vec::new(), Vec::new());
+            if channel_counts[t] > 0 {
+                for _ in 0..task.parallelism {
+                    let (tx, rx) = mpsc::channel(capacity);
+                    txs.push(tx);
+                    rxs.push(Some(rx));
+                }
+            }
+            senders.push(txs);
+            receivers.push(rxs);
+        }
+
+        let metrics = Arc::new(JobMetrics::new(graph.vertices.len()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let abort = Abort::new();
+        let mut subtasks = Vec::new();
+        for (t, task) in tasks.iter().enumerate() {
+            for s in 0..task.parallelism {
+                let name = format!("{} ({}/{})", task.id.as_str(), s + 1, task.parallelism);
+                let mut build = || -> Result<Subtask, RunError> {
+                    let head_vertex = task.vertices[0];
+                    let head = match &graph.vertices[head_vertex].kind {
+                        VertexKind::Source(spec) => Head::Source {
+                            vertex: head_vertex,
+                            id: graph.vertices[head_vertex].id.0.clone(),
+                            source: build_source(graph, head_vertex, spec, s, task.parallelism)?,
+                        },
+                        _ => Head::Input {
+                            rx: receivers[t][s as usize].take().ok_or_else(|| {
+                                RunError::Plan(format!("task {} has no input", task.id.as_str()))
+                            })?,
+                            channels: channel_counts[t],
+                        },
+                    };
+                    let mut operators = Vec::new();
+                    let mut sink = None;
+                    for &v in &task.vertices {
+                        let vertex = &graph.vertices[v];
+                        match &vertex.kind {
+                            VertexKind::Operator(op) => {
+                                let (module, info) = &modules[&v];
+                                let limits = &settings.limits;
+                                let mut instance = self.runtime.instantiate(
+                                    module,
+                                    InstanceConfig {
+                                        operator: vertex.id.0.clone(),
+                                        subtask_index: s,
+                                        parallelism: vertex.parallelism,
+                                        max_parallelism,
+                                        config: op.config.clone(),
+                                        memory_limit: (limits.memory_mb as usize) << 20,
+                                        call_timeout: Duration::from_millis(limits.call_timeout_ms),
+                                        max_output: (limits.max_output_mb as usize) << 20,
+                                    },
+                                )?;
+                                if op.key_by.is_some() {
+                                    let range = key_group_range_for_subtask(
+                                        max_parallelism,
+                                        vertex.parallelism,
+                                        s,
+                                    );
+                                    let dir = work_dir.join(sanitize(&vertex.id.0)).join(s.to_string());
+                                    let states = descriptors(info);
+                                    let backend = open_backend(BackendConfig {
+                                        kind: match settings.state_backend {
+                                            StateBackendKind::RocksDb => BackendKind::RocksDb,
+                                            StateBackendKind::Heap => BackendKind::Heap,
+                                        },
+                                        dir: &dir,
+                                        states: &states,
+                                        key_groups: range,
+                                        max_parallelism,
+                                    })
+                                    .map_err(|e| {
+                                        RunError::Plan(format!(
+                                            "operator `{}`: cannot open its state backend: {e}",
+                                            vertex.id.0
+                                        ))
+                                    })?;
+                                    instance.attach_state(backend, range);
+                                }
+                                operators.push(ChainedOperator { vertex: v, instance });
+                            }
+                            VertexKind::Sink(spec) => {
+                                sink = Some(TailSink {
+                                    vertex: v,
+                                    id: vertex.id.0.clone(),
+                                    sink: build_sink(graph, v, spec, s)?,
+                                });
+                            }
+                            VertexKind::Source(_) => {}
+                        }
+                    }
+                    let mut outputs = Vec::new();
+                    for (e, edge) in edges.iter().enumerate().filter(|(_, e)| e.from_task == t) {
+                        let down = &tasks[edge.to_task];
+                        let (partitioning, targets) = match &edge.partitioner {
+                            Partitioner::Forward => (
+                                Partitioning::Forward,
+                                vec![ChannelSender {
+                                    tx: senders[edge.to_task][s as usize].clone(),
+                                    channel: channel_base[e],
+                                }],
+                            ),
+                            other => {
+                                let p = match other {
+                                    Partitioner::Hash(key) => Partitioning::Hash {
+                                        key: match key {
+                                            KeySelector::RecordKey => KeyExtractor::RecordKey,
+                                            KeySelector::Value => KeyExtractor::Value,
+                                            KeySelector::JsonField(f) => KeyExtractor::JsonField(f.clone()),
+                                        },
+                                        max_parallelism,
+                                    },
+                                    Partitioner::Broadcast => Partitioning::Broadcast,
+                                    _ => Partitioning::Rebalance,
+                                };
+                                let targets = (0..down.parallelism)
+                                    .map(|d| ChannelSender {
+                                        tx: senders[edge.to_task][d as usize].clone(),
+                                        channel: channel_base[e] + s,
+                                    })
+                                    .collect();
+                                (p, targets)
+                            }
+                        };
+                        outputs.push(Output::new(
+                            edge.from_tag.clone(),
+                            partitioning,
+                            targets,
+                            edge.to_vertex,
+                            graph.vertices[edge.to_vertex].id.0.clone(),
+                        ));
+                    }
+                    Ok(Subtask {
+                        name: name.clone(),
+                        head,
+                        operators,
+                        sink,
+                        outputs,
+                        batch_size,
+                        metrics: metrics.clone(),
+                        stop: stop.clone(),
+                        abort: abort.clone(),
+                        handle: self.handle.clone(),
+                    })
+                };
+                match build() {
+                    Ok(st) => subtasks.push((name, st)),
+                    Err(e) => {
+                        let _ = std::fs::remove_dir_all(&work_dir);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        // Only subtasks hold senders now: a channel closes when its producers end.
+        drop(senders);
+
+        let started = Instant::now();
+        let handles = subtasks
+            .into_iter()
+            .map(|(name, st)| (name, self.handle.spawn_blocking(move || st.run())))
+            .collect();
+        Ok(JobHandle {
+            name: graph.name.clone(),
+            started,
+            metrics,
+            stop,
+            abort,
+            tasks: handles,
+            vertices: graph
+                .vertices
+                .iter()
+                .map(|v| (v.id.0.clone(), v.kind.role(), v.parallelism))
+                .collect(),
+            task_count: tasks.len(),
+            work_dir,
+        })
+    }
+}
+
+fn descriptors(info: &OperatorInfo) -> Vec<StateDescriptor> {
+    use crate::wasm::StateKind as WitKind;
+    info.states
+        .iter()
+        .map(|d| StateDescriptor {
+            name: d.name.clone(),
+            kind: match d.kind {
+                WitKind::Value => StateKind::Value,
+                WitKind::List => StateKind::List,
+                WitKind::Map => StateKind::Map,
+            },
+            ttl: d.ttl_ms.map(Duration::from_millis),
+        })
+        .collect()
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .collect()
+}
+
+fn build_source(
+    graph: &JobGraph,
+    v: usize,
+    spec: &SourceSpec,
+    subtask: u32,
+    parallelism: u32,
+) -> Result<Box<dyn Source>, RunError> {
+    let id = &graph.vertices[v].id.0;
+    Ok(match spec {
+        SourceSpec::File(f) => {
+            let format = match f.format {
+                SourceFormat::Lines => FileFormat::Lines,
+                SourceFormat::JsonLines => FileFormat::JsonLines {
+                    key_field: f.key_field.clone(),
+                    timestamp_field: f.timestamp_field.clone(),
+                },
+            };
+            Box::new(
+                FileSource::open(&f.path, format)
+                    .map_err(|e| RunError::Plan(format!("source `{id}`: {e}")))?,
+            )
+        }
+        SourceSpec::Generator(g) => {
+            let kind = match &g.kind {
+                GeneratorKind::Sequence { record_bytes } => GenKind::Sequence {
+                    record_bytes: record_bytes.map(|b| b as usize),
+                    keys: None,
+                },
+                GeneratorKind::Transactions { accounts } => GenKind::Transactions {
+                    accounts: *accounts,
+                },
+                GeneratorKind::Words { vocabulary } => GenKind::Words {
+                    vocabulary: u64::from(*vocabulary),
+                    words_per_record: 1,
+                },
+            };
+            Box::new(GeneratorSource::new(
+                GeneratorConfig {
+                    kind,
+                    count: g.count,
+                    seed: g.seed,
+                    rate: g.rate.map(|r| r as f64),
+                    interval_ms: 10,
+                },
+                subtask,
+                parallelism,
+            ))
+        }
+    })
+}
+
+fn output_format(f: SinkFormat) -> OutputFormat {
+    match f {
+        SinkFormat::Value => OutputFormat::Value,
+        SinkFormat::KeyValue => OutputFormat::KeyValue,
+        SinkFormat::Json => OutputFormat::Json,
+    }
+}
+
+fn build_sink(graph: &JobGraph, v: usize, spec: &SinkSpec, subtask: u32) -> Result<Box<dyn Sink>, RunError> {
+    let id = &graph.vertices[v].id.0;
+    Ok(match spec {
+        SinkSpec::File(f) => Box::new(
+            FileSink::create(&f.subtask_path(subtask), output_format(f.format))
+                .map_err(|e| RunError::Plan(format!("sink `{id}`: {e}")))?,
+        ),
+        SinkSpec::Stdout { format } => Box::new(StdoutSink::new(output_format(*format))),
+        SinkSpec::Blackhole => Box::new(BlackholeSink::new(None)),
+    })
+}
+
+/// The default work directory: `$TMPDIR/weir`.
+pub fn default_work_dir() -> PathBuf {
+    std::env::temp_dir().join("weir")
+}
+

@@ -1,0 +1,504 @@
+//! Runs subtasks: the operator-chain driver, the partitioners on a task's
+//! outputs, and the bounded channels between tasks.
+//!
+//! # Key types
+//!
+//! - [`Subtask`]: one parallel instance of a task (a chain of a source or an
+//!   input gate, operators, and optionally a sink), run on a blocking thread.
+//! - [`Message`]: what travels on a channel: record batches, watermarks, and
+//!   the end of a channel's input.
+//! - [`Output`]: one outgoing edge of a task with its partitioner and the
+//!   senders to every downstream subtask.
+//! - [`JobMetrics`]: per-vertex record counters and per-edge queue depth,
+//!   shared with whoever watches the job.
+//!
+//! # Invariants
+//!
+//! - Channels are bounded (`channel_capacity` batches), batches are bounded
+//!   (`batch_size` records on every hop the host controls), so a slow
+//!   consumer blocks its producers and memory stays bounded all the way
+//!   back to the sources (backpressure).
+//! - Within a chain, records pass as in-memory batches, never serialized.
+//! - A subtask's watermark is the minimum over its input channels; a channel
+//!   that ended no longer holds it back. At the end of input every operator
+//!   sees a final watermark of `i64::MAX` (firing all timers), then `close`.
+//! - A failure anywhere aborts the job: every blocked send or receive wakes
+//!   up through the abort signal, so no subtask is left hanging.
+//!
+//! This module must not parse job specs or load modules (that is
+//! [`crate::local`]'s job).
+
+mod partition;
+
+pub use partition::{KeyExtractor, Partitioning};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use tokio::sync::{mpsc, watch};
+
+use crate::connectors::{ConnectorError, Sink, Source};
+use crate::record::{Batch, Emitted};
+use crate::wasm::{OperatorError, OperatorInstance};
+
+/// What travels on a channel between tasks.
+#[derive(Debug)]
+pub enum Message {
+    /// A batch of records.
+    Records(Batch),
+    /// The sender's watermark advanced.
+    Watermark {
+        /// The input channel index at the receiver.
+        channel: u32,
+        /// The new watermark.
+        watermark: i64,
+    },
+    /// The sender has no more records for this channel.
+    End {
+        /// The input channel index at the receiver.
+        channel: u32,
+    },
+}
+
+/// Why a subtask failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// An operator failed.
+    #[error(transparent)]
+    Operator(#[from] OperatorError),
+    /// A source or sink failed.
+    #[error("{vertex}: {source}")]
+    Connector {
+        /// The source or sink uid.
+        vertex: String,
+        /// The cause.
+        source: ConnectorError,
+    },
+    /// A record could not be partitioned (e.g. `key_by = "json:f"` on a
+    /// value that is not JSON).
+    #[error("edge into `{vertex}`: {message}")]
+    Partition {
+        /// The downstream vertex.
+        vertex: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Another subtask failed and the job is being aborted.
+    #[error("aborted because another task failed")]
+    Aborted,
+}
+
+/// Record counters of one vertex, summed over its subtasks.
+#[derive(Debug, Default)]
+pub struct VertexMetrics {
+    /// Records received (sources: 0).
+    pub records_in: AtomicU64,
+    /// Records emitted on every output (sinks: 0).
+    pub records_out: AtomicU64,
+}
+
+/// Live metrics of a running job.
+#[derive(Debug)]
+pub struct JobMetrics {
+    /// Per vertex, indexed like `JobGraph::vertices`.
+    pub vertices: Vec<VertexMetrics>,
+    /// Highest number of batches seen queued in any one channel.
+    pub max_queued_batches: AtomicU64,
+}
+
+impl JobMetrics {
+    /// Zeroed metrics for `vertices` vertices.
+    pub fn new(vertices: usize) -> JobMetrics {
+        JobMetrics {
+            vertices: (0..vertices).map(|_| VertexMetrics::default()).collect(),
+            max_queued_batches: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The job-wide abort signal.
+#[derive(Debug, Clone)]
+pub struct Abort {
+    tx: Arc<watch::Sender<bool>>,
+    rx: watch::Receiver<bool>,
+}
+
+impl Abort {
+    /// A fresh, unset signal.
+    pub fn new() -> Abort {
+        let (tx, rx) = watch::channel(false);
+        Abort { tx: Arc::new(tx), rx }
+    }
+    /// Sets it; wakes every blocked channel operation.
+    pub fn trigger(&self) {
+        self.tx.send_replace(true);
+    }
+    /// Whether it is set.
+    pub fn is_set(&self) -> bool {
+        *self.rx.borrow()
+    }
+}
+
+impl Default for Abort {
+    fn default() -> Self {
+        Abort::new()
+    }
+}
+
+/// The sending side of one channel, with its index at the receiver.
+#[derive(Debug, Clone)]
+pub struct ChannelSender {
+    /// The channel.
+    pub tx: mpsc::Sender<Message>,
+    /// Index of this channel among the receiver's inputs.
+    pub channel: u32,
+}
+
+/// One outgoing edge of a task, seen from one subtask.
+#[derive(Debug)]
+pub struct Output {
+    /// `None` for the main output, else the side-output tag.
+    pub tag: Option<String>,
+    /// How records are spread over `targets`.
+    pub partitioning: Partitioning,
+    /// One sender per downstream subtask (forward: just one).
+    pub targets: Vec<ChannelSender>,
+    /// Vertex index of the downstream head (for errors and metrics).
+    pub downstream: usize,
+    /// Uid of the downstream head.
+    pub downstream_id: String,
+    pending: Vec<Batch>,
+    next: usize,
+}
+
+impl Output {
+    /// An output edge.
+    pub fn new(
+        tag: Option<String>,
+        partitioning: Partitioning,
+        targets: Vec<ChannelSender>,
+        downstream: usize,
+        downstream_id: String,
+    ) -> Output {
+        let pending = targets.iter().map(|_| Batch::new()).collect();
+        Output {
+            tag,
+            partitioning,
+            targets,
+            downstream,
+            downstream_id,
+            pending,
+            next: 0,
+        }
+    }
+}
+
+/// A chained operator.
+#[derive(Debug)]
+pub struct ChainedOperator {
+    /// Vertex index.
+    pub vertex: usize,
+    /// The instance.
+    pub instance: OperatorInstance,
+}
+
+/// Where a subtask's records come from.
+pub enum Head {
+    /// A source chained at the head.
+    Source {
+        /// Vertex index.
+        vertex: usize,
+        /// Source uid.
+        id: String,
+        /// The connector.
+        source: Box<dyn Source>,
+    },
+    /// Channels from upstream tasks.
+    Input {
+        /// The receiver shared by all input channels.
+        rx: mpsc::Receiver<Message>,
+        /// Number of input channels (senders that will each send `End`).
+        channels: u32,
+    },
+}
+
+/// A sink chained at the tail.
+pub struct TailSink {
+    /// Vertex index.
+    pub vertex: usize,
+    /// Sink uid.
+    pub id: String,
+    /// The connector.
+    pub sink: Box<dyn Sink>,
+}
+
+/// One parallel instance of a task.
+pub struct Subtask {
+    /// Name for logs, e.g. `tokenize+count (2/4)`.
+    pub name: String,
+    /// Where records come from.
+    pub head: Head,
+    /// Chained operators, in order.
+    pub operators: Vec<ChainedOperator>,
+    /// The sink at the tail, if any.
+    pub sink: Option<TailSink>,
+    /// Outgoing edges of the tail vertex.
+    pub outputs: Vec<Output>,
+    /// Records per batch.
+    pub batch_size: usize,
+    /// Shared metrics.
+    pub metrics: Arc<JobMetrics>,
+    /// Set to stop sources gracefully (Ctrl-C).
+    pub stop: Arc<AtomicBool>,
+    /// The job-wide abort signal.
+    pub abort: Abort,
+    /// Tokio handle, to wait on channels from this blocking thread.
+    pub handle: tokio::runtime::Handle,
+}
+
+impl Subtask {
+    /// Runs to the end of input. On error, triggers the job's abort signal.
+    pub fn run(mut self) -> Result<(), TaskError> {
+        let result = self.run_inner();
+        if let Err(e) = &result {
+            if !matches!(e, TaskError::Aborted) {
+                tracing::error!(subtask = %self.name, "failed: {e}");
+            }
+            self.abort.trigger();
+        }
+        result
+    }
+
+    fn run_inner(&mut self) -> Result<(), TaskError> {
+        for op in &mut self.operators {
+            op.instance.open()?;
+        }
+        match std::mem::replace(
+            &mut self.head,
+            Head::Input {
+                rx: mpsc::channel(1).1,
+                channels: 0,
+            },
+        ) {
+            Head::Source { vertex, id, mut source } => {
+                let mut watermark = i64::MIN;
+                while !self.stop.load(Ordering::Relaxed) {
+                    if self.abort.is_set() {
+                        return Err(TaskError::Aborted);
+                    }
+                    let batch = source
+                        .next_batch(self.batch_size)
+                        .map_err(|source| TaskError::Connector { vertex: id.clone(), source })?;
+                    let Some(batch) = batch else { break };
+                    self.metrics.vertices[vertex]
+                        .records_out
+                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    let max_ts = batch.max_timestamp();
+                    self.push(0, batch)?;
+                    if let Some(ts) = max_ts.filter(|ts| *ts > watermark) {
+                        watermark = ts;
+                        self.watermark(watermark)?;
+                    }
+                }
+            }
+            Head::Input { mut rx, channels } => {
+                let mut marks = vec![i64::MIN; channels as usize];
+                let mut ended = vec![false; channels as usize];
+                let mut open = channels;
+                let mut current = i64::MIN;
+                while open > 0 {
+                    match self.recv(&mut rx)? {
+                        Message::Records(batch) => self.push(0, batch)?,
+                        Message::Watermark { channel, watermark } => {
+                            let c = channel as usize;
+                            marks[c] = marks[c].max(watermark);
+                            let min = min_open(&marks, &ended);
+                            if min > current {
+                                current = min;
+                                self.watermark(current)?;
+                            }
+                        }
+                        Message::End { channel } => {
+                            let c = channel as usize;
+                            if !ended[c] {
+                                ended[c] = true;
+                                open -= 1;
+                            }
+                            let min = min_open(&marks, &ended);
+                            if open > 0 && min > current {
+                                current = min;
+                                self.watermark(current)?;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.finish()
+    }
+
+    /// End of input: final watermark, close every operator (its output goes
+    /// down the rest of the chain), flush the sink, end every output channel.
+    fn finish(&mut self) -> Result<(), TaskError> {
+        self.watermark(i64::MAX)?;
+        for i in 0..self.operators.len() {
+            let emitted = self.operators[i].instance.close()?;
+            self.operators[i].instance.flush_state()?;
+            self.route(i, emitted)?;
+        }
+        if let Some(tail) = &mut self.sink {
+            tail.sink.finish().map_err(|source| TaskError::Connector {
+                vertex: tail.id.clone(),
+                source,
+            })?;
+        }
+        self.flush_outputs()?;
+        for o in 0..self.outputs.len() {
+            for t in 0..self.outputs[o].targets.len() {
+                let target = self.outputs[o].targets[t].clone();
+                self.send(&target, Message::End { channel: target.channel })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Passes `batch` through operators `from..`, then to the sink or outputs.
+    fn push(&mut self, from: usize, batch: Batch) -> Result<(), TaskError> {
+        if from < self.operators.len() {
+            let op = &mut self.operators[from];
+            self.metrics.vertices[op.vertex]
+                .records_in
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let emitted = op.instance.process(&batch)?;
+            op.instance.flush_state()?;
+            return self.route(from, emitted);
+        }
+        if let Some(tail) = &mut self.sink {
+            self.metrics.vertices[tail.vertex]
+                .records_in
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            return tail.sink.write(&batch).map_err(|source| TaskError::Connector {
+                vertex: tail.id.clone(),
+                source,
+            });
+        }
+        self.emit(None, batch)?;
+        self.flush_outputs()
+    }
+
+    /// Routes what operator `i` emitted.
+    fn route(&mut self, i: usize, emitted: Emitted) -> Result<(), TaskError> {
+        let vertex = self.operators[i].vertex;
+        let mut n = emitted.main.len();
+        n += emitted.side.iter().map(|s| s.records.len()).sum::<usize>();
+        self.metrics.vertices[vertex]
+            .records_out
+            .fetch_add(n as u64, Ordering::Relaxed);
+        let last = i + 1 == self.operators.len();
+        if !emitted.main.is_empty() {
+            self.push(i + 1, emitted.main)?;
+        }
+        if last {
+            // Side outputs leave the chain (chaining never fuses past an
+            // operator with side-output edges); tags nobody consumes are dropped.
+            for side in emitted.side {
+                if !side.records.is_empty() {
+                    self.emit(Some(&side.tag), side.records)?;
+                }
+            }
+            self.flush_outputs()?;
+        }
+        Ok(())
+    }
+
+    /// Advances the watermark through the chain, then downstream.
+    fn watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        for i in 0..self.operators.len() {
+            let emitted = self.operators[i].instance.advance_watermark(watermark)?;
+            self.operators[i].instance.flush_state()?;
+            for e in emitted {
+                self.route(i, e)?;
+            }
+        }
+        for o in 0..self.outputs.len() {
+            for t in 0..self.outputs[o].targets.len() {
+                let target = self.outputs[o].targets[t].clone();
+                self.send(&target, Message::Watermark { channel: target.channel, watermark })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Partitions `batch` into the pending buffers of every output with `tag`.
+    fn emit(&mut self, tag: Option<&str>, batch: Batch) -> Result<(), TaskError> {
+        let matching: Vec<usize> = (0..self.outputs.len())
+            .filter(|&o| self.outputs[o].tag.as_deref() == tag)
+            .collect();
+        let mut batch = Some(batch);
+        for (n, &o) in matching.iter().enumerate() {
+            let b = if n + 1 == matching.len() {
+                batch.take().unwrap_or_default()
+            } else {
+                batch.clone().unwrap_or_default()
+            };
+            let out = &mut self.outputs[o];
+            out.partitioning
+                .partition(b, &mut out.pending, &mut out.next)
+                .map_err(|message| TaskError::Partition {
+                    vertex: out.downstream_id.clone(),
+                    message,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Sends every non-empty pending batch.
+    fn flush_outputs(&mut self) -> Result<(), TaskError> {
+        for o in 0..self.outputs.len() {
+            for t in 0..self.outputs[o].targets.len() {
+                if self.outputs[o].pending[t].is_empty() {
+                    continue;
+                }
+                let batch = std::mem::take(&mut self.outputs[o].pending[t]);
+                let target = self.outputs[o].targets[t].clone();
+                self.send(&target, Message::Records(batch))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&self, target: &ChannelSender, msg: Message) -> Result<(), TaskError> {
+        let mut abort = self.abort.rx.clone();
+        let sent = self.handle.block_on(async {
+            tokio::select! {
+                biased;
+                _ = abort.wait_for(|a| *a) => Err(TaskError::Aborted),
+                r = target.tx.send(msg) => r.map_err(|_| TaskError::Aborted),
+            }
+        });
+        let queued = (target.tx.max_capacity() - target.tx.capacity()) as u64;
+        self.metrics.max_queued_batches.fetch_max(queued, Ordering::Relaxed);
+        sent
+    }
+
+    fn recv(&self, rx: &mut mpsc::Receiver<Message>) -> Result<Message, TaskError> {
+        let mut abort = self.abort.rx.clone();
+        self.handle.block_on(async {
+            tokio::select! {
+                biased;
+                _ = abort.wait_for(|a| *a) => Err(TaskError::Aborted),
+                m = rx.recv() => m.ok_or(TaskError::Aborted),
+            }
+        })
+    }
+}
+
+fn min_open(marks: &[i64], ended: &[bool]) -> i64 {
+    marks
+        .iter()
+        .zip(ended)
+        .filter(|(_, e)| !**e)
+        .map(|(m, _)| *m)
+        .min()
+        .unwrap_or(i64::MAX)
+}

@@ -1,0 +1,173 @@
+//! Host functions imported by operators: keyed state, timers, logging and
+//! metrics, plus WASI (sandboxed: see [`super::instance`]).
+//!
+//! State calls are forwarded to the instance's [`crate::state`] backend,
+//! which checks the state id, its kind and the key's key group.
+
+use wasmtime::component::{HasSelf, Linker};
+
+use super::bindings::weir::operator::{log, metrics, state, timers, types};
+use super::bindings::StreamOperator;
+use super::instance::InstanceState;
+use crate::state::{StateError, key_group_of};
+
+/// Adds WASI and Weir's interfaces to `linker`.
+pub(super) fn add_to_linker(linker: &mut Linker<InstanceState>) -> wasmtime::Result<()> {
+    wasmtime_wasi::p2::add_to_linker_sync(linker)?;
+    StreamOperator::add_to_linker::<InstanceState, HasSelf<InstanceState>>(linker, |s| s)?;
+    Ok(())
+}
+
+fn to_wit(e: StateError) -> state::StateError {
+    match e {
+        StateError::UnknownState(id) => state::StateError::UnknownState(id),
+        StateError::WrongKind { state, .. } => state::StateError::WrongKind(state),
+        StateError::KeyOutOfRange { .. } => state::StateError::KeyOutOfRange,
+        other => state::StateError::Backend(other.to_string()),
+    }
+}
+
+impl InstanceState {
+    fn backend(
+        &mut self,
+    ) -> Result<&mut Box<dyn crate::state::KeyedStateBackend>, state::StateError> {
+        let operator = &self.operator;
+        self.state.as_mut().ok_or_else(|| {
+            state::StateError::Backend(format!(
+                "operator `{operator}` has no keyed state: declare state in `describe` \
+                 and give the operator a `key_by` in the job spec"
+            ))
+        })
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<(), state::StateError> {
+        let Some(range) = self.key_groups else {
+            return Err(state::StateError::Backend(format!(
+                "operator `{}` is not keyed: give it a `key_by` in the job spec to use timers",
+                self.operator
+            )));
+        };
+        if range.contains(key_group_of(key, self.max_parallelism)) {
+            Ok(())
+        } else {
+            Err(state::StateError::KeyOutOfRange)
+        }
+    }
+}
+
+impl types::Host for InstanceState {}
+
+impl state::Host for InstanceState {
+    fn value_get(
+        &mut self,
+        state: u32,
+        key: Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, state::StateError> {
+        self.backend()?.value_get(state, &key).map_err(to_wit)
+    }
+
+    fn value_set(
+        &mut self,
+        state: u32,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<(), state::StateError> {
+        self.backend()?.value_set(state, &key, &value).map_err(to_wit)
+    }
+
+    fn list_get(&mut self, state: u32, key: Vec<u8>) -> Result<Vec<Vec<u8>>, state::StateError> {
+        self.backend()?.list_get(state, &key).map_err(to_wit)
+    }
+
+    fn list_add(
+        &mut self,
+        state: u32,
+        key: Vec<u8>,
+        element: Vec<u8>,
+    ) -> Result<(), state::StateError> {
+        self.backend()?.list_add(state, &key, &element).map_err(to_wit)
+    }
+
+    fn map_get(
+        &mut self,
+        state: u32,
+        key: Vec<u8>,
+        user_key: Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, state::StateError> {
+        self.backend()?.map_get(state, &key, &user_key).map_err(to_wit)
+    }
+
+    fn map_put(
+        &mut self,
+        state: u32,
+        key: Vec<u8>,
+        user_key: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<(), state::StateError> {
+        self.backend()?
+            .map_put(state, &key, &user_key, &value)
+            .map_err(to_wit)
+    }
+
+    fn map_remove(
+        &mut self,
+        state: u32,
+        key: Vec<u8>,
+        user_key: Vec<u8>,
+    ) -> Result<(), state::StateError> {
+        self.backend()?.map_remove(state, &key, &user_key).map_err(to_wit)
+    }
+
+    fn map_entries(
+        &mut self,
+        state: u32,
+        key: Vec<u8>,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, state::StateError> {
+        self.backend()?.map_entries(state, &key).map_err(to_wit)
+    }
+
+    fn clear(&mut self, state: u32, key: Vec<u8>) -> Result<(), state::StateError> {
+        self.backend()?.clear(state, &key).map_err(to_wit)
+    }
+}
+
+impl timers::Host for InstanceState {
+    fn register_event_timer(&mut self, key: Vec<u8>, time: i64) -> Result<(), state::StateError> {
+        self.check_key(&key)?;
+        self.timers.insert((time, key));
+        Ok(())
+    }
+
+    fn delete_event_timer(&mut self, key: Vec<u8>, time: i64) -> Result<(), state::StateError> {
+        self.check_key(&key)?;
+        self.timers.remove(&(time, key));
+        Ok(())
+    }
+
+    fn current_watermark(&mut self) -> i64 {
+        self.watermark
+    }
+}
+
+impl log::Host for InstanceState {
+    fn log(&mut self, level: log::Level, message: String) {
+        let (op, sub) = (&self.operator, self.subtask_index);
+        match level {
+            log::Level::Trace => tracing::trace!(target: "weir::guest", operator = %op, subtask = sub, "{message}"),
+            log::Level::Debug => tracing::debug!(target: "weir::guest", operator = %op, subtask = sub, "{message}"),
+            log::Level::Info => tracing::info!(target: "weir::guest", operator = %op, subtask = sub, "{message}"),
+            log::Level::Warn => tracing::warn!(target: "weir::guest", operator = %op, subtask = sub, "{message}"),
+            log::Level::Error => tracing::error!(target: "weir::guest", operator = %op, subtask = sub, "{message}"),
+        }
+    }
+}
+
+impl metrics::Host for InstanceState {
+    fn counter_add(&mut self, name: String, delta: u64) {
+        *self.counters.entry(name).or_default() += delta;
+    }
+
+    fn gauge_set(&mut self, name: String, value: f64) {
+        self.gauges.insert(name, value);
+    }
+}

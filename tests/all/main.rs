@@ -1,0 +1,17 @@
+//! Weir's integration and end-to-end tests, one binary (wasmtime's
+//! `tests/all` pattern): one link, one run.
+//!
+//! Tests that exercise the `weir` command run it as a separate process
+//! (`CARGO_BIN_EXE_weir`); tests of the runtime's guarantees (sandbox,
+//! backpressure) drive `weir-host`'s embedded cluster directly so they can
+//! watch its metrics. Every expected output is computed here, independently
+//! of Weir's code. The example operators come from `weir_tests::artifacts`
+//! (built from `udfs/` by `tests/build.rs`).
+
+mod backpressure;
+mod bad_input;
+mod cache;
+mod fraud;
+mod sandbox;
+mod util;
+mod word_count;

@@ -1,0 +1,136 @@
+//! Operators are untrusted: each adversarial operator in `udfs/` fails its
+//! own job with the right typed error, while a healthy job running beside it
+//! in the same process (same engine, same cluster) finishes with the right
+//! output. The `weir` process itself exits cleanly with the error.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use weir_host::job::JobGraph;
+use weir_host::local::{LocalCluster, RunError};
+use weir_host::wasm::{FailureKind, Runtime, RuntimeConfig};
+use weir_tests::artifacts;
+
+use crate::util::{assert_fails_with, run_weir, toml_path};
+
+/// gen(sequence) → op → sink, with tight limits so the test is quick.
+fn adversarial_spec(module: &str, config: &str, sink: &str) -> String {
+    format!(
+        r#"
+[job]
+name = "adversarial"
+
+[job.limits]
+memory_mb = 32
+call_timeout_ms = 500
+
+[[source]]
+id = "gen"
+type = "generator"
+kind = "sequence"
+count = 100
+
+[[operator]]
+id = "evil"
+module = {module}
+config = {{ {config} }}
+
+[[sink]]
+{sink}
+
+[[edge]]
+from = "gen"
+to = "evil"
+
+[[edge]]
+from = "evil"
+to = "out"
+"#,
+        module = toml_path(Path::new(module)),
+    )
+}
+
+fn graph(dir: &Path, name: &str, spec: &str) -> JobGraph {
+    let path = dir.join(name);
+    std::fs::write(&path, spec).unwrap();
+    JobGraph::from_file(&path, &[]).unwrap()
+}
+
+struct Case {
+    module: &'static str,
+    config: &'static str,
+    kind: FailureKind,
+    needle: &'static str,
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case { module: artifacts::SPIN, config: "", kind: FailureKind::OutOfTime, needle: "deadline of 500 ms" },
+        Case { module: artifacts::MEMORY_BOMB, config: "", kind: FailureKind::OutOfMemory, needle: "over the limit of 33554432 bytes" },
+        Case { module: artifacts::DEEP_RECURSION, config: "", kind: FailureKind::StackOverflow, needle: "stack" },
+        Case { module: artifacts::PANIC, config: "", kind: FailureKind::Panic, needle: "weir-test-panic: boom" },
+        Case { module: artifacts::READ_FILE, config: "", kind: FailureKind::Guest, needle: "cannot read /etc/passwd" },
+        Case { module: artifacts::OPEN_SOCKET, config: "addr = \"127.0.0.1:9\"", kind: FailureKind::Guest, needle: "cannot connect to 127.0.0.1:9" },
+        Case { module: artifacts::BIG_OUTPUT, config: "bytes = 20000000", kind: FailureKind::BadOutput, needle: "over the limit" },
+    ]
+}
+
+#[test]
+fn adversarial_operators_fail_alone_with_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let runtime = Arc::new(
+        Runtime::new(RuntimeConfig {
+            cache_dir: Some(dir.path().join("cache")),
+        })
+        .unwrap(),
+    );
+    let cluster = LocalCluster::new(runtime, dir.path().join("work"), rt.handle().clone());
+
+    // The healthy job: word count over the bundled text, running throughout.
+    let healthy_out = dir.path().join("healthy.txt");
+    let healthy = graph(
+        dir.path(),
+        "healthy.toml",
+        &crate::word_count::word_count_spec(&crate::util::kjv(), &healthy_out),
+    );
+    let healthy = cluster.submit(&healthy).unwrap();
+
+    for (i, case) in cases().into_iter().enumerate() {
+        let sink = format!("id = \"out\"\ntype = \"file\"\npath = {}", toml_path(&dir.path().join(format!("evil-{i}.txt"))));
+        let g = graph(dir.path(), &format!("evil-{i}.toml"), &adversarial_spec(case.module, case.config, &sink));
+        let err = rt.block_on(cluster.submit(&g).unwrap().wait()).unwrap_err();
+        let op = err
+            .operator_error()
+            .unwrap_or_else(|| panic!("{}: not an operator error: {err}", case.module));
+        assert_eq!(op.kind, case.kind, "{}: {err}", case.module);
+        assert_eq!(op.operator, "evil");
+        assert!(err.to_string().contains(case.needle), "{}: {err}", case.module);
+        assert!(matches!(err, RunError::Failed { .. }));
+        // Nothing escaped the sandbox into the output.
+        let written = std::fs::read_to_string(dir.path().join(format!("evil-{i}.txt"))).unwrap_or_default();
+        assert!(!written.contains("root:"), "{}: read the host's /etc/passwd", case.module);
+        assert!(!written.contains("connected"), "{}: opened a socket", case.module);
+    }
+
+    let summary = rt.block_on(healthy.wait()).expect("the healthy job is unaffected");
+    assert!(summary.source_records() > 90_000);
+    let lines = crate::util::read_sink(&healthy_out);
+    let the = lines.iter().find(|l| l.starts_with("the\t")).expect("`the` counted");
+    let text = std::fs::read_to_string(crate::util::kjv()).unwrap();
+    let expected = text
+        .lines()
+        .flat_map(|l| l.split(|c: char| !c.is_alphanumeric()))
+        .filter(|w| w.to_lowercase() == "the")
+        .count();
+    assert_eq!(the, &format!("the\t{expected}"));
+}
+
+#[test]
+fn weir_run_reports_a_runaway_operator_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spin.toml");
+    std::fs::write(&path, adversarial_spec(artifacts::SPIN, "", "id = \"out\"\ntype = \"blackhole\"")).unwrap();
+    let out = run_weir(&dir.path().join("cache"), &["run", path.to_str().unwrap()]);
+    assert_fails_with(&out, 1, &["operator `evil`", "out of time"]);
+}
