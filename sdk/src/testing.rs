@@ -1,0 +1,722 @@
+//! A native test harness: run an operator without Wasm.
+//!
+//! Owns [`Harness`], which drives any [`Operator`] (including the function
+//! adapters [`Map`](crate::Map), [`FlatMap`](crate::FlatMap),
+//! [`Filter`](crate::Filter), [`Keyed`](crate::Keyed)) through the same calls
+//! the host makes — `open`, `process` with packed batches, `on-timer`,
+//! `on-watermark`, `close` — against in-memory keyed state and timers, and
+//! [`Output`], what each call emitted.
+//!
+//! Semantics kept from the host: state is scoped by the key passed with each
+//! access (the record's key in `process_element`, the timer's key in
+//! `on_timer`); undeclared state ids and wrong kinds are errors; a timer
+//! fires once, when the watermark reaches its time, in time order (then key
+//! order), with the watermark already advanced; `on_watermark` follows the
+//! timers it made due; emitted batches are checked like the host checks
+//! them. Not emulated: key-group ownership (`key-out-of-range`), state TTL,
+//! and resource limits.
+//!
+//! Natively only: on `wasm32` this module is empty.
+//!
+//! ```
+//! use weir_sdk::testing::Harness;
+//! use weir_sdk::{Error, MapFunction, Map, OpenContext, Record};
+//!
+//! struct Shout;
+//! impl MapFunction for Shout {
+//!     fn open(_ctx: &OpenContext) -> Result<Self, Error> {
+//!         Ok(Shout)
+//!     }
+//!     fn map<'a>(&'a mut self, record: Record<'a>) -> Result<Record<'a>, Error> {
+//!         Ok(record.with_value(b"HEY"))
+//!     }
+//! }
+//!
+//! let mut h = Harness::<Map<Shout>>::open(&[])?;
+//! let out = h.process([Record::new("hey", 7)])?;
+//! assert_eq!(out.values(), ["HEY"]);
+//! # Ok::<(), Error>(())
+//! ```
+
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::Error;
+use crate::backend::{self, MemoryBackend};
+use crate::bindings::weir::operator::types::{Batch, Emitted, OperatorInfo};
+use crate::codec::StateCodec;
+use crate::context::{Config, OpenContext};
+use crate::export;
+use crate::log::Level;
+use crate::operator::Operator;
+use crate::record::{OwnedRecord, Record};
+use crate::state::check_declared;
+
+/// What one call of an operator emitted, decoded into owned records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Output {
+    /// The main output, in order.
+    pub main: Vec<OwnedRecord>,
+    /// Side outputs as `(tag, record)`, in the order the operator sent them
+    /// (grouped by tag within one call).
+    pub side: Vec<(String, OwnedRecord)>,
+}
+
+impl Output {
+    /// The main output's values as UTF-8 (lossy).
+    pub fn values(&self) -> Vec<String> {
+        self.main
+            .iter()
+            .map(|r| r.value_str().into_owned())
+            .collect()
+    }
+
+    /// The records of the side output `tag`.
+    pub fn side(&self, tag: &str) -> Vec<&OwnedRecord> {
+        self.side
+            .iter()
+            .filter(|(t, _)| t == tag)
+            .map(|(_, r)| r)
+            .collect()
+    }
+
+    /// True if nothing was emitted.
+    pub fn is_empty(&self) -> bool {
+        self.main.is_empty() && self.side.is_empty()
+    }
+
+    /// Appends `other` to this output.
+    pub fn extend(&mut self, other: Output) {
+        self.main.extend(other.main);
+        self.side.extend(other.side);
+    }
+
+    fn from_emitted(emitted: &Emitted) -> Result<Self, Error> {
+        let decode = |batch: &Batch| -> Result<Vec<OwnedRecord>, Error> {
+            Ok(batch
+                .records()
+                .map_err(|e| e.context("the operator emitted a bad batch"))?
+                .map(|r| r.to_owned_record())
+                .collect())
+        };
+        let mut output = Output {
+            main: decode(&emitted.main)?,
+            side: Vec::new(),
+        };
+        for side in &emitted.side {
+            for record in decode(&side.records)? {
+                output.side.push((side.tag.clone(), record));
+            }
+        }
+        Ok(output)
+    }
+}
+
+/// Settings of the simulated subtask; [`Harness::builder`] makes one.
+#[derive(Debug, Clone)]
+pub struct HarnessBuilder<O> {
+    operator_id: String,
+    subtask_index: u32,
+    parallelism: u32,
+    max_parallelism: u32,
+    config: Vec<(String, String)>,
+    _operator: std::marker::PhantomData<fn() -> O>,
+}
+
+impl<O: Operator> HarnessBuilder<O> {
+    /// The operator's uid (default `"test-operator"`).
+    pub fn operator_id(mut self, id: impl Into<String>) -> Self {
+        self.operator_id = id.into();
+        self
+    }
+
+    /// This subtask's index and the operator's parallelism (default 0 of 1).
+    pub fn subtask(mut self, index: u32, parallelism: u32) -> Self {
+        self.subtask_index = index;
+        self.parallelism = parallelism;
+        self
+    }
+
+    /// The number of key groups (default 128).
+    pub fn max_parallelism(mut self, max_parallelism: u32) -> Self {
+        self.max_parallelism = max_parallelism;
+        self
+    }
+
+    /// Adds a config entry, as the host flattens it (strings as they are,
+    /// other scalars in TOML syntax).
+    pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.push((key.into(), value.into()));
+        self
+    }
+
+    /// Opens the operator.
+    pub fn open(self) -> Result<Harness<O>, Error> {
+        check_declared(O::STATES)?;
+        let backend = Rc::new(RefCell::new(MemoryBackend::new(O::STATES)));
+        let ctx = OpenContext::new(
+            self.operator_id,
+            self.subtask_index,
+            self.parallelism,
+            self.max_parallelism,
+            Config::new(self.config),
+            O::STATES,
+        );
+        let op = {
+            let _installed = backend::install(backend.clone());
+            O::open(&ctx)?
+        };
+        Ok(Harness {
+            op,
+            backend,
+            closed: false,
+        })
+    }
+}
+
+/// Runs one operator instance natively; see the [module docs](self).
+pub struct Harness<O> {
+    op: O,
+    backend: Rc<RefCell<MemoryBackend>>,
+    closed: bool,
+}
+
+impl<O: Operator> Harness<O> {
+    /// A builder to set the subtask, uid and config before opening.
+    pub fn builder() -> HarnessBuilder<O> {
+        HarnessBuilder {
+            operator_id: "test-operator".to_owned(),
+            subtask_index: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+            config: Vec::new(),
+            _operator: std::marker::PhantomData,
+        }
+    }
+
+    /// Opens the operator as subtask 0 of 1 with `config`.
+    pub fn open(config: &[(&str, &str)]) -> Result<Self, Error> {
+        config
+            .iter()
+            .fold(Self::builder(), |b, (k, v)| b.config(*k, *v))
+            .open()
+    }
+
+    /// What `describe` returns (an empty name or version falls back to
+    /// `"test"` / `"0.0.0"`, where a component would use its crate's).
+    pub fn describe() -> OperatorInfo {
+        export::describe::<O>("test", "0.0.0")
+    }
+
+    /// Sends `records` as one batch to `process`.
+    pub fn process<'a>(
+        &mut self,
+        records: impl IntoIterator<Item = Record<'a>>,
+    ) -> Result<Output, Error> {
+        let batch = Batch::from_records(records);
+        self.process_batch(batch)
+    }
+
+    /// Sends a packed batch as it is (e.g. a malformed one) to `process`.
+    pub fn process_batch(&mut self, batch: Batch) -> Result<Output, Error> {
+        self.call(|op| op.process(batch))
+    }
+
+    /// Advances the watermark to `watermark`: fires every timer at or before
+    /// it (including timers registered while firing), then calls
+    /// `on_watermark`. Returns everything emitted. A watermark below the
+    /// current one is an error; the same one again does nothing.
+    pub fn advance_watermark(&mut self, watermark: i64) -> Result<Output, Error> {
+        let current = self.current_watermark();
+        if watermark < current {
+            crate::bail!("watermark {watermark} is behind the current watermark {current}");
+        }
+        if watermark == current {
+            return Ok(Output::default());
+        }
+        self.backend.borrow_mut().watermark = watermark;
+        let mut output = Output::default();
+        loop {
+            let due = {
+                let mut backend = self.backend.borrow_mut();
+                match backend.timers.first() {
+                    Some((time, _)) if *time <= watermark => backend.timers.pop_first(),
+                    _ => None,
+                }
+            };
+            let Some((time, key)) = due else { break };
+            output.extend(self.call(|op| op.on_timer(key, time))?);
+        }
+        output.extend(self.call(|op| op.on_watermark(watermark))?);
+        Ok(output)
+    }
+
+    /// Calls `close`. Calling it twice is an error.
+    pub fn close(&mut self) -> Result<Output, Error> {
+        if self.closed {
+            crate::bail!("the operator is already closed");
+        }
+        let output = self.call(|op| op.close());
+        self.closed = true;
+        output
+    }
+
+    /// End of bounded input, as the host does it: the final watermark
+    /// (`i64::MAX`, which fires every timer), then `close`.
+    pub fn finish(&mut self) -> Result<Output, Error> {
+        let mut output = self.advance_watermark(i64::MAX)?;
+        output.extend(self.close()?);
+        Ok(output)
+    }
+
+    /// The current watermark (`i64::MIN` before the first advance).
+    pub fn current_watermark(&self) -> i64 {
+        self.backend.borrow().watermark
+    }
+
+    /// The registered timers as `(time, key)`, in firing order.
+    pub fn timers(&self) -> Vec<(i64, Vec<u8>)> {
+        self.backend.borrow().timers.iter().cloned().collect()
+    }
+
+    /// The value state `name` of `key`, decoded.
+    pub fn value_state<T: StateCodec>(
+        &self,
+        name: &str,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<T>, Error> {
+        let Some(id) = O::STATES.iter().position(|s| s.name == name) else {
+            crate::bail!("state `{name}` is not declared");
+        };
+        let backend = self.backend.borrow();
+        backend
+            .raw_value(id as u32, key.as_ref())
+            .map(|bytes| T::decode(bytes).map_err(Error::from))
+            .transpose()
+    }
+
+    /// The keys that hold anything in state `name`, in byte order.
+    pub fn state_keys(&self, name: &str) -> Vec<Vec<u8>> {
+        match O::STATES.iter().position(|s| s.name == name) {
+            Some(id) => self.backend.borrow().keys(id as u32).into_iter().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Everything logged so far, in order.
+    pub fn logs(&self) -> Vec<(Level, String)> {
+        self.backend.borrow().logs.clone()
+    }
+
+    /// The counter `name` (0 if never added to).
+    pub fn counter(&self, name: &str) -> u64 {
+        self.backend
+            .borrow()
+            .counters
+            .get(name)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The gauge `name`, if ever set.
+    pub fn gauge(&self, name: &str) -> Option<f64> {
+        self.backend.borrow().gauges.get(name).copied()
+    }
+
+    /// The operator instance.
+    pub fn operator(&self) -> &O {
+        &self.op
+    }
+
+    /// The operator instance, mutably.
+    pub fn operator_mut(&mut self) -> &mut O {
+        &mut self.op
+    }
+
+    fn call(&mut self, f: impl FnOnce(&mut O) -> Result<Emitted, Error>) -> Result<Output, Error> {
+        if self.closed {
+            crate::bail!("the operator is closed");
+        }
+        let _installed = backend::install(self.backend.clone());
+        let emitted = f(&mut self.op)?;
+        Output::from_emitted(&emitted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        Collector, Filter, FilterFunction, FlatMap, FlatMapFunction, Keyed, KeyedContext,
+        KeyedProcessFunction, ListState, MapState, StateDescriptor, StateKind, ValueState,
+    };
+
+    /// Exercises every state kind, timers, side outputs, logs and metrics.
+    struct Probe {
+        last: ValueState<String>,
+        seen: ListState<i64>,
+        by_value: MapState<String, u32>,
+    }
+
+    impl KeyedProcessFunction for Probe {
+        const NAME: &'static str = "probe";
+        const VERSION: &'static str = "1.2.3";
+        const STATES: &'static [StateDescriptor] = &[
+            StateDescriptor::value("last"),
+            StateDescriptor::list("seen").with_ttl_ms(1000),
+            StateDescriptor::map("by-value"),
+        ];
+
+        fn open(ctx: &OpenContext) -> Result<Self, Error> {
+            crate::log::info!(
+                "open {} {}/{}",
+                ctx.operator_id(),
+                ctx.subtask_index(),
+                ctx.parallelism()
+            );
+            Ok(Probe {
+                last: ctx.value_state("last")?,
+                seen: ctx.list_state("seen")?,
+                by_value: ctx.map_state("by-value")?,
+            })
+        }
+
+        fn process_element(
+            &mut self,
+            record: Record<'_>,
+            ctx: &mut KeyedContext<'_>,
+        ) -> Result<(), Error> {
+            let value = record.value_str().into_owned();
+            self.last.set(ctx, &value)?;
+            self.seen.add(ctx, &record.timestamp)?;
+            let n = self.by_value.get(ctx, &value)?.unwrap_or(0);
+            self.by_value.put(ctx, &value, &(n + 1))?;
+            ctx.register_event_time_timer(record.timestamp + 10)?;
+            if value == "late" {
+                ctx.output("late", record);
+            }
+            crate::metrics::counter_add("records", 1);
+            Ok(())
+        }
+
+        fn on_timer(&mut self, time: i64, ctx: &mut KeyedContext<'_>) -> Result<(), Error> {
+            let key = String::from_utf8_lossy(ctx.key()).into_owned();
+            let last = self.last.get(ctx)?.unwrap_or_default();
+            let seen = self.seen.get(ctx)?;
+            let counts = self.by_value.entries(ctx)?;
+            let value = format!(
+                "{key}@{time} wm={} last={last} seen={seen:?} counts={counts:?}",
+                ctx.current_watermark()
+            );
+            ctx.collect(Record::keyed(ctx.key(), &value, time));
+            // A timer in the past fires within the same watermark advance.
+            if key == "a" && time == 11 {
+                ctx.register_event_time_timer(time - 1000)?;
+            }
+            Ok(())
+        }
+
+        fn on_watermark(&mut self, watermark: i64, out: &mut Collector) -> Result<(), Error> {
+            crate::metrics::gauge_set("watermark", watermark as f64);
+            out.collect(Record::new("watermark", watermark));
+            Ok(())
+        }
+
+        fn close(&mut self, out: &mut Collector) -> Result<(), Error> {
+            out.collect(Record::new("closed", 0));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn state_and_timers_are_scoped_to_the_current_key() -> Result<(), Error> {
+        let mut h = Harness::<Keyed<Probe>>::builder()
+            .operator_id("p1")
+            .subtask(1, 2)
+            .open()?;
+        let out = h.process([
+            Record::keyed("a", "x", 1),
+            Record::keyed("b", "y", 2),
+            Record::keyed("a", "x", 3),
+            Record::keyed("b", "late", 4),
+        ])?;
+        assert!(out.main.is_empty());
+        assert_eq!(out.side("late").len(), 1);
+        assert_eq!(out.side[0].0, "late");
+        assert_eq!(h.value_state::<String>("last", "a")?.as_deref(), Some("x"));
+        assert_eq!(
+            h.value_state::<String>("last", "b")?.as_deref(),
+            Some("late")
+        );
+        assert_eq!(h.state_keys("seen"), [b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(h.counter("records"), 4);
+        assert_eq!(
+            h.timers(),
+            [
+                (11, b"a".to_vec()),
+                (12, b"b".to_vec()),
+                (13, b"a".to_vec()),
+                (14, b"b".to_vec())
+            ]
+        );
+
+        // Timers at or before 12 fire, in time order, each seeing its own key's state.
+        let out = h.advance_watermark(12)?;
+        assert_eq!(
+            out.values(),
+            [
+                r#"a@11 wm=12 last=x seen=[1, 3] counts=[("x", 2)]"#,
+                r#"a@-989 wm=12 last=x seen=[1, 3] counts=[("x", 2)]"#,
+                r#"b@12 wm=12 last=late seen=[2, 4] counts=[("late", 1), ("y", 1)]"#,
+                "watermark",
+            ]
+        );
+        assert_eq!(out.main[0].key.as_deref(), Some(&b"a"[..]));
+        assert_eq!(out.main[3].timestamp, 12);
+        assert_eq!(h.gauge("watermark"), Some(12.0));
+        assert_eq!(h.timers().len(), 2);
+
+        let out = h.finish()?;
+        assert_eq!(
+            out.main.len(),
+            4,
+            "two timers, the watermark, close: {out:?}"
+        );
+        assert_eq!(out.values()[3], "closed");
+        assert_eq!(
+            h.logs(),
+            [(crate::log::Level::Info, "open p1 1/2".to_owned())]
+        );
+        assert!(h.close().is_err(), "closing twice");
+        assert!(h.process([]).is_err(), "processing after close");
+        Ok(())
+    }
+
+    #[test]
+    fn describe_reports_the_declared_states() {
+        let info = Harness::<Keyed<Probe>>::describe();
+        assert_eq!(
+            (info.name.as_str(), info.version.as_str(), info.keyed),
+            ("probe", "1.2.3", true)
+        );
+        let states: Vec<_> = info
+            .states
+            .iter()
+            .map(|s| (s.name.as_str(), s.kind, s.ttl_ms))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("last", StateKind::Value, None),
+                ("seen", StateKind::List, Some(1000)),
+                ("by-value", StateKind::Map, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn keyed_operators_reject_records_without_a_key() -> Result<(), Error> {
+        let mut h = Harness::<Keyed<Probe>>::open(&[])?;
+        let err = h
+            .process([Record::keyed("a", "x", 1), Record::new("x", 2)])
+            .unwrap_err();
+        assert_eq!(
+            err.message(),
+            "record 1 of the batch has no key, but this operator runs on a keyed stream"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn watermarks_only_advance() -> Result<(), Error> {
+        let mut h = Harness::<Keyed<Probe>>::open(&[])?;
+        assert_eq!(h.current_watermark(), i64::MIN);
+        h.advance_watermark(5)?;
+        assert!(h.advance_watermark(5)?.is_empty());
+        assert!(h.advance_watermark(4).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn malformed_input_batches_are_errors() -> Result<(), Error> {
+        let mut h = Harness::<Keyed<Probe>>::open(&[])?;
+        let mut batch = Batch::from_records([Record::keyed("a", "x", 1)]);
+        batch.data.pop();
+        assert!(
+            h.process_batch(batch)
+                .unwrap_err()
+                .message()
+                .starts_with("malformed batch")
+        );
+        Ok(())
+    }
+
+    /// Uses a state as the wrong kind and an undeclared id, as a buggy SDK would.
+    struct Misuse;
+
+    impl KeyedProcessFunction for Misuse {
+        const STATES: &'static [StateDescriptor] = &[StateDescriptor::value("v")];
+
+        fn open(_ctx: &OpenContext) -> Result<Self, Error> {
+            Ok(Misuse)
+        }
+
+        fn process_element(
+            &mut self,
+            record: Record<'_>,
+            ctx: &mut KeyedContext<'_>,
+        ) -> Result<(), Error> {
+            let (id, kind) = match record.value {
+                b"undeclared" => (7, "list"),
+                _ => (0, "list"),
+            };
+            assert_eq!(kind, "list");
+            ListState::<u8>::new(id, "bogus").add(ctx, &1)
+        }
+    }
+
+    #[test]
+    fn the_backend_checks_state_ids_and_kinds_like_the_host() -> Result<(), Error> {
+        let mut h = Harness::<Keyed<Misuse>>::open(&[])?;
+        assert_eq!(
+            h.process([Record::keyed("k", "wrong kind", 1)])
+                .unwrap_err()
+                .message(),
+            "state `bogus`: state id 0 is of another kind on the host"
+        );
+        assert_eq!(
+            h.process([Record::keyed("k", "undeclared", 1)])
+                .unwrap_err()
+                .message(),
+            "state `bogus`: the host knows no state with id 7"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn decoding_bad_state_is_an_error() -> Result<(), Error> {
+        struct Bytes;
+        impl KeyedProcessFunction for Bytes {
+            const STATES: &'static [StateDescriptor] = &[StateDescriptor::value("n")];
+            fn open(_ctx: &OpenContext) -> Result<Self, Error> {
+                Ok(Bytes)
+            }
+            fn process_element(
+                &mut self,
+                record: Record<'_>,
+                ctx: &mut KeyedContext<'_>,
+            ) -> Result<(), Error> {
+                // Write 3 bytes, read them back as a u64.
+                ValueState::<Vec<u8>>::new(0, "n").set(ctx, &record.value.to_vec())?;
+                ValueState::<u64>::new(0, "n").get(ctx).map(drop)
+            }
+        }
+        let mut h = Harness::<Keyed<Bytes>>::open(&[])?;
+        assert_eq!(
+            h.process([Record::keyed("k", "abc", 1)])
+                .unwrap_err()
+                .message(),
+            "state `n`: cannot decode u64: expected 8 bytes, got 3"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn duplicate_state_names_fail_open() {
+        struct Twice;
+        impl KeyedProcessFunction for Twice {
+            const STATES: &'static [StateDescriptor] =
+                &[StateDescriptor::value("s"), StateDescriptor::list("s")];
+            fn open(_ctx: &OpenContext) -> Result<Self, Error> {
+                Ok(Twice)
+            }
+            fn process_element(
+                &mut self,
+                _record: Record<'_>,
+                _ctx: &mut KeyedContext<'_>,
+            ) -> Result<(), Error> {
+                Ok(())
+            }
+        }
+        let err = Harness::<Keyed<Twice>>::open(&[]).err().unwrap();
+        assert_eq!(err.message(), "state `s` is declared twice");
+    }
+
+    #[test]
+    fn state_outside_the_harness_is_a_clear_error() {
+        let state = ValueState::<u64>::new(0, "count");
+        let err = state.get(&crate::ExplicitKey(b"k")).unwrap_err();
+        assert!(
+            err.message()
+                .contains("only inside weir_sdk::testing::Harness"),
+            "{err}"
+        );
+        assert_eq!(crate::current_watermark(), i64::MIN);
+    }
+
+    /// Keeps values with an even length.
+    struct Even;
+
+    impl FilterFunction for Even {
+        fn open(_ctx: &OpenContext) -> Result<Self, Error> {
+            Ok(Even)
+        }
+        fn filter(&mut self, record: &Record<'_>) -> Result<bool, Error> {
+            Ok(record.value.len().is_multiple_of(2))
+        }
+    }
+
+    #[test]
+    fn filter_compacts_in_place() -> Result<(), Error> {
+        let mut h = Harness::<Filter<Even>>::open(&[])?;
+        let input = [
+            Record::keyed("k1", "odd", 1),
+            Record::keyed("k2", "even", 2),
+            Record::new("x", 3),
+            Record::new("", 4),
+            Record::keyed("key", "ab", 5),
+        ];
+        let out = h.process(input)?;
+        let kept: Vec<_> = out.main.iter().map(OwnedRecord::as_record).collect();
+        assert_eq!(kept, [input[1], input[3], input[4]]);
+        assert!(h.process([Record::new("ab", 1)])?.main.len() == 1);
+        assert!(h.process([Record::new("a", 1)])?.is_empty());
+        Ok(())
+    }
+
+    /// Emits each byte of the value as its own record, keyed by the input's key.
+    struct Bytes;
+
+    impl FlatMapFunction for Bytes {
+        fn open(_ctx: &OpenContext) -> Result<Self, Error> {
+            Ok(Bytes)
+        }
+        fn flat_map(&mut self, record: Record<'_>, out: &mut Collector) -> Result<(), Error> {
+            for b in record.value.chunks(1) {
+                out.collect(record.with_value(b));
+            }
+            if record.value.is_empty() {
+                out.output("empty", record);
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn flat_map_emits_zero_or_more_records_and_side_outputs() -> Result<(), Error> {
+        let mut h = Harness::<FlatMap<Bytes>>::open(&[])?;
+        let out = h.process([
+            Record::keyed("k", "ab", 1),
+            Record::new("", 2),
+            Record::new("c", 3),
+        ])?;
+        assert_eq!(out.values(), ["a", "b", "c"]);
+        assert_eq!(out.main[1].key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(out.side("empty").len(), 1);
+        // Outputs do not leak into the next call.
+        assert_eq!(h.process([Record::new("d", 4)])?.values(), ["d"]);
+        Ok(())
+    }
+}
