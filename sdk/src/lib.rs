@@ -106,7 +106,7 @@
 //!
 //! ## Layout
 //!
-//! - [`operator`](crate::Operator): the traits, [`KeyedContext`] and the adapters [`Map`], [`FlatMap`], [`Filter`], [`Keyed`].
+//! - `operator`: the traits ([`Operator`], [`MapFunction`], ...), [`KeyedContext`] and the adapters [`Map`], [`FlatMap`], [`Filter`], [`Keyed`].
 //! - `record`: [`Record`], [`OwnedRecord`], batch reading ([`Batch::records`]) and writing ([`BatchBuilder`], [`Collector`]).
 //! - `context`: [`OpenContext`] and [`Config`].
 //! - [`state`]: [`StateDescriptor`] and the typed state handles.
