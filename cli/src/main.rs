@@ -339,11 +339,7 @@ fn state_list(info: &OperatorInfo) -> String {
         .states
         .iter()
         .map(|s| {
-            let kind = match s.kind {
-                StateKind::Value => "value",
-                StateKind::List => "list",
-                StateKind::Map => "map",
-            };
+            let kind = state_kind(s.kind);
             match s.ttl_ms {
                 Some(ttl) => format!("{}: {kind}, ttl {ttl} ms", s.name),
                 None => format!("{}: {kind}", s.name),
@@ -351,6 +347,14 @@ fn state_list(info: &OperatorInfo) -> String {
         })
         .collect();
     format!("(keyed; state: {})", states.join(", "))
+}
+
+fn state_kind(kind: StateKind) -> &'static str {
+    match kind {
+        StateKind::Value => "value",
+        StateKind::List => "list",
+        StateKind::Map => "map",
+    }
 }
 
 fn inspect(args: InspectArgs) -> Result<(), Failure> {
@@ -365,7 +369,7 @@ fn inspect(args: InspectArgs) -> Result<(), Failure> {
                 "keyed": info.keyed,
                 "states": info.states.iter().map(|s| serde_json::json!({
                     "name": s.name,
-                    "kind": format!("{:?}", s.kind).to_lowercase(),
+                    "kind": state_kind(s.kind),
                     "ttl_ms": s.ttl_ms,
                 })).collect::<Vec<_>>(),
             }),

@@ -63,7 +63,7 @@ partition = "rebalance"
     let cluster = LocalCluster::new(runtime, dir.path().join("work"), rt.handle().clone());
     let job = cluster.submit(&graph).unwrap();
     let metrics = job.metrics().clone();
-    let (gen, sink) = (
+    let (source, sink) = (
         graph.vertex_index("gen").unwrap(),
         graph.vertex_index("slow").unwrap(),
     );
@@ -74,13 +74,13 @@ partition = "rebalance"
     let started = Instant::now();
     let mut max_in_flight = 0;
     while started.elapsed() < Duration::from_secs(3) {
-        let produced = metrics.vertices[gen].records_out.load(Ordering::Relaxed);
+        let produced = metrics.vertices[source].records_out.load(Ordering::Relaxed);
         let consumed = metrics.vertices[sink].records_in.load(Ordering::Relaxed);
         max_in_flight = max_in_flight.max(produced.saturating_sub(consumed));
         std::thread::sleep(Duration::from_millis(5));
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let produced = metrics.vertices[gen].records_out.load(Ordering::Relaxed);
+    let produced = metrics.vertices[source].records_out.load(Ordering::Relaxed);
     job.stop();
     let summary = rt.block_on(job.wait()).unwrap();
 

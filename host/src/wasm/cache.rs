@@ -58,7 +58,9 @@ pub(super) fn compile_cached(
     if path.exists() {
         match deserialize(engine, &path) {
             Ok(component) => return Ok((component, CacheOutcome::Hit, hash)),
-            Err(e) => tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}"),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "discarding unusable cache entry: {e:#}")
+            }
         }
     }
     let component = compile(engine, name, bytes)?;

@@ -6,8 +6,8 @@
 
 use wasmtime::component::{HasSelf, Linker};
 
-use super::bindings::weir::operator::{log, metrics, state, timers, types};
 use super::bindings::StreamOperator;
+use super::bindings::weir::operator::{log, metrics, state, timers, types};
 use super::instance::InstanceState;
 use crate::state::{StateError, key_group_of};
 
@@ -72,7 +72,9 @@ impl state::Host for InstanceState {
         key: Vec<u8>,
         value: Vec<u8>,
     ) -> Result<(), state::StateError> {
-        self.backend()?.value_set(state, &key, &value).map_err(to_wit)
+        self.backend()?
+            .value_set(state, &key, &value)
+            .map_err(to_wit)
     }
 
     fn list_get(&mut self, state: u32, key: Vec<u8>) -> Result<Vec<Vec<u8>>, state::StateError> {
@@ -85,7 +87,9 @@ impl state::Host for InstanceState {
         key: Vec<u8>,
         element: Vec<u8>,
     ) -> Result<(), state::StateError> {
-        self.backend()?.list_add(state, &key, &element).map_err(to_wit)
+        self.backend()?
+            .list_add(state, &key, &element)
+            .map_err(to_wit)
     }
 
     fn map_get(
@@ -94,7 +98,9 @@ impl state::Host for InstanceState {
         key: Vec<u8>,
         user_key: Vec<u8>,
     ) -> Result<Option<Vec<u8>>, state::StateError> {
-        self.backend()?.map_get(state, &key, &user_key).map_err(to_wit)
+        self.backend()?
+            .map_get(state, &key, &user_key)
+            .map_err(to_wit)
     }
 
     fn map_put(
@@ -115,7 +121,9 @@ impl state::Host for InstanceState {
         key: Vec<u8>,
         user_key: Vec<u8>,
     ) -> Result<(), state::StateError> {
-        self.backend()?.map_remove(state, &key, &user_key).map_err(to_wit)
+        self.backend()?
+            .map_remove(state, &key, &user_key)
+            .map_err(to_wit)
     }
 
     fn map_entries(
@@ -153,11 +161,21 @@ impl log::Host for InstanceState {
     fn log(&mut self, level: log::Level, message: String) {
         let (op, sub) = (&self.operator, self.subtask_index);
         match level {
-            log::Level::Trace => tracing::trace!(target: "weir::guest", operator = %op, subtask = sub, "{message}"),
-            log::Level::Debug => tracing::debug!(target: "weir::guest", operator = %op, subtask = sub, "{message}"),
-            log::Level::Info => tracing::info!(target: "weir::guest", operator = %op, subtask = sub, "{message}"),
-            log::Level::Warn => tracing::warn!(target: "weir::guest", operator = %op, subtask = sub, "{message}"),
-            log::Level::Error => tracing::error!(target: "weir::guest", operator = %op, subtask = sub, "{message}"),
+            log::Level::Trace => {
+                tracing::trace!(target: "weir::guest", operator = %op, subtask = sub, "{message}")
+            }
+            log::Level::Debug => {
+                tracing::debug!(target: "weir::guest", operator = %op, subtask = sub, "{message}")
+            }
+            log::Level::Info => {
+                tracing::info!(target: "weir::guest", operator = %op, subtask = sub, "{message}")
+            }
+            log::Level::Warn => {
+                tracing::warn!(target: "weir::guest", operator = %op, subtask = sub, "{message}")
+            }
+            log::Level::Error => {
+                tracing::error!(target: "weir::guest", operator = %op, subtask = sub, "{message}")
+            }
         }
     }
 }

@@ -350,7 +350,9 @@ fn classify(
     timeout: Duration,
 ) -> OperatorError {
     let data = store.data();
-    let stderr = String::from_utf8_lossy(&data.stderr.contents()).trim().to_string();
+    let stderr = String::from_utf8_lossy(&data.stderr.contents())
+        .trim()
+        .to_string();
     let with_stderr = |m: String| {
         if stderr.is_empty() {
             m
@@ -385,10 +387,14 @@ fn classify(
                 super::MAX_WASM_STACK >> 10
             )),
         ),
-        Some(Trap::UnreachableCodeReached) if stderr.contains("panicked") => {
-            OperatorError::new(operator, FailureKind::Panic, tail(&stderr, 2000).to_string())
+        Some(Trap::UnreachableCodeReached) if stderr.contains("panicked") => OperatorError::new(
+            operator,
+            FailureKind::Panic,
+            tail(&stderr, 2000).to_string(),
+        ),
+        Some(trap) => {
+            OperatorError::new(operator, FailureKind::Trap, with_stderr(trap.to_string()))
         }
-        Some(trap) => OperatorError::new(operator, FailureKind::Trap, with_stderr(trap.to_string())),
         None => OperatorError::new(operator, FailureKind::Trap, with_stderr(format!("{err:#}"))),
     }
 }

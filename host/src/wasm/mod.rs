@@ -44,6 +44,8 @@ use wasmtime::{Config, Engine};
 use instance::InstanceState;
 
 /// Bindings generated from `wit/operator.wit`, world `stream-operator`.
+/// The WIT file documents every item.
+#[allow(missing_docs)]
 pub mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit/operator.wit",
@@ -271,7 +273,11 @@ impl Runtime {
     }
 
     /// Like [`Runtime::load`], from bytes; `name` is used in errors.
-    pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<Arc<OperatorModule>, OperatorError> {
+    pub fn load_bytes(
+        &self,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<Arc<OperatorModule>, OperatorError> {
         check_component_header(name, bytes)?;
         let (component, outcome, hash) =
             cache::compile_cached(&self.engine, self.cache_dir.as_deref(), name, bytes)?;
@@ -325,8 +331,14 @@ impl Runtime {
         let (component, _, hash) =
             cache::compile_cached(&self.engine, self.cache_dir.as_deref(), &name, &bytes)?;
         let ty = component.component_type();
-        let imports = ty.imports(&self.engine).map(|(n, _)| n.to_string()).collect();
-        let exports = ty.exports(&self.engine).map(|(n, _)| n.to_string()).collect();
+        let imports = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        let exports = ty
+            .exports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
         let contract = self
             .load_bytes(&name, &bytes)
             .and_then(|m| self.describe(&m))
