@@ -1,0 +1,454 @@
+//! The logical job graph: what a validated job spec describes.
+//!
+//! A [`JobGraph`] is the Flink `JobGraph`: one [`Vertex`] per source,
+//! operator and sink of the spec (sources first, then operators, then
+//! sinks, each in document order), and one [`JobEdge`] per `[[edge]]` (in
+//! document order), with its [`Partitioner`] decided. Vertices are
+//! addressed by their index in [`JobGraph::vertices`]; [`VertexId`] is the
+//! stable uid the user chose.
+//!
+//! The typed specs here ([`SourceSpec`], [`OperatorSpec`], [`SinkSpec`],
+//! [`JobSettings`]) are what the connectors, the Wasm runtime and the
+//! scheduler consume: defaults applied, relative paths resolved against the
+//! spec file's directory, no stringly-typed choices left.
+//!
+//! Building a graph ([`JobGraph::from_spec`]) validates; see the private
+//! `build` module. This file only defines the types and read-only queries,
+//! and touches the file system only in [`JobGraph::check_modules_exist`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{JobError, JobSpec, Problem};
+
+/// The stable uid of a source, operator or sink: its `id` in the spec.
+///
+/// Matches `[a-z0-9][a-z0-9_-]*`, at most [`super::MAX_ID_LEN`] bytes, and
+/// is unique within a job. State in checkpoints and savepoints is addressed
+/// by it, so it must not change when a job is upgraded.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct VertexId(pub String);
+
+impl VertexId {
+    /// The id as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for VertexId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A validated job: settings, vertices and the edges between them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobGraph {
+    /// `job.name`.
+    pub name: String,
+    /// The spec file the graph was built from (absolute); named in errors.
+    pub origin: PathBuf,
+    /// Job-wide settings (`[job]`, defaults applied).
+    pub settings: JobSettings,
+    /// Sources, then operators, then sinks, each in document order.
+    pub vertices: Vec<Vertex>,
+    /// One per `[[edge]]`, in document order; `from`/`to` index `vertices`.
+    pub edges: Vec<JobEdge>,
+    /// Legal but suspicious things (a source or operator whose output goes
+    /// nowhere). Also logged with `tracing::warn!` when the graph is built.
+    pub warnings: Vec<String>,
+}
+
+/// Job-wide settings from `[job]`, with defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSettings {
+    /// `job.parallelism`: the default parallelism of every vertex that does
+    /// not set its own (file sources are always 1).
+    pub parallelism: u32,
+    /// `job.max_parallelism`: the number of key groups, and the upper bound
+    /// of every vertex's parallelism.
+    pub max_parallelism: u32,
+    /// `job.state_backend`.
+    pub state_backend: StateBackendKind,
+    /// `job.batch_size`: records per batch between operators.
+    pub batch_size: u32,
+    /// `job.channel_capacity`: batches buffered per channel.
+    pub channel_capacity: u32,
+    /// `[job.limits]`: the sandbox of every operator instance.
+    pub limits: OperatorLimits,
+}
+
+/// Where keyed state lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StateBackendKind {
+    /// `"rocksdb"`: RocksDB, one column family per declared state (the default).
+    #[serde(rename = "rocksdb")]
+    RocksDb,
+    /// `"heap"`: in memory; small state and tests.
+    #[serde(rename = "heap")]
+    Heap,
+}
+
+/// The sandbox of every operator instance (`[job.limits]`, defaults applied).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorLimits {
+    /// Linear-memory cap per instance, in MiB.
+    pub memory_mb: u32,
+    /// CPU deadline of one guest call, in milliseconds.
+    pub call_timeout_ms: u64,
+    /// Most bytes one guest call may emit, in MiB.
+    pub max_output_mb: u32,
+}
+
+/// A source, operator or sink, with its parallelism decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vertex {
+    /// The stable uid.
+    pub id: VertexId,
+    /// Number of parallel subtasks (the vertex's own value, else `job.parallelism`).
+    pub parallelism: u32,
+    /// What the vertex is.
+    pub kind: VertexKind,
+}
+
+/// What a vertex is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VertexKind {
+    /// A `[[source]]`: no inputs.
+    Source(SourceSpec),
+    /// An `[[operator]]`: a Wasm component.
+    Operator(OperatorSpec),
+    /// A `[[sink]]`: no outputs.
+    Sink(SinkSpec),
+}
+
+impl VertexKind {
+    /// `"source"`, `"operator"` or `"sink"`: the spec's table name.
+    pub fn role(&self) -> &'static str {
+        match self {
+            VertexKind::Source(_) => "source",
+            VertexKind::Operator(_) => "operator",
+            VertexKind::Sink(_) => "sink",
+        }
+    }
+}
+
+/// A `[[source]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SourceSpec {
+    /// `type = "file"`: reads one file, one record per line.
+    File(FileSourceSpec),
+    /// `type = "generator"`: synthesises records.
+    Generator(GeneratorSpec),
+}
+
+/// A file source (`type = "file"`); always parallelism 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSourceSpec {
+    /// The file, resolved against the spec file's directory.
+    pub path: PathBuf,
+    /// How a line becomes a record.
+    pub format: SourceFormat,
+    /// `json-lines` only: the top-level field whose value becomes the record key.
+    pub key_field: Option<String>,
+    /// `json-lines` only: the top-level field holding the event time (ms since the epoch).
+    pub timestamp_field: Option<String>,
+}
+
+/// How a file source turns a line into a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceFormat {
+    /// `"lines"`: the line is the value; no key; timestamp = ingestion time.
+    Lines,
+    /// `"json-lines"`: the line is a JSON object and the value; key and
+    /// timestamp optionally taken from its fields.
+    JsonLines,
+}
+
+/// A generator source (`type = "generator"`).
+///
+/// With parallelism `p`, subtask `i` emits a disjoint part of the sequence
+/// (the records whose sequence number is `i` modulo `p`), so `count` and
+/// `rate` are totals across all subtasks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeneratorSpec {
+    /// What to emit.
+    pub kind: GeneratorKind,
+    /// Total records to emit; `None` = unbounded.
+    pub count: Option<u64>,
+    /// Seed of the pseudo-random choices (default 0): same seed, same records.
+    pub seed: u64,
+    /// Total records per second; `None` = as fast as possible.
+    pub rate: Option<u64>,
+}
+
+/// What a generator emits, with its kind-specific parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GeneratorKind {
+    /// `kind = "sequence"`: 0, 1, 2, … as decimal strings.
+    Sequence {
+        /// Pad each value to this many bytes (`record_bytes`), if set.
+        record_bytes: Option<u32>,
+    },
+    /// `kind = "transactions"`: payments; the record key is the account.
+    Transactions {
+        /// Number of distinct accounts (`accounts`, default 100).
+        accounts: u64,
+    },
+    /// `kind = "words"`: one word per record.
+    Words {
+        /// Number of distinct words (`vocabulary`, default 1000).
+        vocabulary: u32,
+    },
+}
+
+/// An `[[operator]]`: a Wasm component and how it is fed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorSpec {
+    /// The component to run.
+    pub module: ModuleRef,
+    /// The `config` table, flattened to what the guest's `open` receives:
+    /// strings as they are, other scalars in TOML syntax, tables and arrays
+    /// as JSON. Sorted by key.
+    pub config: Vec<(String, String)>,
+    /// `key_by`: present iff the operator's input is keyed.
+    pub key_by: Option<KeySelector>,
+}
+
+/// Which Wasm component an operator runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ModuleRef {
+    /// A `.wasm` file, resolved against the spec file's directory.
+    Path(PathBuf),
+    /// `name@version`: a module uploaded to the cluster.
+    Named {
+        /// The module's name.
+        name: String,
+        /// Its version.
+        version: String,
+    },
+}
+
+impl fmt::Display for ModuleRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModuleRef::Path(path) => write!(f, "{}", path.display()),
+            ModuleRef::Named { name, version } => write!(f, "{name}@{version}"),
+        }
+    }
+}
+
+/// What a keyed operator's input is keyed by (`key_by`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum KeySelector {
+    /// `"key"`: the record's key.
+    RecordKey,
+    /// `"value"`: the whole value.
+    Value,
+    /// `"json:<field>"`: a top-level field of a JSON value.
+    JsonField(String),
+}
+
+impl fmt::Display for KeySelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeySelector::RecordKey => f.write_str("key"),
+            KeySelector::Value => f.write_str("value"),
+            KeySelector::JsonField(field) => write!(f, "json:{field}"),
+        }
+    }
+}
+
+/// A `[[sink]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SinkSpec {
+    /// `type = "file"`: one file per subtask.
+    File(FileSinkSpec),
+    /// `type = "stdout"`: the process's standard output.
+    Stdout {
+        /// How a record becomes a line.
+        format: SinkFormat,
+    },
+    /// `type = "blackhole"`: discards everything (benchmarks).
+    Blackhole,
+}
+
+/// A file sink (`type = "file"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSinkSpec {
+    /// The file of subtask 0, resolved against the spec file's directory.
+    pub path: PathBuf,
+    /// How a record becomes a line.
+    pub format: SinkFormat,
+}
+
+impl FileSinkSpec {
+    /// The file subtask `subtask` writes: `path` for subtask 0, `path.1`,
+    /// `path.2`, … for the others (the subtask index appended to the whole
+    /// file name: `counts.txt` → `counts.txt.1`).
+    pub fn subtask_path(&self, subtask: u32) -> PathBuf {
+        if subtask == 0 {
+            return self.path.clone();
+        }
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(format!(".{subtask}"));
+        PathBuf::from(name)
+    }
+}
+
+/// How a sink turns a record into one line of output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SinkFormat {
+    /// `"value"`: the value bytes, as they are.
+    Value,
+    /// `"key-value"`: key, a tab, value (an absent key is empty).
+    KeyValue,
+    /// `"json"`: `{"key":…,"value":…,"timestamp":…}` with key and value as
+    /// JSON strings (lossy UTF-8), key `null` when absent.
+    Json,
+}
+
+/// An edge of the job graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEdge {
+    /// Index of the producing vertex (a source or operator).
+    pub from: usize,
+    /// The side output it reads (`from = "op:tag"`), `None` for the main output.
+    pub from_tag: Option<String>,
+    /// Index of the consuming vertex (an operator or sink).
+    pub to: usize,
+    /// How records are distributed among the consumer's subtasks.
+    pub partitioner: Partitioner,
+}
+
+/// How an edge distributes records among the consumer's subtasks.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Partitioner {
+    /// Subtask `i` sends to subtask `i`; requires equal parallelism.
+    Forward,
+    /// By key group of the selected key: the consumer is keyed.
+    Hash(KeySelector),
+    /// Round-robin over all consumer subtasks.
+    Rebalance,
+    /// Every record to every consumer subtask.
+    Broadcast,
+}
+
+impl fmt::Display for Partitioner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Partitioner::Forward => f.write_str("forward"),
+            Partitioner::Hash(key) => write!(f, "hash({key})"),
+            Partitioner::Rebalance => f.write_str("rebalance"),
+            Partitioner::Broadcast => f.write_str("broadcast"),
+        }
+    }
+}
+
+impl JobGraph {
+    /// Validates `spec` and builds its graph. Reports every problem found
+    /// as one [`JobError::Invalid`].
+    pub fn from_spec(spec: JobSpec) -> Result<JobGraph, JobError> {
+        super::build::build(spec)
+    }
+
+    /// [`JobSpec::from_file`] then [`JobGraph::from_spec`].
+    pub fn from_file(
+        path: impl AsRef<Path>,
+        overrides: &[(String, String)],
+    ) -> Result<JobGraph, JobError> {
+        JobGraph::from_spec(JobSpec::from_file(path, overrides)?)
+    }
+
+    /// The index of the vertex with uid `id`.
+    pub fn vertex_index(&self, id: &str) -> Option<usize> {
+        self.vertices.iter().position(|v| v.id.0 == id)
+    }
+
+    /// The edges into vertex `v`, in document order (the order of its inputs).
+    pub fn inputs(&self, v: usize) -> impl Iterator<Item = &JobEdge> + '_ {
+        self.edges.iter().filter(move |e| e.to == v)
+    }
+
+    /// The edges out of vertex `v`, in document order.
+    pub fn outputs(&self, v: usize) -> impl Iterator<Item = &JobEdge> + '_ {
+        self.edges.iter().filter(move |e| e.from == v)
+    }
+
+    /// All vertex indices, producers before consumers. Deterministic: among
+    /// the vertices ready at a step, the lowest index comes first (so
+    /// sources, in document order, lead).
+    pub fn topological_order(&self) -> Vec<usize> {
+        let mut order = topological_order(
+            self.vertices.len(),
+            self.edges.iter().map(|e| (e.from, e.to)),
+        );
+        // A built graph is acyclic (checked in `build`), so every vertex is placed.
+        debug_assert_eq!(order.len(), self.vertices.len());
+        order.truncate(self.vertices.len());
+        order
+    }
+
+    /// Checks that every operator's module given as a path exists and is a
+    /// file. Named modules (`name@version`) are not checked here. Reports
+    /// every missing module, naming the operator and the path.
+    pub fn check_modules_exist(&self) -> Result<(), JobError> {
+        let problems: Vec<Problem> = self
+            .vertices
+            .iter()
+            .filter_map(|v| match &v.kind {
+                VertexKind::Operator(OperatorSpec {
+                    module: ModuleRef::Path(path),
+                    ..
+                }) if !path.is_file() => Some(Problem::new(
+                    format!("operator {:?}.module", v.id.0),
+                    format!(
+                        "module file {} not found (build the operator, or fix the path: \
+                         relative paths are resolved against the spec file's directory)",
+                        path.display()
+                    ),
+                )),
+                _ => None,
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(JobError::Invalid {
+                path: self.origin.clone(),
+                problems,
+            })
+        }
+    }
+}
+
+/// Kahn's algorithm over `n` vertices, lowest ready index first. Returns
+/// fewer than `n` indices when there is a cycle (the missing ones are on or
+/// behind it).
+pub(super) fn topological_order(
+    n: usize,
+    edges: impl Iterator<Item = (usize, usize)> + Clone,
+) -> Vec<usize> {
+    let mut in_degree = vec![0usize; n];
+    for (_, to) in edges.clone() {
+        in_degree[to] += 1;
+    }
+    let mut ready: std::collections::BTreeSet<usize> =
+        (0..n).filter(|&v| in_degree[v] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(v) = ready.pop_first() {
+        order.push(v);
+        for (_, to) in edges.clone().filter(|&(from, _)| from == v) {
+            in_degree[to] -= 1;
+            if in_degree[to] == 0 {
+                ready.insert(to);
+            }
+        }
+    }
+    order
+}
