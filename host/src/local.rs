@@ -622,7 +622,7 @@ fn build_sink(graph: &JobGraph, v: usize, spec: &SinkSpec, subtask: u32) -> Resu
                 .map_err(|e| RunError::Plan(format!("sink `{id}`: {e}")))?,
         ),
         SinkSpec::Stdout { format } => Box::new(StdoutSink::new(output_format(*format))),
-        SinkSpec::Blackhole => Box::new(BlackholeSink::new(None)),
+        SinkSpec::Blackhole { rate } => Box::new(BlackholeSink::new(rate.map(|r| r as f64))),
     })
 }
 

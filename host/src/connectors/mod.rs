@@ -167,9 +167,11 @@ impl Source for FileSource {
                     let v: serde_json::Value = serde_json::from_slice(line)
                         .map_err(|e| self.bad(format!("invalid JSON: {e}")))?;
                     let key = match key_field {
-                        Some(f) => Some(json_key_bytes(v.get(f).ok_or_else(|| {
-                            self.bad(format!("missing key field `{f}`"))
-                        })?)),
+                        Some(f) => {
+                            Some(json_key_bytes(v.get(f).ok_or_else(|| {
+                                self.bad(format!("missing key field `{f}`"))
+                            })?))
+                        }
                         None => None,
                     };
                     let ts = match timestamp_field {
@@ -204,7 +206,10 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn drain(src: &mut dyn Source, max: usize) -> Result<Vec<(Option<Vec<u8>>, Vec<u8>, i64)>, ConnectorError> {
+    fn drain(
+        src: &mut dyn Source,
+        max: usize,
+    ) -> Result<Vec<(Option<Vec<u8>>, Vec<u8>, i64)>, ConnectorError> {
         let mut out = Vec::new();
         while let Some(b) = src.next_batch(max)? {
             assert!(b.len() <= max);
@@ -220,14 +225,27 @@ mod tests {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(b"one\r\ntwo\n\nthree").unwrap();
         let mut src = FileSource::open(f.path(), FileFormat::Lines).unwrap();
-        let values: Vec<_> = drain(&mut src, 2).unwrap().into_iter().map(|r| r.1).collect();
-        assert_eq!(values, vec![b"one".to_vec(), b"two".to_vec(), b"".to_vec(), b"three".to_vec()]);
+        let values: Vec<_> = drain(&mut src, 2)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.1)
+            .collect();
+        assert_eq!(
+            values,
+            vec![
+                b"one".to_vec(),
+                b"two".to_vec(),
+                b"".to_vec(),
+                b"three".to_vec()
+            ]
+        );
     }
 
     #[test]
     fn json_lines_take_key_and_timestamp_and_name_bad_lines() {
         let mut f = tempfile::NamedTempFile::new().unwrap();
-        f.write_all(b"{\"a\":\"x\",\"t\":5}\n{\"a\":7,\"t\":6}\n{oops\n").unwrap();
+        f.write_all(b"{\"a\":\"x\",\"t\":5}\n{\"a\":7,\"t\":6}\n{oops\n")
+            .unwrap();
         let format = FileFormat::JsonLines {
             key_field: Some("a".into()),
             timestamp_field: Some("t".into()),
@@ -236,7 +254,8 @@ mod tests {
         let err = drain(&mut src, 10).unwrap_err().to_string();
         assert!(err.contains(":3: invalid JSON"), "{err}");
         let mut f2 = tempfile::NamedTempFile::new().unwrap();
-        f2.write_all(b"{\"a\":\"x\",\"t\":5}\n{\"a\":7,\"t\":6}\n").unwrap();
+        f2.write_all(b"{\"a\":\"x\",\"t\":5}\n{\"a\":7,\"t\":6}\n")
+            .unwrap();
         let format = FileFormat::JsonLines {
             key_field: Some("a".into()),
             timestamp_field: Some("t".into()),
@@ -250,7 +269,8 @@ mod tests {
 
     #[test]
     fn missing_file_is_an_error_naming_it() {
-        let err = FileSource::open(Path::new("/nonexistent/weir.txt"), FileFormat::Lines).unwrap_err();
+        let err =
+            FileSource::open(Path::new("/nonexistent/weir.txt"), FileFormat::Lines).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/weir.txt"));
     }
 }

@@ -452,17 +452,22 @@ impl Builder {
                         PathBuf::new()
                     }
                 };
+                self.not_for(label, "rate", &t.rate, "for type = \"file\" (blackhole only)");
                 SinkSpec::File(FileSinkSpec { path, format })
             }
             SinkType::Stdout => {
                 self.not_for(label, "path", &t.path, "for type = \"stdout\" (file only)");
+                self.not_for(label, "rate", &t.rate, "for type = \"stdout\" (blackhole only)");
                 SinkSpec::Stdout { format }
             }
             SinkType::Blackhole => {
                 let what = "for type = \"blackhole\" (it writes nothing)";
                 self.not_for(label, "path", &t.path, what);
                 self.not_for(label, "format", &t.format, what);
-                SinkSpec::Blackhole
+                if t.rate == Some(0) {
+                    self.problem(format!("{label}.rate"), "must be at least 1 record per second");
+                }
+                SinkSpec::Blackhole { rate: t.rate }
             }
         };
         let parallelism = self.vertex_parallelism(label, t.parallelism, settings);

@@ -274,7 +274,11 @@ pub enum SinkSpec {
         format: SinkFormat,
     },
     /// `type = "blackhole"`: discards everything (benchmarks).
-    Blackhole,
+    Blackhole {
+        /// `rate`: consume at most this many records per second (a
+        /// deliberately slow consumer, to observe backpressure).
+        rate: Option<u64>,
+    },
 }
 
 /// A file sink (`type = "file"`).

@@ -220,6 +220,8 @@ pub(super) struct SinkTable {
     pub path: Option<PathBuf>,
     pub format: Option<SinkFormat>,
     pub parallelism: Option<u32>,
+    /// Blackhole only: consume at most this many records per second.
+    pub rate: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -127,7 +127,10 @@ impl Abort {
     /// A fresh, unset signal.
     pub fn new() -> Abort {
         let (tx, rx) = watch::channel(false);
-        Abort { tx: Arc::new(tx), rx }
+        Abort {
+            tx: Arc::new(tx),
+            rx,
+        }
     }
     /// Sets it; wakes every blocked channel operation.
     pub fn trigger(&self) {
@@ -280,15 +283,22 @@ impl Subtask {
                 channels: 0,
             },
         ) {
-            Head::Source { vertex, id, mut source } => {
+            Head::Source {
+                vertex,
+                id,
+                mut source,
+            } => {
                 let mut watermark = i64::MIN;
                 while !self.stop.load(Ordering::Relaxed) {
                     if self.abort.is_set() {
                         return Err(TaskError::Aborted);
                     }
-                    let batch = source
-                        .next_batch(self.batch_size)
-                        .map_err(|source| TaskError::Connector { vertex: id.clone(), source })?;
+                    let batch = source.next_batch(self.batch_size).map_err(|source| {
+                        TaskError::Connector {
+                            vertex: id.clone(),
+                            source,
+                        }
+                    })?;
                     let Some(batch) = batch else { break };
                     self.metrics.vertices[vertex]
                         .records_out
@@ -356,7 +366,12 @@ impl Subtask {
         for o in 0..self.outputs.len() {
             for t in 0..self.outputs[o].targets.len() {
                 let target = self.outputs[o].targets[t].clone();
-                self.send(&target, Message::End { channel: target.channel })?;
+                self.send(
+                    &target,
+                    Message::End {
+                        channel: target.channel,
+                    },
+                )?;
             }
         }
         Ok(())
@@ -377,10 +392,13 @@ impl Subtask {
             self.metrics.vertices[tail.vertex]
                 .records_in
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            return tail.sink.write(&batch).map_err(|source| TaskError::Connector {
-                vertex: tail.id.clone(),
-                source,
-            });
+            return tail
+                .sink
+                .write(&batch)
+                .map_err(|source| TaskError::Connector {
+                    vertex: tail.id.clone(),
+                    source,
+                });
         }
         self.emit(None, batch)?;
         self.flush_outputs()
@@ -423,7 +441,13 @@ impl Subtask {
         for o in 0..self.outputs.len() {
             for t in 0..self.outputs[o].targets.len() {
                 let target = self.outputs[o].targets[t].clone();
-                self.send(&target, Message::Watermark { channel: target.channel, watermark })?;
+                self.send(
+                    &target,
+                    Message::Watermark {
+                        channel: target.channel,
+                        watermark,
+                    },
+                )?;
             }
         }
         Ok(())
@@ -477,7 +501,9 @@ impl Subtask {
             }
         });
         let queued = (target.tx.max_capacity() - target.tx.capacity()) as u64;
-        self.metrics.max_queued_batches.fetch_max(queued, Ordering::Relaxed);
+        self.metrics
+            .max_queued_batches
+            .fetch_max(queued, Ordering::Relaxed);
         sent
     }
 
