@@ -165,7 +165,10 @@ fn runtime(cache: &CacheArgs) -> Result<Arc<Runtime>, Failure> {
     let cache_dir = if cache.no_cache {
         None
     } else {
-        cache.cache_dir.clone().or_else(RuntimeConfig::default_cache_dir)
+        cache
+            .cache_dir
+            .clone()
+            .or_else(RuntimeConfig::default_cache_dir)
     };
     Runtime::new(RuntimeConfig { cache_dir })
         .map(Arc::new)
@@ -326,14 +329,23 @@ fn validate(args: SpecArgs) -> Result<(), Failure> {
         tasks.len()
     );
     for (id, info) in infos {
-        println!("  operator `{id}`: {} {} {}", info.name, info.version, state_list(&info));
+        println!(
+            "  operator `{id}`: {} {} {}",
+            info.name,
+            info.version,
+            state_list(&info)
+        );
     }
     Ok(())
 }
 
 fn state_list(info: &OperatorInfo) -> String {
     if info.states.is_empty() {
-        return if info.keyed { "(keyed, no state)".into() } else { "(stateless)".into() };
+        return if info.keyed {
+            "(keyed, no state)".into()
+        } else {
+            "(stateless)".into()
+        };
     }
     let states: Vec<String> = info
         .states

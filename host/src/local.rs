@@ -61,8 +61,8 @@ pub enum RunError {
         job: String,
         /// The failing subtask, e.g. `count (2/4)`.
         subtask: String,
-        /// The cause.
-        error: TaskError,
+        /// The cause (boxed: it is large and rare).
+        error: Box<TaskError>,
     },
     /// Setting up the work directory failed.
     #[error("{path}: {source}")]
@@ -79,10 +79,10 @@ impl RunError {
     pub fn operator_error(&self) -> Option<&OperatorError> {
         match self {
             RunError::Operator(e) => Some(e),
-            RunError::Failed {
-                error: TaskError::Operator(e),
-                ..
-            } => Some(e),
+            RunError::Failed { error, .. } => match error.as_ref() {
+                TaskError::Operator(e) => Some(e),
+                _ => None,
+            },
             _ => None,
         }
     }
@@ -149,7 +149,9 @@ pub struct JobHandle {
 
 impl std::fmt::Debug for JobHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobHandle").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("JobHandle")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -202,7 +204,7 @@ impl JobHandle {
             return Err(RunError::Failed {
                 job: self.name,
                 subtask,
-                error,
+                error: Box::new(error),
             });
         }
         let vertices = self
@@ -259,7 +261,11 @@ impl LocalCluster {
             .vertices
             .iter()
             .enumerate()
-            .filter_map(|(i, v)| modules.get(&i).map(|(_, info)| (v.id.0.clone(), info.clone())))
+            .filter_map(|(i, v)| {
+                modules
+                    .get(&i)
+                    .map(|(_, info)| (v.id.0.clone(), info.clone()))
+            })
             .collect())
     }
 
@@ -270,7 +276,9 @@ impl LocalCluster {
         let mut by_path: HashMap<PathBuf, (Arc<OperatorModule>, OperatorInfo)> = HashMap::new();
         let mut out = HashMap::new();
         for (i, v) in graph.vertices.iter().enumerate() {
-            let VertexKind::Operator(op) = &v.kind else { continue };
+            let VertexKind::Operator(op) = &v.kind else {
+                continue;
+            };
             let path = match &op.module {
                 ModuleRef::Path(p) => p.clone(),
                 ModuleRef::Named { name, version } => {
@@ -412,7 +420,8 @@ impl LocalCluster {
                                         vertex.parallelism,
                                         s,
                                     );
-                                    let dir = work_dir.join(sanitize(&vertex.id.0)).join(s.to_string());
+                                    let dir =
+                                        work_dir.join(sanitize(&vertex.id.0)).join(s.to_string());
                                     let states = descriptors(info);
                                     let backend = open_backend(BackendConfig {
                                         kind: match settings.state_backend {
@@ -432,7 +441,10 @@ impl LocalCluster {
                                     })?;
                                     instance.attach_state(backend, range);
                                 }
-                                operators.push(ChainedOperator { vertex: v, instance });
+                                operators.push(ChainedOperator {
+                                    vertex: v,
+                                    instance,
+                                });
                             }
                             VertexKind::Sink(spec) => {
                                 sink = Some(TailSink {
@@ -461,7 +473,9 @@ impl LocalCluster {
                                         key: match key {
                                             KeySelector::RecordKey => KeyExtractor::RecordKey,
                                             KeySelector::Value => KeyExtractor::Value,
-                                            KeySelector::JsonField(f) => KeyExtractor::JsonField(f.clone()),
+                                            KeySelector::JsonField(f) => {
+                                                KeyExtractor::JsonField(f.clone())
+                                            }
                                         },
                                         max_parallelism,
                                     },
@@ -551,7 +565,13 @@ fn descriptors(info: &OperatorInfo) -> Vec<StateDescriptor> {
 
 fn sanitize(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -614,7 +634,12 @@ fn output_format(f: SinkFormat) -> OutputFormat {
     }
 }
 
-fn build_sink(graph: &JobGraph, v: usize, spec: &SinkSpec, subtask: u32) -> Result<Box<dyn Sink>, RunError> {
+fn build_sink(
+    graph: &JobGraph,
+    v: usize,
+    spec: &SinkSpec,
+    subtask: u32,
+) -> Result<Box<dyn Sink>, RunError> {
     let id = &graph.vertices[v].id.0;
     Ok(match spec {
         SinkSpec::File(f) => Box::new(
@@ -630,4 +655,3 @@ fn build_sink(graph: &JobGraph, v: usize, spec: &SinkSpec, subtask: u32) -> Resu
 pub fn default_work_dir() -> PathBuf {
     std::env::temp_dir().join("weir")
 }
-

@@ -216,9 +216,21 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                RecordRef { key: Some(b"k1"), value: b"v1", timestamp: 1 },
-                RecordRef { key: None, value: b"value-two", timestamp: 2 },
-                RecordRef { key: Some(b""), value: b"", timestamp: 3 },
+                RecordRef {
+                    key: Some(b"k1"),
+                    value: b"v1",
+                    timestamp: 1
+                },
+                RecordRef {
+                    key: None,
+                    value: b"value-two",
+                    timestamp: 2
+                },
+                RecordRef {
+                    key: Some(b""),
+                    value: b"",
+                    timestamp: 3
+                },
             ]
         );
         assert_eq!(b.max_timestamp(), Some(3));
@@ -233,7 +245,11 @@ mod tests {
         let mut b = Batch::new();
         b.push(None, b"v", 0);
         b.metas[0].value_len = 10;
-        assert!(b.validate().unwrap_err().contains("record 0 ends at byte 10"));
+        assert!(
+            b.validate()
+                .unwrap_err()
+                .contains("record 0 ends at byte 10")
+        );
         b.metas[0].key_len = -2;
         assert!(b.validate().unwrap_err().contains("key length -2"));
     }

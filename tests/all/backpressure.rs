@@ -59,7 +59,12 @@ partition = "rebalance"
     let graph = JobGraph::from_file(&path, &[]).unwrap();
 
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: Some(dir.path().join("cache")) }).unwrap());
+    let runtime = Arc::new(
+        Runtime::new(RuntimeConfig {
+            cache_dir: Some(dir.path().join("cache")),
+        })
+        .unwrap(),
+    );
     let cluster = LocalCluster::new(runtime, dir.path().join("work"), rt.handle().clone());
     let job = cluster.submit(&graph).unwrap();
     let metrics = job.metrics().clone();
@@ -84,14 +89,31 @@ partition = "rebalance"
     job.stop();
     let summary = rt.block_on(job.wait()).unwrap();
 
-    assert!(max_in_flight <= bound, "{max_in_flight} records in flight, bound {bound}");
-    assert!(summary.max_queued_batches <= CAPACITY, "{} batches queued", summary.max_queued_batches);
+    assert!(
+        max_in_flight <= bound,
+        "{max_in_flight} records in flight, bound {bound}"
+    );
+    assert!(
+        summary.max_queued_batches <= CAPACITY,
+        "{} batches queued",
+        summary.max_queued_batches
+    );
     // Unthrottled, the generator makes millions of records per second; held
     // back, it can only get `bound` ahead of a sink consuming SINK_RATE/s.
     let allowed = (SINK_RATE as f64 * (elapsed + 0.5)) as u64 + bound;
-    assert!(produced <= allowed, "source produced {produced} in {elapsed:.2}s, allowed {allowed}");
+    assert!(
+        produced <= allowed,
+        "source produced {produced} in {elapsed:.2}s, allowed {allowed}"
+    );
     assert!(produced > 0);
     // After stop, everything produced was consumed: nothing lost.
-    let v = |id: &str| summary.vertices.iter().find(|v| v.id == id).unwrap().clone();
+    let v = |id: &str| {
+        summary
+            .vertices
+            .iter()
+            .find(|v| v.id == id)
+            .unwrap()
+            .clone()
+    };
     assert_eq!(v("gen").records_out, v("slow").records_in);
 }

@@ -99,7 +99,12 @@ fn inspect_shows_exports_and_declared_state() {
         .iter()
         .map(|e| e.as_str().unwrap())
         .collect();
-    assert!(exports.iter().any(|e| e.starts_with("weir:operator/operator")), "{exports:?}");
+    assert!(
+        exports
+            .iter()
+            .any(|e| e.starts_with("weir:operator/operator")),
+        "{exports:?}"
+    );
 }
 
 /// A valid two-vertex spec with `extra` appended (edges included as needed).
@@ -117,7 +122,10 @@ fn validate(spec: &str) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("job.toml");
     std::fs::write(&path, spec).unwrap();
-    run_weir(&dir.path().join("cache"), &["validate", path.to_str().unwrap()])
+    run_weir(
+        &dir.path().join("cache"),
+        &["validate", path.to_str().unwrap()],
+    )
 }
 
 const GEN: &str = r#"
@@ -136,13 +144,17 @@ type = "blackhole"
 
 #[test]
 fn unknown_field_is_named() {
-    let out = validate(&spec(&format!("{GEN}\nparalelism = 2\n{SINK}\n[[edge]]\nfrom = \"gen\"\nto = \"out\"\n")));
+    let out = validate(&spec(&format!(
+        "{GEN}\nparalelism = 2\n{SINK}\n[[edge]]\nfrom = \"gen\"\nto = \"out\"\n"
+    )));
     assert_fails_with(&out, 2, &["paralelism", "job.toml"]);
 }
 
 #[test]
 fn dangling_edge_is_named() {
-    let out = validate(&spec(&format!("{GEN}{SINK}\n[[edge]]\nfrom = \"gen\"\nto = \"nowhere\"\n")));
+    let out = validate(&spec(&format!(
+        "{GEN}{SINK}\n[[edge]]\nfrom = \"gen\"\nto = \"nowhere\"\n"
+    )));
     assert_fails_with(&out, 2, &["edge[0]", "nowhere"]);
 }
 

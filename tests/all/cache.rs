@@ -22,7 +22,7 @@ fn second_load_hits_the_cache() {
     let m = second.load(Path::new(artifacts::UPPERCASE)).unwrap();
     assert_eq!(m.cache_outcome(), CacheOutcome::Hit);
     // The cached code works.
-    assert_eq!(second.describe(&m).unwrap().keyed, false);
+    assert!(!second.describe(&m).unwrap().keyed);
 }
 
 #[test]
@@ -31,7 +31,10 @@ fn corrupt_cache_entry_is_recompiled() {
     let config = RuntimeConfig {
         cache_dir: Some(dir.path().to_path_buf()),
     };
-    Runtime::new(config.clone()).unwrap().load(Path::new(artifacts::UPPERCASE)).unwrap();
+    Runtime::new(config.clone())
+        .unwrap()
+        .load(Path::new(artifacts::UPPERCASE))
+        .unwrap();
     for entry in std::fs::read_dir(dir.path()).unwrap() {
         std::fs::write(entry.unwrap().path(), b"garbage").unwrap();
     }

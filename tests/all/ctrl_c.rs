@@ -70,7 +70,11 @@ to = "out"
         .unwrap();
     assert!(status.success());
     let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "{}", crate::util::describe(&output));
+    assert!(
+        output.status.success(),
+        "{}",
+        crate::util::describe(&output)
+    );
 
     let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let produced = summary["source_records"].as_u64().unwrap();

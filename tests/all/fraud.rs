@@ -24,15 +24,16 @@ fn reference(transactions: &[(String, f64, i64)]) -> Vec<Alert> {
     let mut flag: HashMap<&str, i64> = HashMap::new();
     let mut alerts = Vec::new();
     for (account, amount, ts) in transactions {
-        if let Some(small_ts) = flag.remove(account.as_str()) {
-            if *amount > 500.00 && ts - small_ts <= 60_000 {
-                alerts.push(Alert {
-                    account: account.clone(),
-                    small_ts,
-                    large_ts: *ts,
-                    amount: *amount,
-                });
-            }
+        if let Some(small_ts) = flag.remove(account.as_str())
+            && *amount > 500.00
+            && ts - small_ts <= 60_000
+        {
+            alerts.push(Alert {
+                account: account.clone(),
+                small_ts,
+                large_ts: *ts,
+                amount: *amount,
+            });
         }
         if *amount < 1.00 {
             flag.insert(account, *ts);
@@ -131,7 +132,11 @@ to = "alerts"
             }
         })
         .collect();
-    assert!(expected.len() > 100, "the stream should raise alerts, got {}", expected.len());
+    assert!(
+        expected.len() > 100,
+        "the stream should raise alerts, got {}",
+        expected.len()
+    );
     let key = |a: &Alert, b: &Alert| a.partial_cmp(b).unwrap();
     expected.sort_by(key);
     got.sort_by(key);

@@ -65,13 +65,48 @@ struct Case {
 
 fn cases() -> Vec<Case> {
     vec![
-        Case { module: artifacts::SPIN, config: "", kind: FailureKind::OutOfTime, needle: "deadline of 500 ms" },
-        Case { module: artifacts::MEMORY_BOMB, config: "", kind: FailureKind::OutOfMemory, needle: "over the limit of 33554432 bytes" },
-        Case { module: artifacts::DEEP_RECURSION, config: "", kind: FailureKind::StackOverflow, needle: "stack" },
-        Case { module: artifacts::PANIC, config: "", kind: FailureKind::Panic, needle: "weir-test-panic: boom" },
-        Case { module: artifacts::READ_FILE, config: "", kind: FailureKind::Guest, needle: "cannot read /etc/passwd" },
-        Case { module: artifacts::OPEN_SOCKET, config: "addr = \"127.0.0.1:9\"", kind: FailureKind::Guest, needle: "cannot connect to 127.0.0.1:9" },
-        Case { module: artifacts::BIG_OUTPUT, config: "bytes = 20000000", kind: FailureKind::BadOutput, needle: "over the limit" },
+        Case {
+            module: artifacts::SPIN,
+            config: "",
+            kind: FailureKind::OutOfTime,
+            needle: "deadline of 500 ms",
+        },
+        Case {
+            module: artifacts::MEMORY_BOMB,
+            config: "",
+            kind: FailureKind::OutOfMemory,
+            needle: "over the limit of 33554432 bytes",
+        },
+        Case {
+            module: artifacts::DEEP_RECURSION,
+            config: "",
+            kind: FailureKind::StackOverflow,
+            needle: "stack",
+        },
+        Case {
+            module: artifacts::PANIC,
+            config: "",
+            kind: FailureKind::Panic,
+            needle: "weir-test-panic: boom",
+        },
+        Case {
+            module: artifacts::READ_FILE,
+            config: "",
+            kind: FailureKind::Guest,
+            needle: "cannot read /etc/passwd",
+        },
+        Case {
+            module: artifacts::OPEN_SOCKET,
+            config: "addr = \"127.0.0.1:9\"",
+            kind: FailureKind::Guest,
+            needle: "cannot connect to 127.0.0.1:9",
+        },
+        Case {
+            module: artifacts::BIG_OUTPUT,
+            config: "bytes = 20000000",
+            kind: FailureKind::BadOutput,
+            needle: "over the limit",
+        },
     ]
 }
 
@@ -97,28 +132,53 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
     let healthy = cluster.submit(&healthy).unwrap();
 
     for (i, case) in cases().into_iter().enumerate() {
-        let sink = format!("id = \"out\"\ntype = \"file\"\npath = {}", toml_path(&dir.path().join(format!("evil-{i}.txt"))));
-        let g = graph(dir.path(), &format!("evil-{i}.toml"), &adversarial_spec(case.module, case.config, &sink));
+        let sink = format!(
+            "id = \"out\"\ntype = \"file\"\npath = {}",
+            toml_path(&dir.path().join(format!("evil-{i}.txt")))
+        );
+        let g = graph(
+            dir.path(),
+            &format!("evil-{i}.toml"),
+            &adversarial_spec(case.module, case.config, &sink),
+        );
         let err = rt.block_on(cluster.submit(&g).unwrap().wait()).unwrap_err();
         let op = err
             .operator_error()
             .unwrap_or_else(|| panic!("{}: not an operator error: {err}", case.module));
         assert_eq!(op.kind, case.kind, "{}: {err}", case.module);
         assert_eq!(op.operator, "evil");
-        assert!(err.to_string().contains(case.needle), "{}: {err}", case.module);
+        assert!(
+            err.to_string().contains(case.needle),
+            "{}: {err}",
+            case.module
+        );
         assert!(matches!(err, RunError::Failed { .. }));
         // Nothing escaped the sandbox into the output.
-        let written = std::fs::read_to_string(dir.path().join(format!("evil-{i}.txt"))).unwrap_or_default();
-        assert!(!written.contains("root:"), "{}: read the host's /etc/passwd", case.module);
-        assert!(!written.contains("connected"), "{}: opened a socket", case.module);
+        let written =
+            std::fs::read_to_string(dir.path().join(format!("evil-{i}.txt"))).unwrap_or_default();
+        assert!(
+            !written.contains("root:"),
+            "{}: read the host's /etc/passwd",
+            case.module
+        );
+        assert!(
+            !written.contains("connected"),
+            "{}: opened a socket",
+            case.module
+        );
     }
 
     let text = std::fs::read_to_string(crate::util::kjv()).unwrap();
     let text_lines = || text.lines().count() as u64;
-    let summary = rt.block_on(healthy.wait()).expect("the healthy job is unaffected");
+    let summary = rt
+        .block_on(healthy.wait())
+        .expect("the healthy job is unaffected");
     assert_eq!(summary.source_records(), text_lines());
     let lines = crate::util::read_sink(&healthy_out);
-    let the = lines.iter().find(|l| l.starts_with("the\t")).expect("`the` counted");
+    let the = lines
+        .iter()
+        .find(|l| l.starts_with("the\t"))
+        .expect("`the` counted");
     let expected = text
         .lines()
         .flat_map(|l| l.split(|c: char| !c.is_alphanumeric()))
@@ -131,7 +191,11 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
 fn weir_run_reports_a_runaway_operator_and_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("spin.toml");
-    std::fs::write(&path, adversarial_spec(artifacts::SPIN, "", "id = \"out\"\ntype = \"blackhole\"")).unwrap();
+    std::fs::write(
+        &path,
+        adversarial_spec(artifacts::SPIN, "", "id = \"out\"\ntype = \"blackhole\""),
+    )
+    .unwrap();
     let out = run_weir(&dir.path().join("cache"), &["run", path.to_str().unwrap()]);
     assert_fails_with(&out, 1, &["operator `evil`", "out of time"]);
 }

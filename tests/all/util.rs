@@ -39,7 +39,11 @@ pub fn assert_fails_with(out: &Output, code: i32, needles: &[&str]) {
     for n in needles {
         assert!(stderr.contains(n), "stderr lacks {n:?}\n{}", describe(out));
     }
-    assert!(!stderr.contains("panicked"), "weir panicked\n{}", describe(out));
+    assert!(
+        !stderr.contains("panicked"),
+        "weir panicked\n{}",
+        describe(out)
+    );
 }
 
 /// A path as a TOML string literal.

@@ -14,7 +14,10 @@ use crate::util::{describe, kjv, read_sink, run_weir, toml_path};
 fn expected_counts(text: &str) -> HashMap<String, u64> {
     let mut counts = HashMap::new();
     for line in text.lines() {
-        for word in line.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        for word in line
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+        {
             *counts.entry(word.to_lowercase()).or_insert(0) += 1;
         }
     }
@@ -92,8 +95,12 @@ fn check(parallelism: u32, backend: &str) {
     let expected = expected_counts(&std::fs::read_to_string(kjv()).unwrap());
     let mut got = HashMap::new();
     for line in read_sink(&out) {
-        let (word, count) = line.rsplit_once('\t').unwrap_or_else(|| panic!("bad line {line:?}"));
-        let count: u64 = count.parse().unwrap_or_else(|_| panic!("bad count in {line:?}"));
+        let (word, count) = line
+            .rsplit_once('\t')
+            .unwrap_or_else(|| panic!("bad line {line:?}"));
+        let count: u64 = count
+            .parse()
+            .unwrap_or_else(|_| panic!("bad count in {line:?}"));
         assert!(
             got.insert(word.to_string(), count).is_none(),
             "word {word:?} emitted twice (final counts must be emitted once)"
@@ -103,7 +110,11 @@ fn check(parallelism: u32, backend: &str) {
     let total: u64 = expected.values().sum();
     assert!(total > 700_000, "the text has {total} words");
     if got != expected {
-        let missing: Vec<_> = expected.keys().filter(|k| !got.contains_key(*k)).take(5).collect();
+        let missing: Vec<_> = expected
+            .keys()
+            .filter(|k| !got.contains_key(*k))
+            .take(5)
+            .collect();
         let wrong: Vec<_> = got
             .iter()
             .filter(|(k, v)| expected.get(*k) != Some(v))

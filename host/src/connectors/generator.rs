@@ -116,9 +116,9 @@ impl GeneratorSource {
                 let class = (r >> 20) % 100;
                 let cents = (r >> 40) % 1_000_000;
                 let cents = match class {
-                    0..10 => cents % 100,                // 0.00 ..= 0.99
-                    10..20 => 50_001 + cents % 50_000,   // 500.01 ..= 1000.00
-                    _ => 100 + cents % 49_901,           // 1.00 ..= 500.00
+                    0..10 => cents % 100,              // 0.00 ..= 0.99
+                    10..20 => 50_001 + cents % 50_000, // 500.01 ..= 1000.00
+                    _ => 100 + cents % 49_901,         // 1.00 ..= 500.00
                 };
                 let _ = write!(
                     self.scratch,
@@ -188,7 +188,10 @@ mod tests {
         for i in 0..p {
             let mut g = GeneratorSource::new(config.clone(), i, p);
             while let Some(b) = g.next_batch(7).unwrap() {
-                out.extend(b.iter().map(|r| (r.key.map(<[u8]>::to_vec), r.value.to_vec(), r.timestamp)));
+                out.extend(
+                    b.iter()
+                        .map(|r| (r.key.map(<[u8]>::to_vec), r.value.to_vec(), r.timestamp)),
+                );
             }
         }
         out.sort_by_key(|r| r.2);
@@ -208,14 +211,20 @@ mod tests {
         assert_eq!(one.len(), 100);
         assert_eq!(one, all(&config, 3));
         let v: serde_json::Value = serde_json::from_slice(&one[0].1).unwrap();
-        assert_eq!(v["account"].as_str().unwrap().as_bytes(), one[0].0.as_deref().unwrap());
+        assert_eq!(
+            v["account"].as_str().unwrap().as_bytes(),
+            one[0].0.as_deref().unwrap()
+        );
         assert!(v["amount"].as_f64().is_some());
     }
 
     #[test]
     fn sequence_pads_values() {
         let config = GeneratorConfig {
-            kind: GeneratorKind::Sequence { record_bytes: Some(100), keys: Some(4) },
+            kind: GeneratorKind::Sequence {
+                record_bytes: Some(100),
+                keys: Some(4),
+            },
             count: Some(5),
             seed: 0,
             rate: None,

@@ -206,10 +206,9 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn drain(
-        src: &mut dyn Source,
-        max: usize,
-    ) -> Result<Vec<(Option<Vec<u8>>, Vec<u8>, i64)>, ConnectorError> {
+    type Records = Vec<(Option<Vec<u8>>, Vec<u8>, i64)>;
+
+    fn drain(src: &mut dyn Source, max: usize) -> Result<Records, ConnectorError> {
         let mut out = Vec::new();
         while let Some(b) = src.next_batch(max)? {
             assert!(b.len() <= max);

@@ -23,7 +23,11 @@ pub enum OutputFormat {
     Json,
 }
 
-fn write_record(out: &mut impl Write, format: OutputFormat, r: RecordRef<'_>) -> std::io::Result<()> {
+fn write_record(
+    out: &mut impl Write,
+    format: OutputFormat,
+    r: RecordRef<'_>,
+) -> std::io::Result<()> {
     match format {
         OutputFormat::Value => {
             out.write_all(r.value)?;
@@ -193,6 +197,9 @@ mod tests {
             sink.finish().unwrap();
             assert_eq!(std::fs::read_to_string(&path).unwrap(), expected);
         }
-        assert_eq!(sink_path(Path::new("a/b.txt"), 2), PathBuf::from("a/b.txt.2"));
+        assert_eq!(
+            sink_path(Path::new("a/b.txt"), 2),
+            PathBuf::from("a/b.txt.2")
+        );
     }
 }

@@ -452,12 +452,22 @@ impl Builder {
                         PathBuf::new()
                     }
                 };
-                self.not_for(label, "rate", &t.rate, "for type = \"file\" (blackhole only)");
+                self.not_for(
+                    label,
+                    "rate",
+                    &t.rate,
+                    "for type = \"file\" (blackhole only)",
+                );
                 SinkSpec::File(FileSinkSpec { path, format })
             }
             SinkType::Stdout => {
                 self.not_for(label, "path", &t.path, "for type = \"stdout\" (file only)");
-                self.not_for(label, "rate", &t.rate, "for type = \"stdout\" (blackhole only)");
+                self.not_for(
+                    label,
+                    "rate",
+                    &t.rate,
+                    "for type = \"stdout\" (blackhole only)",
+                );
                 SinkSpec::Stdout { format }
             }
             SinkType::Blackhole => {
@@ -465,7 +475,10 @@ impl Builder {
                 self.not_for(label, "path", &t.path, what);
                 self.not_for(label, "format", &t.format, what);
                 if t.rate == Some(0) {
-                    self.problem(format!("{label}.rate"), "must be at least 1 record per second");
+                    self.problem(
+                        format!("{label}.rate"),
+                        "must be at least 1 record per second",
+                    );
                 }
                 SinkSpec::Blackhole { rate: t.rate }
             }

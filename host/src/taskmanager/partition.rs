@@ -41,7 +41,12 @@ pub enum Partitioning {
 impl Partitioning {
     /// Appends the records of `batch` to the `pending` batch of their target.
     /// `next` is the round-robin cursor.
-    pub fn partition(&self, batch: Batch, pending: &mut [Batch], next: &mut usize) -> Result<(), String> {
+    pub fn partition(
+        &self,
+        batch: Batch,
+        pending: &mut [Batch],
+        next: &mut usize,
+    ) -> Result<(), String> {
         let n = pending.len();
         if n == 0 {
             return Ok(());
@@ -72,11 +77,16 @@ impl Partitioning {
                         })?,
                         KeyExtractor::Value => r.value,
                         KeyExtractor::JsonField(field) => {
-                            let v: serde_json::Value = serde_json::from_slice(r.value).map_err(|e| {
-                                format!("key_by = \"json:{field}\": record {i} is not JSON: {e}")
-                            })?;
+                            let v: serde_json::Value =
+                                serde_json::from_slice(r.value).map_err(|e| {
+                                    format!(
+                                        "key_by = \"json:{field}\": record {i} is not JSON: {e}"
+                                    )
+                                })?;
                             owned = json_key_bytes(v.get(field).ok_or_else(|| {
-                                format!("key_by = \"json:{field}\": record {i} has no field `{field}`")
+                                format!(
+                                    "key_by = \"json:{field}\": record {i} has no field `{field}`"
+                                )
                             })?);
                             &owned
                         }
