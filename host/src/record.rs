@@ -1,21 +1,23 @@
 //! Records and batches as they flow between operators.
 //!
-//! A [`Batch`] is the WIT type `weir:operator/types.batch`: fixed-size
-//! [`RecordMeta`] entries plus one flat byte buffer holding every key and
-//! value back to back. The host uses that same type internally, so a batch
-//! crosses the Wasm boundary with two copies (metas and data), and chained
-//! operators hand batches to each other without re-encoding.
-//! `wit/README.md` has the measurements behind this layout.
+//! A [`Batch`] is the WIT type `weir:operator/types.batch`, packed column by
+//! column: timestamps, key lengths and value lengths (one entry per record)
+//! plus one flat byte buffer holding every key and value back to back. The
+//! host uses that same type internally, so a batch crosses the Wasm boundary
+//! as four bulk copies, and chained operators hand batches to each other
+//! without re-encoding. `wit/README.md` has the measurements behind this
+//! layout.
 //!
-//! Invariant of a valid batch: the sum of its key (where `key_len >= 0`) and
-//! value lengths equals `data.len()`, and no `key_len` is below -1.
+//! Invariant of a valid batch: the three per-record lists have the same
+//! length, the sum of its key (where `key_len >= 0`) and value lengths equals
+//! `data.len()`, and no key length is below -1.
 
-pub use crate::wasm::bindings::weir::operator::types::{Batch, Emitted, RecordMeta, SideOutput};
+pub use crate::wasm::bindings::weir::operator::types::{Batch, Emitted, SideOutput};
 
 /// `key_len` of a record without a key.
 pub const NO_KEY: i32 = -1;
 
-/// Bytes of one [`RecordMeta`] in guest memory (s64 + s32 + u32).
+/// Bytes of one record's metadata in guest memory (s64 + s32 + u32).
 pub const META_BYTES: usize = 16;
 
 /// A record borrowed from a batch.
@@ -33,7 +35,9 @@ impl Batch {
     /// An empty batch.
     pub fn new() -> Batch {
         Batch {
-            metas: Vec::new(),
+            timestamps: Vec::new(),
+            key_lens: Vec::new(),
+            value_lens: Vec::new(),
             data: Vec::new(),
         }
     }
@@ -41,24 +45,26 @@ impl Batch {
     /// An empty batch with room for `records` records of `bytes` bytes in all.
     pub fn with_capacity(records: usize, bytes: usize) -> Batch {
         Batch {
-            metas: Vec::with_capacity(records),
+            timestamps: Vec::with_capacity(records),
+            key_lens: Vec::with_capacity(records),
+            value_lens: Vec::with_capacity(records),
             data: Vec::with_capacity(bytes),
         }
     }
 
     /// Number of records.
     pub fn len(&self) -> usize {
-        self.metas.len()
+        self.timestamps.len()
     }
 
     /// True if the batch holds no record.
     pub fn is_empty(&self) -> bool {
-        self.metas.is_empty()
+        self.timestamps.is_empty()
     }
 
     /// Bytes the batch occupies on the wire and in guest memory.
     pub fn byte_size(&self) -> usize {
-        self.data.len() + self.metas.len() * META_BYTES
+        self.data.len() + self.len() * META_BYTES
     }
 
     /// Appends a record.
@@ -71,11 +77,9 @@ impl Batch {
             None => NO_KEY,
         };
         self.data.extend_from_slice(value);
-        self.metas.push(RecordMeta {
-            timestamp,
-            key_len,
-            value_len: value.len() as u32,
-        });
+        self.timestamps.push(timestamp);
+        self.key_lens.push(key_len);
+        self.value_lens.push(value.len() as u32);
     }
 
     /// Appends a record borrowed from another batch.
@@ -85,13 +89,17 @@ impl Batch {
 
     /// Removes every record, keeping the allocations.
     pub fn clear(&mut self) {
-        self.metas.clear();
+        self.timestamps.clear();
+        self.key_lens.clear();
+        self.value_lens.clear();
         self.data.clear();
     }
 
     /// Moves all records of `other` to the end of `self`.
     pub fn append(&mut self, other: &mut Batch) {
-        self.metas.append(&mut other.metas);
+        self.timestamps.append(&mut other.timestamps);
+        self.key_lens.append(&mut other.key_lens);
+        self.value_lens.append(&mut other.value_lens);
         self.data.append(&mut other.data);
     }
 
@@ -106,13 +114,21 @@ impl Batch {
 
     /// Checks the batch's invariant; the error says which record is wrong.
     pub fn validate(&self) -> Result<(), String> {
+        let n = self.timestamps.len();
+        if self.key_lens.len() != n || self.value_lens.len() != n {
+            return Err(format!(
+                "{n} timestamps but {} key lengths and {} value lengths",
+                self.key_lens.len(),
+                self.value_lens.len()
+            ));
+        }
         let mut total: usize = 0;
-        for (i, m) in self.metas.iter().enumerate() {
-            if m.key_len < NO_KEY {
-                return Err(format!("record {i} has key length {}", m.key_len));
+        for (i, (&key_len, &value_len)) in self.key_lens.iter().zip(&self.value_lens).enumerate() {
+            if key_len < NO_KEY {
+                return Err(format!("record {i} has key length {key_len}"));
             }
             total = total
-                .checked_add(m.key_len.max(0) as usize + m.value_len as usize)
+                .checked_add(key_len.max(0) as usize + value_len as usize)
                 .ok_or_else(|| format!("record {i}: lengths overflow"))?;
             if total > self.data.len() {
                 return Err(format!(
@@ -132,7 +148,7 @@ impl Batch {
 
     /// The largest timestamp in the batch.
     pub fn max_timestamp(&self) -> Option<i64> {
-        self.metas.iter().map(|m| m.timestamp).max()
+        self.timestamps.iter().copied().max()
     }
 }
 
@@ -154,29 +170,31 @@ impl<'a> Iterator for BatchIter<'a> {
     type Item = RecordRef<'a>;
 
     fn next(&mut self) -> Option<RecordRef<'a>> {
-        let m = self.batch.metas.get(self.index)?;
+        let i = self.index;
+        let timestamp = *self.batch.timestamps.get(i)?;
+        let (key_len, value_len) = (self.batch.key_lens[i], self.batch.value_lens[i]);
         self.index += 1;
         let data = &self.batch.data;
-        let key = if m.key_len >= 0 {
-            let end = self.offset + m.key_len as usize;
+        let key = if key_len >= 0 {
+            let end = self.offset + key_len as usize;
             let k = &data[self.offset..end];
             self.offset = end;
             Some(k)
         } else {
             None
         };
-        let end = self.offset + m.value_len as usize;
+        let end = self.offset + value_len as usize;
         let value = &data[self.offset..end];
         self.offset = end;
         Some(RecordRef {
             key,
             value,
-            timestamp: m.timestamp,
+            timestamp,
         })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.batch.metas.len() - self.index;
+        let n = self.batch.timestamps.len() - self.index;
         (n, Some(n))
     }
 }
@@ -244,13 +262,19 @@ mod tests {
         assert!(b.validate().unwrap_err().contains("data buffer holds 3"));
         let mut b = Batch::new();
         b.push(None, b"v", 0);
-        b.metas[0].value_len = 10;
+        b.value_lens[0] = 10;
         assert!(
             b.validate()
                 .unwrap_err()
                 .contains("record 0 ends at byte 10")
         );
-        b.metas[0].key_len = -2;
+        b.key_lens[0] = -2;
         assert!(b.validate().unwrap_err().contains("key length -2"));
+        b.key_lens.pop();
+        assert!(
+            b.validate()
+                .unwrap_err()
+                .contains("1 timestamps but 0 key lengths")
+        );
     }
 }

@@ -92,16 +92,15 @@ impl GeneratorSource {
 
     fn push_record(&mut self, n: u64, batch: &mut Batch) {
         use std::fmt::Write;
-        let r = splitmix64(self.config.seed ^ splitmix64(n));
+        let r = || splitmix64(self.config.seed ^ splitmix64(n));
         let ts = BASE_TIME + (n as i64).wrapping_mul(self.config.interval_ms);
         self.scratch.clear();
         match &self.config.kind {
             GeneratorKind::Sequence { record_bytes, keys } => {
                 let _ = write!(self.scratch, "{n}");
                 if let Some(len) = record_bytes {
-                    while self.scratch.len() < *len {
-                        self.scratch.push('.');
-                    }
+                    let pad = len.saturating_sub(self.scratch.len());
+                    self.scratch.extend(std::iter::repeat_n('.', pad));
                 }
                 match keys {
                     Some(k) => {
@@ -112,6 +111,7 @@ impl GeneratorSource {
                 }
             }
             GeneratorKind::Transactions { accounts } => {
+                let r = r();
                 let account = format!("acct-{}", r % accounts.max(&1));
                 let class = (r >> 20) % 100;
                 let cents = (r >> 40) % 1_000_000;
@@ -132,7 +132,7 @@ impl GeneratorSource {
                 vocabulary,
                 words_per_record,
             } => {
-                let mut x = r;
+                let mut x = r();
                 for i in 0..*words_per_record {
                     if i > 0 {
                         self.scratch.push(' ');
@@ -165,7 +165,14 @@ impl Source for GeneratorSource {
             max = max.min(((rate / 100.0) as usize).max(1));
         }
         self.throttle();
-        let mut batch = Batch::with_capacity(max, max * 32);
+        let record_bytes = match &self.config.kind {
+            GeneratorKind::Sequence {
+                record_bytes: Some(b),
+                ..
+            } => *b + 8,
+            _ => 48,
+        };
+        let mut batch = Batch::with_capacity(max, max * record_bytes);
         while batch.len() < max {
             if self.config.count.is_some_and(|c| self.next >= c) {
                 break;

@@ -214,8 +214,11 @@ pub trait KeyedStateBackend: Send {
     fn map_entries(&mut self, state: u32, key: &[u8]) -> Result<MapEntries, StateError>;
     /// Removes whatever the state holds for `key` (value, list or map).
     fn clear(&mut self, state: u32, key: &[u8]) -> Result<(), StateError>;
-    /// Called by the driver after each batch: makes buffered writes durable
-    /// in the backend (one RocksDB `WriteBatch`). A no-op for the heap.
+    /// Makes buffered writes durable in the backend (one RocksDB
+    /// `WriteBatch`). Called by the driver at the end of input (and, with
+    /// checkpoints, before each snapshot); in between, the RocksDB backend
+    /// flushes itself when its write-back buffer passes its size limit.
+    /// A no-op for the heap.
     fn flush(&mut self) -> Result<(), StateError>;
     /// Which backend this is.
     fn kind(&self) -> BackendKind;

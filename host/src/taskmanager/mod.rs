@@ -384,8 +384,10 @@ impl Subtask {
             self.metrics.vertices[op.vertex]
                 .records_in
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            // State is not flushed per batch: the backend's write-back
+            // buffer flushes itself by size, and the end of input (later:
+            // every checkpoint) flushes it completely.
             let emitted = op.instance.process(&batch)?;
-            op.instance.flush_state()?;
             return self.route(from, emitted);
         }
         if let Some(tail) = &mut self.sink {
@@ -433,7 +435,6 @@ impl Subtask {
     fn watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
         for i in 0..self.operators.len() {
             let emitted = self.operators[i].instance.advance_watermark(watermark)?;
-            self.operators[i].instance.flush_state()?;
             for e in emitted {
                 self.route(i, e)?;
             }

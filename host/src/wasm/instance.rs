@@ -207,7 +207,7 @@ impl OperatorInstance {
         data.key_groups = Some(key_groups);
     }
 
-    /// Writes buffered state updates to the backend (after each batch).
+    /// Writes buffered state updates to the backend (at the end of input).
     pub fn flush_state(&mut self) -> Result<(), OperatorError> {
         if let Some(state) = self.store.data_mut().state.as_mut() {
             state.flush().map_err(|e| {
