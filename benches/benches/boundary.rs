@@ -1,24 +1,28 @@
 //! The batch-encoding decision: what it costs to pass records across the
-//! Wasm component boundary as a typed list versus as one packed buffer.
+//! Wasm component boundary as a typed list, as one packed buffer with a list
+//! of per-record metas, or as one packed buffer with per-record columns.
 //!
 //! The `boundary-probe` component (`udfs/boundary-probe`, world
 //! `weir:boundary-bench/boundary-probe` in `wit/bench/boundary.wit`) exports
-//! the same identity twice:
-//! * `typed-identity`: `list<typed-record>`, each record its own
+//! the same identity three times:
+//! * `typed` (`typed-identity`): `list<typed-record>`, each record its own
 //!   `option<list<u8>>` key and `list<u8>` value: one guest allocation per
 //!   key and per value on the way in, one host `Vec` each on the way out;
-//! * `packed-identity`: fixed-size metas plus one flat `data` buffer, the
-//!   layout of the real contract's `batch`: two allocations per batch.
+//! * `packed-struct` (`packed-identity`): a `list<record-meta>` (timestamp,
+//!   key length, value length) plus one flat `data` buffer, the contract's
+//!   first draft: two allocations per batch, but wasmtime lowers and lifts
+//!   the list of records one element and one field at a time;
+//! * `columnar` (`columnar-identity`): `timestamps`, `key-lens` and
+//!   `value-lens` as lists of integers plus `data`, the layout of the real
+//!   contract's `batch`: four allocations per batch, each list copied in bulk.
 //!
-//! Both touch every value byte once in the guest. A third variant,
+//! All three touch every value byte once in the guest. A fourth variant,
 //! `flat-bytes`, calls `packed-identity` with no metas and a `data` buffer
 //! as long as the packed batch's data plus its metas (16 bytes per record):
-//! the cost of the same bytes crossing as one `list<u8>`, i.e. a floor for
-//! an encoding whose metas are a primitive list (wasmtime lowers and lifts
-//! lists of integers and bytes with a bulk copy, but a `list<record>` one
-//! field at a time). The guest touches nothing there, so compare it with
+//! the cost of the same bytes crossing as one `list<u8>`, a floor for any
+//! encoding. The guest touches nothing there, so compare it with
 //! `identity/wasm` in `benches/operator.rs` (no touching either), not with
-//! `packed`.
+//! the other three.
 //!
 //! Records have
 //! [`KEY_BYTES`]-byte keys and [`VALUE_BYTES`]-byte values; batch sizes are
@@ -50,7 +54,9 @@ mod bindings {
 }
 
 use bindings::BoundaryProbe;
-use bindings::exports::weir::boundary_bench::probe::{PackedBatch, RecordMeta, TypedRecord};
+use bindings::exports::weir::boundary_bench::probe::{
+    ColumnarBatch, PackedBatch, RecordMeta, TypedRecord,
+};
 
 /// Epoch ticks before a call is interrupted: effectively never (the
 /// runtime's ticker advances the epoch every 10 ms).
@@ -108,19 +114,28 @@ fn typed_records(n: usize) -> Vec<TypedRecord> {
         .collect()
 }
 
-/// The same `n` records, packed.
+/// The same `n` records, packed with a list of metas.
 fn packed_records(n: usize) -> PackedBatch {
     let batch = keyed_batch(n, VALUE_BYTES);
     PackedBatch {
-        metas: batch
-            .metas
-            .iter()
-            .map(|m| RecordMeta {
-                timestamp: m.timestamp,
-                key_len: m.key_len,
-                value_len: m.value_len,
+        metas: (0..n)
+            .map(|i| RecordMeta {
+                timestamp: batch.timestamps[i],
+                key_len: batch.key_lens[i],
+                value_len: batch.value_lens[i],
             })
             .collect(),
+        data: batch.data,
+    }
+}
+
+/// The same `n` records, packed column by column (the contract's `batch`).
+fn columnar_records(n: usize) -> ColumnarBatch {
+    let batch = keyed_batch(n, VALUE_BYTES);
+    ColumnarBatch {
+        timestamps: batch.timestamps,
+        key_lens: batch.key_lens,
+        value_lens: batch.value_lens,
         data: batch.data,
     }
 }
@@ -161,12 +176,40 @@ fn boundary(c: &mut Criterion) {
         assert_eq!(out.data, packed.data);
         assert_eq!(out.metas.len(), n);
         assert_eq!(packed.data.len(), n * (KEY_BYTES + VALUE_BYTES));
-        group.bench_with_input(BenchmarkId::new("packed", n), &packed, |b, packed| {
+        group.bench_with_input(
+            BenchmarkId::new("packed-struct", n),
+            &packed,
+            |b, packed| {
+                b.iter(|| {
+                    black_box(
+                        guest
+                            .call_packed_identity(&mut store, packed)
+                            .expect("packed-identity"),
+                    )
+                })
+            },
+        );
+
+        let columnar = columnar_records(n);
+        let out = guest
+            .call_columnar_identity(&mut store, &columnar)
+            .expect("columnar-identity");
+        assert_eq!(
+            (&out.timestamps, &out.key_lens, &out.value_lens, &out.data),
+            (
+                &columnar.timestamps,
+                &columnar.key_lens,
+                &columnar.value_lens,
+                &columnar.data
+            )
+        );
+        assert_eq!(columnar.data, packed.data);
+        group.bench_with_input(BenchmarkId::new("columnar", n), &columnar, |b, columnar| {
             b.iter(|| {
                 black_box(
                     guest
-                        .call_packed_identity(&mut store, packed)
-                        .expect("packed-identity"),
+                        .call_columnar_identity(&mut store, columnar)
+                        .expect("columnar-identity"),
                 )
             })
         });

@@ -17,8 +17,7 @@ pub const KEY_BYTES: usize = 8;
 /// Distinct keys of the keyed-count benchmarks (as in `benches/state.rs`).
 pub const COUNT_KEYS: u64 = 100_000;
 
-/// Records per batch of the keyed-count benchmarks; the host flushes state
-/// after each batch.
+/// Records per batch of the keyed-count benchmarks.
 pub const COUNT_BATCH: usize = 1024;
 
 /// Multiplier of the keyed-count visiting order (as in `benches/state.rs`);

@@ -1,6 +1,6 @@
 //! The code `wit-bindgen` generates from `wit/operator.wit`, world `stream-operator`.
 //!
-//! Owns nothing hand-written: the WIT types (`Batch`, `RecordMeta`, `Emitted`,
+//! Owns nothing hand-written: the WIT types (`Batch`, `Emitted`, `SideOutput`,
 //! ...), the imported host interfaces and the raw export macro. UDF crates do
 //! not use this module directly: the SDK's traits and `export_*!` macros wrap
 //! it. The import functions compile on every target but may only be *called*
@@ -26,6 +26,5 @@ wit_bindgen::generate!({
         "weir:operator/types@0.1.0/batch": [#[derive(Default, PartialEq, Eq)]],
         "weir:operator/types@0.1.0/emitted": [#[derive(Default, PartialEq, Eq)]],
         "weir:operator/types@0.1.0/side-output": [#[derive(PartialEq, Eq)]],
-        "weir:operator/types@0.1.0/record-meta": [#[derive(PartialEq, Eq)]],
     },
 });

@@ -131,7 +131,7 @@ mod record;
 pub mod state;
 pub mod testing;
 
-pub use bindings::weir::operator::types::{Batch, Emitted, RecordMeta, SideOutput};
+pub use bindings::weir::operator::types::{Batch, Emitted, SideOutput};
 pub use codec::{DecodeError, StateCodec};
 pub use context::{Config, OpenContext};
 pub use error::Error;

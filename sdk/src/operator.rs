@@ -349,21 +349,26 @@ impl<T: FilterFunction> Operator for Filter<T> {
             return Ok(Emitted::main(input));
         }
         let (mut read, mut write, mut kept) = (0, 0, 0);
-        for i in 0..input.metas.len() {
-            let meta = input.metas[i];
-            // Checked by `records()`: key-len is -1 or non-negative.
-            let len = meta.key_len.max(0) as usize + meta.value_len as usize;
+        for i in 0..input.timestamps.len() {
+            let (key_len, value_len) = (input.key_lens[i], input.value_lens[i]);
+            // Checked by `records()`: the columns have the same length, and
+            // a key length is -1 or non-negative.
+            let len = key_len.max(0) as usize + value_len as usize;
             if self.keep[i] {
                 if read != write {
                     input.data.copy_within(read..read + len, write);
                 }
-                input.metas[kept] = meta;
+                input.timestamps[kept] = input.timestamps[i];
+                input.key_lens[kept] = key_len;
+                input.value_lens[kept] = value_len;
                 kept += 1;
                 write += len;
             }
             read += len;
         }
-        input.metas.truncate(kept);
+        input.timestamps.truncate(kept);
+        input.key_lens.truncate(kept);
+        input.value_lens.truncate(kept);
         input.data.truncate(write);
         Ok(Emitted::main(input))
     }

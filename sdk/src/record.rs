@@ -4,17 +4,19 @@
 //! iterator that decodes a [`Batch`]), [`BatchBuilder`] (appends records into
 //! one buffer) and [`Collector`] (main plus side outputs of one call).
 //!
-//! The encoding is the WIT `types.batch`: a list of fixed-size
-//! [`RecordMeta`]s and one flat `data` buffer holding key 0, value 0, key 1,
-//! value 1, ... A `key-len` of -1 means "no key". [`Batch::records`] checks
-//! the whole batch once (lengths add up to `data.len()`, no key length below
-//! -1), so iterating never fails and never allocates.
+//! The encoding is the WIT `types.batch`, column by column: three parallel
+//! lists (`timestamps`, `key_lens`, `value_lens`, one entry per record) and
+//! one flat `data` buffer holding key 0, value 0, key 1, value 1, ... A key
+//! length of -1 means "no key". [`Batch::records`] checks the whole batch
+//! once (the three lists have the same length, the lengths add up to
+//! `data.len()`, no key length below -1), so iterating never fails and never
+//! allocates.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use crate::Error;
-use crate::bindings::weir::operator::types::{Batch, Emitted, RecordMeta, SideOutput};
+use crate::bindings::weir::operator::types::{Batch, Emitted, SideOutput};
 
 /// One record, borrowed: from an input batch, or built by the operator.
 ///
@@ -142,28 +144,53 @@ impl fmt::Debug for OwnedRecord {
 
 impl Batch {
     /// The number of records.
+    ///
+    /// This is `timestamps.len()`; [`Batch::records`] checks that the other
+    /// two lists agree.
     pub fn len(&self) -> usize {
-        self.metas.len()
+        self.timestamps.len()
     }
 
     /// True if the batch holds no records.
     pub fn is_empty(&self) -> bool {
-        self.metas.is_empty()
+        self.timestamps.is_empty()
     }
 
     /// Checks the batch and returns an iterator over its records, which
     /// borrow from `data`.
     ///
-    /// Fails if a `key-len` is below -1 or the lengths do not add up to
+    /// Fails if `timestamps`, `key_lens` and `value_lens` differ in length,
+    /// a key length is below -1, or the lengths do not add up to
     /// `data.len()`.
     pub fn records(&self) -> Result<Records<'_>, Error> {
+        let n = self.timestamps.len();
+        if self.key_lens.len() != n || self.value_lens.len() != n {
+            crate::bail!(
+                "malformed batch: {n} timestamps, {} key lengths and {} value lengths",
+                self.key_lens.len(),
+                self.value_lens.len()
+            );
+        }
+        // Two tight loops over plain integers (vectorizable); the rare error
+        // path looks for the offending record afterwards.
+        let mut min_key_len = 0i32;
         let mut total: u64 = 0;
-        for (i, meta) in self.metas.iter().enumerate() {
-            if meta.key_len < -1 {
-                crate::bail!("malformed batch: record {i} has key-len {}", meta.key_len);
-            }
+        for &key_len in &self.key_lens {
+            min_key_len = min_key_len.min(key_len);
             // `key_len.max(0)` is non-negative, so the cast is lossless.
-            total += meta.key_len.max(0) as u64 + u64::from(meta.value_len);
+            total += key_len.max(0) as u64;
+        }
+        if min_key_len < -1 {
+            let (i, key_len) = self
+                .key_lens
+                .iter()
+                .enumerate()
+                .find(|&(_, &k)| k < -1)
+                .expect("a key length below -1 was seen");
+            crate::bail!("malformed batch: record {i} has key length {key_len}");
+        }
+        for &value_len in &self.value_lens {
+            total += u64::from(value_len);
         }
         if total != self.data.len() as u64 {
             crate::bail!(
@@ -172,7 +199,10 @@ impl Batch {
             );
         }
         Ok(Records {
-            metas: self.metas.iter(),
+            timestamps: &self.timestamps,
+            key_lens: &self.key_lens,
+            value_lens: &self.value_lens,
+            next: 0,
             rest: &self.data,
         })
     }
@@ -190,7 +220,11 @@ impl Batch {
 /// The records of a checked [`Batch`], in order; see [`Batch::records`].
 #[derive(Clone)]
 pub struct Records<'a> {
-    metas: std::slice::Iter<'a, RecordMeta>,
+    // Checked to have the same length in `Batch::records`.
+    timestamps: &'a [i64],
+    key_lens: &'a [i32],
+    value_lens: &'a [u32],
+    next: usize,
     rest: &'a [u8],
 }
 
@@ -198,36 +232,43 @@ impl<'a> Iterator for Records<'a> {
     type Item = Record<'a>;
 
     fn next(&mut self) -> Option<Record<'a>> {
-        let meta = self.metas.next()?;
+        let i = self.next;
+        let timestamp = *self.timestamps.get(i)?;
+        let (key_len, value_len) = (self.key_lens[i], self.value_lens[i]);
+        self.next = i + 1;
         // The batch was checked in `Batch::records`: the splits are in bounds.
-        let key = if meta.key_len >= 0 {
-            let (key, rest) = self.rest.split_at(meta.key_len as usize);
+        let key = if key_len >= 0 {
+            let (key, rest) = self.rest.split_at(key_len as usize);
             self.rest = rest;
             Some(key)
         } else {
             None
         };
-        let (value, rest) = self.rest.split_at(meta.value_len as usize);
+        let (value, rest) = self.rest.split_at(value_len as usize);
         self.rest = rest;
         Some(Record {
             key,
             value,
-            timestamp: meta.timestamp,
+            timestamp,
         })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.metas.size_hint()
+        let left = self.timestamps.len() - self.next;
+        (left, Some(left))
     }
 }
 
 impl ExactSizeIterator for Records<'_> {}
 
-/// Appends records into one packed [`Batch`]: one `data` buffer, one
-/// `metas` vector, no allocation per record (beyond the buffers growing).
+/// Appends records into one packed [`Batch`]: one `data` buffer and the
+/// three per-record columns, no allocation per record (beyond the buffers
+/// growing).
 #[derive(Default, Debug)]
 pub struct BatchBuilder {
-    metas: Vec<RecordMeta>,
+    timestamps: Vec<i64>,
+    key_lens: Vec<i32>,
+    value_lens: Vec<u32>,
     data: Vec<u8>,
 }
 
@@ -240,7 +281,9 @@ impl BatchBuilder {
     /// An empty builder with room for `records` records of `bytes` bytes in all.
     pub fn with_capacity(records: usize, bytes: usize) -> Self {
         Self {
-            metas: Vec::with_capacity(records),
+            timestamps: Vec::with_capacity(records),
+            key_lens: Vec::with_capacity(records),
+            value_lens: Vec::with_capacity(records),
             data: Vec::with_capacity(bytes),
         }
     }
@@ -285,22 +328,21 @@ impl BatchBuilder {
             .len()
             .checked_sub(start)
             .expect("write_value must only append to the buffer");
-        self.metas.push(RecordMeta {
-            timestamp,
-            key_len,
-            value_len: u32::try_from(value_len).expect("record value longer than u32::MAX bytes"),
-        });
+        self.timestamps.push(timestamp);
+        self.key_lens.push(key_len);
+        self.value_lens
+            .push(u32::try_from(value_len).expect("record value longer than u32::MAX bytes"));
         result
     }
 
     /// The number of records so far.
     pub fn len(&self) -> usize {
-        self.metas.len()
+        self.timestamps.len()
     }
 
     /// True if no record was pushed.
     pub fn is_empty(&self) -> bool {
-        self.metas.is_empty()
+        self.timestamps.is_empty()
     }
 
     /// The number of bytes of keys and values so far.
@@ -310,14 +352,18 @@ impl BatchBuilder {
 
     /// Drops all records, keeping the buffers' capacity.
     pub fn clear(&mut self) {
-        self.metas.clear();
+        self.timestamps.clear();
+        self.key_lens.clear();
+        self.value_lens.clear();
         self.data.clear();
     }
 
     /// The packed batch.
     pub fn finish(self) -> Batch {
         Batch {
-            metas: self.metas,
+            timestamps: self.timestamps,
+            key_lens: self.key_lens,
+            value_lens: self.value_lens,
             data: self.data,
         }
     }
@@ -325,11 +371,13 @@ impl BatchBuilder {
     /// Takes the packed batch out, leaving this builder empty with room for
     /// as much as was taken (the next output is usually of similar size).
     pub fn take(&mut self) -> Batch {
-        let metas = Vec::with_capacity(self.metas.len());
-        let data = Vec::with_capacity(self.data.len());
+        let records = self.timestamps.len();
+        let bytes = self.data.len();
         Batch {
-            metas: std::mem::replace(&mut self.metas, metas),
-            data: std::mem::replace(&mut self.data, data),
+            timestamps: std::mem::replace(&mut self.timestamps, Vec::with_capacity(records)),
+            key_lens: std::mem::replace(&mut self.key_lens, Vec::with_capacity(records)),
+            value_lens: std::mem::replace(&mut self.value_lens, Vec::with_capacity(records)),
+            data: std::mem::replace(&mut self.data, Vec::with_capacity(bytes)),
         }
     }
 }
@@ -467,8 +515,9 @@ mod tests {
         let batch = Batch::from_records(input);
         assert_eq!(batch.len(), 4);
         assert_eq!(batch.data, b"k1v1no key");
-        assert_eq!(batch.metas[1].key_len, -1);
-        assert_eq!(batch.metas[2].key_len, 0);
+        assert_eq!(batch.key_lens, [2, -1, 0, -1]);
+        assert_eq!(batch.value_lens, [2, 6, 0, 0]);
+        assert_eq!(batch.timestamps, [1, 2, -3, i64::MAX]);
         let back: Vec<Record<'_>> = batch.records().unwrap().collect();
         assert_eq!(back, input);
     }
@@ -481,11 +530,24 @@ mod tests {
         assert!(err.message().contains("add up to 2 bytes but data holds 3"));
 
         let mut batch = Batch::from_records([Record::keyed("k", "v", 1)]);
-        batch.metas[0].key_len = -2;
-        assert!(batch.records().is_err());
+        batch.key_lens[0] = -2;
+        let err = batch.records().err().unwrap();
+        assert!(err.message().contains("record 0 has key length -2"));
 
         let mut batch = Batch::from_records([Record::new("v", 1)]);
-        batch.metas[0].value_len = u32::MAX;
+        batch.value_lens[0] = u32::MAX;
+        assert!(batch.records().is_err());
+
+        // The three columns must have the same length.
+        let mut batch = Batch::from_records([Record::new("v", 1), Record::new("w", 2)]);
+        batch.timestamps.pop();
+        let err = batch.records().err().unwrap();
+        assert!(
+            err.message()
+                .contains("1 timestamps, 2 key lengths and 2 value lengths")
+        );
+        let mut batch = Batch::from_records([Record::new("v", 1)]);
+        batch.value_lens.push(0);
         assert!(batch.records().is_err());
     }
 

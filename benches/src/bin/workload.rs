@@ -558,9 +558,7 @@ impl Source for StampedSource {
             return Ok(None);
         };
         let now = self.start.elapsed().as_nanos() as i64;
-        for m in &mut batch.metas {
-            m.timestamp = now;
-        }
+        batch.timestamps.fill(now);
         Ok(Some(batch))
     }
 }
@@ -576,9 +574,9 @@ struct LatencySink {
 impl Sink for LatencySink {
     fn write(&mut self, batch: &Batch) -> Result<(), ConnectorError> {
         let now = self.start.elapsed().as_nanos() as i64;
-        if let Some(first) = batch.metas.first() {
+        if let Some(&first) = batch.timestamps.first() {
             let mut samples = self.samples_ns.lock().unwrap_or_else(|e| e.into_inner());
-            samples.push(now.saturating_sub(first.timestamp).max(0) as u64);
+            samples.push(now.saturating_sub(first).max(0) as u64);
         }
         *self.records.lock().unwrap_or_else(|e| e.into_inner()) += batch.len() as u64;
         Ok(())
