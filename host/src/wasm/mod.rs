@@ -261,14 +261,7 @@ impl Runtime {
     /// bytes were compiled before, else compiles (and caches) it; then checks
     /// it against the contract.
     pub fn load(&self, path: &Path) -> Result<Arc<OperatorModule>, OperatorError> {
-        let name = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| {
-            OperatorError::new(
-                &name,
-                FailureKind::ModuleNotFound,
-                format!("cannot read {}: {e}", path.display()),
-            )
-        })?;
+        let (name, bytes) = read_module(path)?;
         self.load_bytes(&name, &bytes)
     }
 
@@ -319,14 +312,7 @@ impl Runtime {
     /// Everything `weir inspect` shows about a component: its imports and
     /// exports, and whether (and how) it fits the contract.
     pub fn inspect(&self, path: &Path) -> Result<Inspection, OperatorError> {
-        let name = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| {
-            OperatorError::new(
-                &name,
-                FailureKind::ModuleNotFound,
-                format!("cannot read {}: {e}", path.display()),
-            )
-        })?;
+        let (name, bytes) = read_module(path)?;
         check_component_header(&name, &bytes)?;
         let (component, _, hash) =
             cache::compile_cached(&self.engine, self.cache_dir.as_deref(), &name, &bytes)?;
@@ -428,6 +414,19 @@ impl OperatorModule {
     pub fn component(&self) -> &Component {
         &self.component
     }
+}
+
+/// Reads a module file; the name for errors is its path.
+fn read_module(path: &Path) -> Result<(String, Vec<u8>), OperatorError> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| {
+        OperatorError::new(
+            &name,
+            FailureKind::ModuleNotFound,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    Ok((name, bytes))
 }
 
 /// Rejects bytes that are not a component with a message that says what they are.
