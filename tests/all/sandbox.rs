@@ -66,6 +66,12 @@ struct Case {
 fn cases() -> Vec<Case> {
     vec![
         Case {
+            module: artifacts::SLEEP,
+            config: "",
+            kind: FailureKind::Forbidden,
+            needle: "tried to sleep",
+        },
+        Case {
             module: artifacts::SPIN,
             config: "",
             kind: FailureKind::OutOfTime,

@@ -4,16 +4,56 @@
 //! State calls are forwarded to the instance's [`crate::state`] backend,
 //! which checks the state id, its kind and the key's key group.
 
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{HasSelf, Linker, Resource};
+use wasmtime_wasi::p2::DynPollable;
 
 use super::bindings::StreamOperator;
 use super::bindings::weir::operator::{log, metrics, state, timers, types};
 use super::instance::InstanceState;
 use crate::state::{StateError, key_group_of};
 
+/// The WASI clocks interface whose timer subscriptions Weir replaces
+/// (the version wasmtime-wasi 48 links; guests importing any 0.2.x match).
+const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+/// Why a guest was stopped for waiting on a timer.
+pub(crate) const SLEEP_FORBIDDEN: &str = "the operator tried to sleep or wait on a timer \
+     (wasi:clocks/monotonic-clock subscribe), which the sandbox forbids: \
+     operators must not block";
+
+/// A guest call that the sandbox refuses; fails the task as
+/// [`super::FailureKind::Forbidden`].
+#[derive(Debug)]
+pub(crate) struct Forbidden(pub(crate) &'static str);
+
+impl std::fmt::Display for Forbidden {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for Forbidden {}
+
 /// Adds WASI and Weir's interfaces to `linker`.
+///
+/// WASI's timer subscriptions are replaced by functions that trap: a host
+/// call that blocks cannot be interrupted by the epoch deadline, so a guest
+/// that sleeps would hold its subtask's thread for as long as it asked.
+/// Without preopens and network, and with an empty stdin, nothing else in
+/// WASI can block.
 pub(super) fn add_to_linker(linker: &mut Linker<InstanceState>) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_sync(linker)?;
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(MONOTONIC_CLOCK)?;
+    for name in ["subscribe-duration", "subscribe-instant"] {
+        clock.func_wrap(
+            name,
+            |_, (_,): (u64,)| -> wasmtime::Result<(Resource<DynPollable>,)> {
+                Err(wasmtime::Error::new(Forbidden(SLEEP_FORBIDDEN)))
+            },
+        )?;
+    }
+    linker.allow_shadowing(false);
     StreamOperator::add_to_linker::<InstanceState, HasSelf<InstanceState>>(linker, |s| s)?;
     Ok(())
 }

@@ -370,6 +370,9 @@ fn classify(
             )),
         );
     }
+    if let Some(forbidden) = err.downcast_ref::<super::host::Forbidden>() {
+        return OperatorError::new(operator, FailureKind::Forbidden, forbidden.to_string());
+    }
     match err.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => OperatorError::new(
             operator,

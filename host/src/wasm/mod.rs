@@ -107,6 +107,8 @@ pub enum FailureKind {
     BadOutput,
     /// The guest returned an error (`err(...)` from a lifecycle call).
     Guest,
+    /// The guest called something the sandbox forbids (e.g. sleeping).
+    Forbidden,
     /// The host failed (state backend, internal error).
     Host,
 }
@@ -125,6 +127,7 @@ impl fmt::Display for FailureKind {
             FailureKind::StackOverflow => "stack overflow",
             FailureKind::BadOutput => "bad output",
             FailureKind::Guest => "operator error",
+            FailureKind::Forbidden => "forbidden by the sandbox",
             FailureKind::Host => "host error",
         };
         f.write_str(s)
