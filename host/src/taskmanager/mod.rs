@@ -265,7 +265,8 @@ impl Subtask {
         let result = self.run_inner();
         if let Err(e) = &result {
             if !matches!(e, TaskError::Aborted) {
-                tracing::error!(subtask = %self.name, "failed: {e}");
+                // The job's owner reports the root cause; this is the trail.
+                tracing::info!(subtask = %self.name, "failed: {e}");
             }
             self.abort.trigger();
         }
