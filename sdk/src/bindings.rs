@@ -22,9 +22,57 @@ wit_bindgen::generate!({
     pub_export_macro: true,
     export_macro_name: "__export_weir_stream_operator",
     default_bindings_module: "weir_sdk::bindings",
-    additional_type_attributes: {
-        "weir:operator/types@0.1.0/batch": [#[derive(Default, PartialEq, Eq)]],
-        "weir:operator/types@0.1.0/emitted": [#[derive(Default, PartialEq, Eq)]],
-        "weir:operator/types@0.1.0/side-output": [#[derive(PartialEq, Eq)]],
-    },
 });
+
+// Derives the batch types need (wit-bindgen 0.60, the version built on the
+// same wasm-tools as the host's wasmtime 48, cannot add them per type).
+mod impls {
+    use super::weir::operator::types::{Batch, Emitted, SideOutput};
+
+    impl Default for Batch {
+        fn default() -> Self {
+            Batch {
+                timestamps: Vec::new(),
+                key_lens: Vec::new(),
+                value_lens: Vec::new(),
+                data: Vec::new(),
+            }
+        }
+    }
+
+    impl PartialEq for Batch {
+        fn eq(&self, other: &Self) -> bool {
+            self.timestamps == other.timestamps
+                && self.key_lens == other.key_lens
+                && self.value_lens == other.value_lens
+                && self.data == other.data
+        }
+    }
+
+    impl Eq for Batch {}
+
+    impl Default for Emitted {
+        fn default() -> Self {
+            Emitted {
+                main: Batch::default(),
+                side: Vec::new(),
+            }
+        }
+    }
+
+    impl PartialEq for Emitted {
+        fn eq(&self, other: &Self) -> bool {
+            self.main == other.main && self.side == other.side
+        }
+    }
+
+    impl Eq for Emitted {}
+
+    impl PartialEq for SideOutput {
+        fn eq(&self, other: &Self) -> bool {
+            self.tag == other.tag && self.records == other.records
+        }
+    }
+
+    impl Eq for SideOutput {}
+}
