@@ -50,26 +50,32 @@ to = "out"
         ),
     )
     .unwrap();
-    let mut child = weir(&dir.path().join("cache"))
+    let child = weir(&dir.path().join("cache"))
         .args(["run", "--json", spec.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Kills weir if an assertion below fails, so no process outlives the test.
+    let mut child = KillOnDrop(Some(child));
+    let pid = child.get().id();
 
     // Readiness: records reach the sink file.
     let deadline = Instant::now() + Duration::from_secs(120);
     while std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) < 4096 {
         assert!(Instant::now() < deadline, "no output after 120 s");
-        assert!(child.try_wait().unwrap().is_none(), "weir exited early");
+        assert!(
+            child.get().try_wait().unwrap().is_none(),
+            "weir exited early"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let status = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args(["-INT", &pid.to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let output = child.wait_with_output().unwrap();
+    let output = child.0.take().unwrap().wait_with_output().unwrap();
     assert!(
         output.status.success(),
         "{}",
@@ -81,4 +87,21 @@ to = "out"
     let lines = std::fs::read_to_string(&out).unwrap().lines().count() as u64;
     assert!(produced > 0);
     assert_eq!(lines, produced, "every produced record reached the sink");
+}
+
+struct KillOnDrop(Option<std::process::Child>);
+
+impl KillOnDrop {
+    fn get(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("child still owned")
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
