@@ -14,5 +14,6 @@ mod cache;
 mod ctrl_c;
 mod fraud;
 mod sandbox;
+mod side_output;
 mod util;
 mod word_count;
