@@ -48,7 +48,11 @@ mod tests {
     #[test]
     fn matching_records_go_to_the_side_output() -> Result<(), Error> {
         let mut h = Harness::<FlatMap<Split>>::open(&[("contains", "7"), ("tag", "sevens")])?;
-        let out = h.process([Record::new("17", 1), Record::new("18", 2), Record::new("70", 3)])?;
+        let out = h.process([
+            Record::new("17", 1),
+            Record::new("18", 2),
+            Record::new("70", 3),
+        ])?;
         assert_eq!(out.values(), ["18"]);
         let sevens: Vec<_> = out.side("sevens").iter().map(|r| r.value.clone()).collect();
         assert_eq!(sevens, [b"17".to_vec(), b"70".to_vec()]);
