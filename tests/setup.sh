@@ -9,5 +9,6 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libclang-dev >/dev/null
 fi
-# The toolchain (with the wasm32-wasip2 target) from rust-toolchain.toml.
-rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
+# The toolchain, its components and the wasm32-wasip2 target, from
+# rust-toolchain.toml (a no-op when present; needed where RUSTUP_AUTO_INSTALL=0).
+rustup toolchain install >/dev/null
