@@ -184,10 +184,7 @@ impl JobHandle {
         for (name, task) in self.tasks {
             let result = match task.await {
                 Ok(r) => r,
-                Err(join) => Err(TaskError::Partition {
-                    vertex: name.clone(),
-                    message: format!("subtask thread died: {join}"),
-                }),
+                Err(join) => Err(TaskError::Panicked(join.to_string())),
             };
             if let Err(e) = result {
                 let root = !matches!(e, TaskError::Aborted);

@@ -16,7 +16,7 @@ mod generator;
 mod sink;
 
 pub use generator::{GeneratorConfig, GeneratorKind, GeneratorSource};
-pub use sink::{BlackholeSink, FileSink, OutputFormat, StdoutSink, sink_path};
+pub use sink::{BlackholeSink, FileSink, OutputFormat, StdoutSink};
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};

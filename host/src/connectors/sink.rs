@@ -49,18 +49,6 @@ fn write_record(
     out.write_all(b"\n")
 }
 
-/// The file subtask `subtask` of a sink writes: `path` for subtask 0, else
-/// `path.<subtask>`.
-pub fn sink_path(path: &Path, subtask: u32) -> PathBuf {
-    if subtask == 0 {
-        path.to_path_buf()
-    } else {
-        let mut s = path.as_os_str().to_os_string();
-        s.push(format!(".{subtask}"));
-        PathBuf::from(s)
-    }
-}
-
 /// Writes lines to a file (created, or truncated).
 #[derive(Debug)]
 pub struct FileSink {
@@ -197,9 +185,5 @@ mod tests {
             sink.finish().unwrap();
             assert_eq!(std::fs::read_to_string(&path).unwrap(), expected);
         }
-        assert_eq!(
-            sink_path(Path::new("a/b.txt"), 2),
-            PathBuf::from("a/b.txt.2")
-        );
     }
 }

@@ -35,11 +35,17 @@ pub use partition::{KeyExtractor, Partitioning};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use std::time::{Duration, Instant};
+
 use tokio::sync::{mpsc, watch};
 
 use crate::connectors::{ConnectorError, Sink, Source};
 use crate::record::{Batch, Emitted};
 use crate::wasm::{OperatorError, OperatorInstance};
+
+/// How often a source emits its watermark (at most). Timers fire that much
+/// later at worst; the end of input always sends the final watermark.
+pub const WATERMARK_INTERVAL: Duration = Duration::from_millis(200);
 
 /// What travels on a channel between tasks.
 #[derive(Debug)]
@@ -83,6 +89,9 @@ pub enum TaskError {
         /// What is wrong.
         message: String,
     },
+    /// The subtask's thread panicked: a bug in the host, not in an operator.
+    #[error("subtask thread panicked (a bug in Weir): {0}")]
+    Panicked(String),
     /// Another subtask failed and the job is being aborted.
     #[error("aborted because another task failed")]
     Aborted,
@@ -290,6 +299,8 @@ impl Subtask {
                 mut source,
             } => {
                 let mut watermark = i64::MIN;
+                let mut emitted = i64::MIN;
+                let mut emitted_at: Option<Instant> = None;
                 while !self.stop.load(Ordering::Relaxed) {
                     if self.abort.is_set() {
                         return Err(TaskError::Aborted);
@@ -308,6 +319,14 @@ impl Subtask {
                     self.push(0, batch)?;
                     if let Some(ts) = max_ts.filter(|ts| *ts > watermark) {
                         watermark = ts;
+                    }
+                    // Periodic, as Flink's auto-watermark interval: each
+                    // watermark costs a guest call per chained operator and
+                    // a message on every channel.
+                    let due = emitted_at.is_none_or(|t| t.elapsed() >= WATERMARK_INTERVAL);
+                    if due && watermark > emitted {
+                        emitted = watermark;
+                        emitted_at = Some(Instant::now());
                         self.watermark(watermark)?;
                     }
                 }
@@ -364,17 +383,7 @@ impl Subtask {
             })?;
         }
         self.flush_outputs()?;
-        for o in 0..self.outputs.len() {
-            for t in 0..self.outputs[o].targets.len() {
-                let target = self.outputs[o].targets[t].clone();
-                self.send(
-                    &target,
-                    Message::End {
-                        channel: target.channel,
-                    },
-                )?;
-            }
-        }
+        self.broadcast(|channel| Message::End { channel })?;
         Ok(())
     }
 
@@ -440,29 +449,29 @@ impl Subtask {
                 self.route(i, e)?;
             }
         }
-        for o in 0..self.outputs.len() {
-            for t in 0..self.outputs[o].targets.len() {
-                let target = self.outputs[o].targets[t].clone();
-                self.send(
-                    &target,
-                    Message::Watermark {
-                        channel: target.channel,
-                        watermark,
-                    },
-                )?;
-            }
+        self.broadcast(|channel| Message::Watermark { channel, watermark })
+    }
+
+    /// Sends a control message to every downstream subtask of every output.
+    fn broadcast(&self, message: impl Fn(u32) -> Message) -> Result<(), TaskError> {
+        for target in self.outputs.iter().flat_map(|o| &o.targets) {
+            self.send(target, message(target.channel))?;
         }
         Ok(())
     }
 
     /// Partitions `batch` into the pending buffers of every output with `tag`.
     fn emit(&mut self, tag: Option<&str>, batch: Batch) -> Result<(), TaskError> {
-        let matching: Vec<usize> = (0..self.outputs.len())
-            .filter(|&o| self.outputs[o].tag.as_deref() == tag)
-            .collect();
+        let Some(last) = self.outputs.iter().rposition(|o| o.tag.as_deref() == tag) else {
+            return Ok(());
+        };
         let mut batch = Some(batch);
-        for (n, &o) in matching.iter().enumerate() {
-            let b = if n + 1 == matching.len() {
+        for o in 0..=last {
+            if self.outputs[o].tag.as_deref() != tag {
+                continue;
+            }
+            // Every matching output but the last gets a copy.
+            let b = if o == last {
                 batch.take().unwrap_or_default()
             } else {
                 batch.clone().unwrap_or_default()
@@ -486,8 +495,7 @@ impl Subtask {
                     continue;
                 }
                 let batch = std::mem::take(&mut self.outputs[o].pending[t]);
-                let target = self.outputs[o].targets[t].clone();
-                self.send(&target, Message::Records(batch))?;
+                self.send(&self.outputs[o].targets[t], Message::Records(batch))?;
             }
         }
         Ok(())

@@ -274,15 +274,37 @@ impl Runtime {
         name: &str,
         bytes: &[u8],
     ) -> Result<Arc<OperatorModule>, OperatorError> {
+        let (component, outcome, hash) = self.compile(name, bytes)?;
+        self.check_contract(name, hash, outcome, component)
+    }
+
+    /// Checks the header, then compiles `bytes` or loads them from the
+    /// cache, counting the outcome.
+    fn compile(
+        &self,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<(Component, CacheOutcome, String), OperatorError> {
         check_component_header(name, bytes)?;
-        let (component, outcome, hash) =
-            cache::compile_cached(&self.engine, self.cache_dir.as_deref(), name, bytes)?;
-        match outcome {
+        let compiled = cache::compile_cached(&self.engine, self.cache_dir.as_deref(), name, bytes)?;
+        match compiled.1 {
             CacheOutcome::Hit => self.stats.hits.fetch_add(1, Ordering::Relaxed),
             CacheOutcome::Miss | CacheOutcome::Disabled => {
                 self.stats.misses.fetch_add(1, Ordering::Relaxed)
             }
         };
+        Ok(compiled)
+    }
+
+    /// Links a compiled component against the contract's imports and checks
+    /// its exports.
+    fn check_contract(
+        &self,
+        name: &str,
+        hash: String,
+        cache: CacheOutcome,
+        component: Component,
+    ) -> Result<Arc<OperatorModule>, OperatorError> {
         let pre = self.linker.instantiate_pre(&component).map_err(|e| {
             OperatorError::new(
                 name,
@@ -306,7 +328,7 @@ impl Runtime {
         Ok(Arc::new(OperatorModule {
             name: name.to_string(),
             hash,
-            cache: outcome,
+            cache,
             component,
             pre,
         }))
@@ -316,9 +338,7 @@ impl Runtime {
     /// exports, and whether (and how) it fits the contract.
     pub fn inspect(&self, path: &Path) -> Result<Inspection, OperatorError> {
         let (name, bytes) = read_module(path)?;
-        check_component_header(&name, &bytes)?;
-        let (component, _, hash) =
-            cache::compile_cached(&self.engine, self.cache_dir.as_deref(), &name, &bytes)?;
+        let (component, outcome, hash) = self.compile(&name, &bytes)?;
         let ty = component.component_type();
         let imports = ty
             .imports(&self.engine)
@@ -328,8 +348,9 @@ impl Runtime {
             .exports(&self.engine)
             .map(|(n, _)| n.to_string())
             .collect();
+        // Compiled once: the contract check reuses the component.
         let contract = self
-            .load_bytes(&name, &bytes)
+            .check_contract(&name, hash.clone(), outcome, component)
             .and_then(|m| self.describe(&m))
             .map_err(|e| e.message);
         Ok(Inspection {
