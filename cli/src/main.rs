@@ -7,6 +7,9 @@
 //! Exit codes: 0 success; 1 the job failed while running; 2 bad input (the
 //! command line, the job spec, or a module that cannot be used).
 
+mod client;
+mod daemons;
+
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +52,23 @@ enum Command {
     /// Show a component's imports, exports, declared state, and whether it
     /// fits this host's contract.
     Inspect(InspectArgs),
+    /// Cluster client commands (upload, modules, submit, list, status,
+    /// cancel, taskmanagers): talk to a JobManager's REST API.
+    #[command(flatten)]
+    Client(client::ClientCommand),
+    /// Run a JobManager: TaskManager registry, scheduler, module store and
+    /// REST API. Prints `jobmanager ready: rpc ADDR rest URL` when serving.
+    Jobmanager(daemons::JobManagerArgs),
+    /// Run a TaskManager: registers with the JobManager, offers task slots,
+    /// runs subtasks, exchanges records with other TaskManagers over QUIC.
+    /// Prints `taskmanager ID registered with ADDR ...` at each registration.
+    Taskmanager(daemons::TaskManagerArgs),
+    /// Run a JobManager and N TaskManagers in this process (real QUIC
+    /// between them, certificates made in memory), for development.
+    Local(daemons::LocalArgs),
+    /// Cluster administration.
+    #[command(subcommand)]
+    Cluster(daemons::ClusterCommand),
 }
 
 #[derive(Debug, Args)]
@@ -136,6 +156,14 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Validate(args) => validate(args),
         Command::Inspect(args) => inspect(args),
+        Command::Client(command) => client::run(command).map_err(|f| Failure {
+            code: f.code,
+            error: f.error,
+        }),
+        Command::Jobmanager(args) => daemons::jobmanager(args),
+        Command::Taskmanager(args) => daemons::taskmanager(args),
+        Command::Local(args) => daemons::local(args),
+        Command::Cluster(command) => daemons::cluster(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -15,15 +15,24 @@
 //! - [`state`]: key groups and the keyed state backends (RocksDB, heap).
 //! - [`connectors`]: sources (file, generator) and sinks (file, stdout, blackhole).
 //! - [`taskmanager`]: runs one subtask of a task: the operator-chain driver,
-//!   partitioners and bounded channels.
-//! - [`local`]: the embedded local cluster behind `weir run`.
+//!   partitioners and bounded channels; and the TaskManager daemon.
+//! - [`local`]: the embedded local cluster behind `weir run`, and the
+//!   deployment of a job's subtasks that TaskManagers share with it.
+//! - [`net`]: QUIC with mutual TLS between daemons, and the data plane that
+//!   moves records between TaskManagers with credit-based flow control.
+//! - [`rpc`]: the control protocol between TaskManagers and the JobManager.
+//! - [`jobmanager`]: the JobManager daemon: registry, heartbeats, slots,
+//!   scheduling, job lifecycle, module store, REST API.
 //!
 //! `weir-host` knows nothing of the CLI; the guest never sees its types.
 
 pub mod connectors;
 pub mod job;
+pub mod jobmanager;
 pub mod local;
+pub mod net;
 pub mod record;
+pub mod rpc;
 pub mod state;
 pub mod taskmanager;
 pub mod wasm;

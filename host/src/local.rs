@@ -266,10 +266,10 @@ impl LocalCluster {
             .collect())
     }
 
-    fn load_modules(
-        &self,
-        graph: &JobGraph,
-    ) -> Result<HashMap<usize, (Arc<OperatorModule>, OperatorInfo)>, RunError> {
+    /// Loads (compiles, or takes from the cache) every operator module of
+    /// `graph`, which must name them by path, and checks each against its
+    /// place in the graph.
+    pub fn load_modules(&self, graph: &JobGraph) -> Result<LoadedModules, RunError> {
         let mut by_path: HashMap<PathBuf, (Arc<OperatorModule>, OperatorInfo)> = HashMap::new();
         let mut out = HashMap::new();
         for (i, v) in graph.vertices.iter().enumerate() {
@@ -278,10 +278,11 @@ impl LocalCluster {
             };
             let path = match &op.module {
                 ModuleRef::Path(p) => p.clone(),
-                ModuleRef::Named { name, version } => {
+                other @ (ModuleRef::Named { .. } | ModuleRef::Hash(_)) => {
                     return Err(RunError::Plan(format!(
-                        "operator `{}`: module `{name}@{version}` is a cluster module name; \
-                         `weir run` needs a path to a .wasm file",
+                        "operator `{}`: module `{other}` is a cluster module; \
+                         `weir run` needs a path to a .wasm file (or submit the job to a \
+                         cluster with `weir submit`)",
                         v.id.0
                     )));
                 }
@@ -317,7 +318,46 @@ impl LocalCluster {
     /// Starts `graph`. Blocking: compiles (or loads from cache) and
     /// instantiates every operator before returning.
     pub fn submit(&self, graph: &JobGraph) -> Result<JobHandle, RunError> {
+        static JOB_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let work_dir = self.work_dir.join(format!(
+            "{}-{}-{}",
+            sanitize(&graph.name),
+            std::process::id(),
+            JOB_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
         let modules = self.load_modules(graph)?;
+        let deployed = self.deploy(graph, &modules, work_dir, &AllLocal)?;
+        Ok(JobHandle {
+            name: graph.name.clone(),
+            started: deployed.started,
+            metrics: deployed.metrics,
+            stop: deployed.stop,
+            abort: deployed.abort,
+            tasks: deployed
+                .subtasks
+                .into_iter()
+                .map(|s| (s.name, s.join))
+                .collect(),
+            vertices: graph
+                .vertices
+                .iter()
+                .map(|v| (v.id.0.clone(), v.kind.role(), v.parallelism))
+                .collect(),
+            task_count: deployed.tasks.len(),
+            work_dir: deployed.work_dir,
+        })
+    }
+
+    /// Builds and starts the subtasks of `graph` that `exchange` says run
+    /// here; outputs to subtasks elsewhere go through `exchange`. Blocking:
+    /// instantiates every operator before returning.
+    pub fn deploy(
+        &self,
+        graph: &JobGraph,
+        modules: &LoadedModules,
+        work_dir: PathBuf,
+        exchange: &dyn Exchange,
+    ) -> Result<Deployed, RunError> {
         let settings = &graph.settings;
         let max_parallelism = u16::try_from(settings.max_parallelism).map_err(|_| {
             RunError::Plan(format!(
@@ -330,21 +370,15 @@ impl LocalCluster {
         let edges = task_edges(graph, &tasks);
         let capacity = settings.channel_capacity.max(1) as usize;
         let batch_size = settings.batch_size.max(1) as usize;
-
-        static JOB_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let work_dir = self.work_dir.join(format!(
-            "{}-{}-{}",
-            sanitize(&graph.name),
-            std::process::id(),
-            JOB_SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
         std::fs::create_dir_all(&work_dir).map_err(|source| RunError::Io {
             path: work_dir.clone(),
             source,
         })?;
 
-        // One channel per subtask of every task with inputs.
-        let mut senders: Vec<Vec<mpsc::Sender<Message>>> = Vec::new();
+        // One channel per subtask of every task with inputs; a subtask that
+        // runs elsewhere is reached through the exchange.
+        let mut senders: Vec<Vec<Option<mpsc::Sender<Message>>>> = Vec::new();
+        let mut remote: HashMap<(usize, u32), mpsc::Sender<Message>> = HashMap::new();
         let mut receivers: Vec<Vec<Option<mpsc::Receiver<Message>>>> = Vec::new();
         let mut channel_counts = vec![0u32; tasks.len()];
         let mut channel_base = vec![0u32; edges.len()];
@@ -358,22 +392,41 @@ impl LocalCluster {
         for (t, task) in tasks.iter().enumerate() {
             let (mut txs, mut rxs) = (Vec::new(), Vec::new());
             if channel_counts[t] > 0 {
-                for _ in 0..task.parallelism {
-                    let (tx, rx) = mpsc::channel(capacity);
-                    txs.push(tx);
-                    rxs.push(Some(rx));
+                for s in 0..task.parallelism {
+                    if exchange.is_local(t, s) {
+                        let (tx, rx) = mpsc::channel(capacity);
+                        exchange.register_input(t, s, tx.clone());
+                        txs.push(Some(tx));
+                        rxs.push(Some(rx));
+                    } else {
+                        // Created on first use: only if a local subtask sends to it.
+                        txs.push(None);
+                        rxs.push(None);
+                    }
                 }
             }
             senders.push(txs);
             receivers.push(rxs);
         }
 
+        let abort = Abort::new();
+        let sender = |remote: &mut HashMap<(usize, u32), mpsc::Sender<Message>>,
+                      t: usize,
+                      s: u32|
+         -> mpsc::Sender<Message> {
+            match &senders[t][s as usize] {
+                Some(tx) => tx.clone(),
+                None => remote
+                    .entry((t, s))
+                    .or_insert_with(|| exchange.remote_sender(t, s, &abort))
+                    .clone(),
+            }
+        };
         let metrics = Arc::new(JobMetrics::new(graph.vertices.len()));
         let stop = Arc::new(AtomicBool::new(false));
-        let abort = Abort::new();
         let mut subtasks = Vec::new();
         for (t, task) in tasks.iter().enumerate() {
-            for s in 0..task.parallelism {
+            for s in (0..task.parallelism).filter(|s| exchange.is_local(t, *s)) {
                 let name = format!("{} ({}/{})", task.id.as_str(), s + 1, task.parallelism);
                 let mut build = || -> Result<Subtask, RunError> {
                     let head_vertex = task.vertices[0];
@@ -460,7 +513,7 @@ impl LocalCluster {
                             Partitioner::Forward => (
                                 Partitioning::Forward,
                                 vec![ChannelSender {
-                                    tx: senders[edge.to_task][s as usize].clone(),
+                                    tx: sender(&mut remote, edge.to_task, s),
                                     channel: channel_base[e],
                                 }],
                             ),
@@ -481,7 +534,7 @@ impl LocalCluster {
                                 };
                                 let targets = (0..down.parallelism)
                                     .map(|d| ChannelSender {
-                                        tx: senders[edge.to_task][d as usize].clone(),
+                                        tx: sender(&mut remote, edge.to_task, d),
                                         channel: channel_base[e] + s,
                                     })
                                     .collect();
@@ -498,6 +551,7 @@ impl LocalCluster {
                     }
                     Ok(Subtask {
                         name: name.clone(),
+                        head_vertex: task.head(),
                         head,
                         operators,
                         sink,
@@ -510,7 +564,7 @@ impl LocalCluster {
                     })
                 };
                 match build() {
-                    Ok(st) => subtasks.push((name, st)),
+                    Ok(st) => subtasks.push((t, s, name, st)),
                     Err(e) => {
                         let _ = std::fs::remove_dir_all(&work_dir);
                         return Err(e);
@@ -520,28 +574,91 @@ impl LocalCluster {
         }
         // Only subtasks hold senders now: a channel closes when its producers end.
         drop(senders);
+        drop(remote);
 
         let started = Instant::now();
-        let handles = subtasks
+        let subtasks = subtasks
             .into_iter()
-            .map(|(name, st)| (name, self.handle.spawn_blocking(move || st.run())))
+            .map(|(task, subtask, name, st)| DeployedSubtask {
+                task,
+                subtask,
+                name,
+                join: self.handle.spawn_blocking(move || st.run()),
+            })
             .collect();
-        Ok(JobHandle {
-            name: graph.name.clone(),
+        Ok(Deployed {
             started,
             metrics,
             stop,
             abort,
-            tasks: handles,
-            vertices: graph
-                .vertices
-                .iter()
-                .map(|v| (v.id.0.clone(), v.kind.role(), v.parallelism))
-                .collect(),
-            task_count: tasks.len(),
+            subtasks,
+            tasks,
             work_dir,
         })
     }
+}
+
+/// Compiled modules of a job's operators with what they declared, by vertex index.
+pub type LoadedModules = HashMap<usize, (Arc<OperatorModule>, OperatorInfo)>;
+
+/// Where a job's subtasks run, for [`LocalCluster::deploy`]: the embedded
+/// cluster runs all of them; a TaskManager runs those placed on it and
+/// reaches the others over the network.
+pub trait Exchange {
+    /// Whether subtask `subtask` of task `task` (an index into
+    /// [`chain`]'s result) runs here.
+    fn is_local(&self, task: usize, subtask: u32) -> bool;
+    /// A sender into the input gate of a subtask that runs elsewhere.
+    /// `abort` is the job's: the channel triggers it when it fails.
+    fn remote_sender(&self, task: usize, subtask: u32, abort: &Abort) -> mpsc::Sender<Message>;
+    /// Announces the input gate of a local subtask, for producers elsewhere.
+    fn register_input(&self, task: usize, subtask: u32, tx: mpsc::Sender<Message>);
+}
+
+/// Every subtask runs in this process.
+#[derive(Debug, Clone, Copy)]
+pub struct AllLocal;
+
+impl Exchange for AllLocal {
+    fn is_local(&self, _: usize, _: u32) -> bool {
+        true
+    }
+    fn remote_sender(&self, task: usize, subtask: u32, _: &Abort) -> mpsc::Sender<Message> {
+        unreachable!("AllLocal has no remote subtask ({task}, {subtask})")
+    }
+    fn register_input(&self, _: usize, _: u32, _: mpsc::Sender<Message>) {}
+}
+
+/// One started subtask.
+#[derive(Debug)]
+pub struct DeployedSubtask {
+    /// Task index (into [`Deployed::tasks`]).
+    pub task: usize,
+    /// Subtask index.
+    pub subtask: u32,
+    /// e.g. `tokenize+count (2/4)`.
+    pub name: String,
+    /// Its thread; the result is its outcome.
+    pub join: tokio::task::JoinHandle<Result<(), TaskError>>,
+}
+
+/// What [`LocalCluster::deploy`] started.
+#[derive(Debug)]
+pub struct Deployed {
+    /// When the subtasks were started.
+    pub started: Instant,
+    /// Live metrics of the local subtasks.
+    pub metrics: Arc<JobMetrics>,
+    /// Stops the sources gracefully.
+    pub stop: Arc<AtomicBool>,
+    /// Aborts every local subtask.
+    pub abort: Abort,
+    /// The local subtasks.
+    pub subtasks: Vec<DeployedSubtask>,
+    /// The job's tasks after chaining.
+    pub tasks: Vec<crate::job::TaskSpec>,
+    /// The job's state directory (the caller removes it when the job ends).
+    pub work_dir: PathBuf,
 }
 
 fn descriptors(info: &OperatorInfo) -> Vec<StateDescriptor> {

@@ -11,6 +11,7 @@
 mod backpressure;
 mod bad_input;
 mod cache;
+mod cluster;
 mod ctrl_c;
 mod fraud;
 mod sandbox;

@@ -11,7 +11,7 @@ use crate::util::{describe, kjv, read_sink, run_weir, toml_path};
 
 /// The count a correct job must produce: split each line on every char that
 /// is not alphanumeric, lowercase each word.
-fn expected_counts(text: &str) -> HashMap<String, u64> {
+pub(crate) fn expected_counts(text: &str) -> HashMap<String, u64> {
     let mut counts = HashMap::new();
     for line in text.lines() {
         for word in line

@@ -600,6 +600,7 @@ fn id_chain(g: Generated) -> anyhow::Result<CaseResult> {
     let records = Arc::new(Mutex::new(0));
     let subtask = Subtask {
         name: "generator+identity+sink (1/1)".into(),
+        head_vertex: 0,
         head: Head::Source {
             vertex: 0,
             id: "generator".into(),

@@ -23,8 +23,9 @@ use super::spec::{
     SinkType, SourceTable, SourceType,
 };
 use super::{
-    DEFAULT_BATCH_SIZE, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_CHANNEL_CAPACITY, DEFAULT_MAX_OUTPUT_MB,
-    DEFAULT_MAX_PARALLELISM, DEFAULT_MEMORY_MB, DEFAULT_PARALLELISM, MAX_BATCH_SIZE, MAX_ID_LEN,
+    DEFAULT_BATCH_SIZE, DEFAULT_BUFFER_TIMEOUT_MS, DEFAULT_CALL_TIMEOUT_MS,
+    DEFAULT_CHANNEL_CAPACITY, DEFAULT_MAX_OUTPUT_MB, DEFAULT_MAX_PARALLELISM, DEFAULT_MEMORY_MB,
+    DEFAULT_PARALLELISM, DEFAULT_SLOT_SHARING_GROUP, MAX_BATCH_SIZE, MAX_ID_LEN,
     MAX_MAX_PARALLELISM, MAX_MEMORY_MB, MAX_RECORD_BYTES,
 };
 use super::{JobError, JobSpec, Problem};
@@ -208,6 +209,7 @@ impl Builder {
             state_backend: job.state_backend.unwrap_or(StateBackendKind::RocksDb),
             batch_size,
             channel_capacity,
+            buffer_timeout_ms: job.buffer_timeout_ms.unwrap_or(DEFAULT_BUFFER_TIMEOUT_MS),
             limits,
         }
     }
@@ -254,6 +256,19 @@ impl Builder {
             self.problem(format!("{label}.id"), message);
         }
         VertexId(id.to_owned())
+    }
+
+    /// `slot_sharing_group`, default `"default"`.
+    fn group(&mut self, label: &str, group: &Option<String>) -> String {
+        match group {
+            None => DEFAULT_SLOT_SHARING_GROUP.to_owned(),
+            Some(g) => {
+                if let Err(message) = check_id(g) {
+                    self.problem(format!("{label}.slot_sharing_group"), message);
+                }
+                g.clone()
+            }
+        }
     }
 
     fn resolve(&self, path: &Path) -> PathBuf {
@@ -400,6 +415,7 @@ impl Builder {
         Vertex {
             id,
             parallelism,
+            slot_sharing_group: self.group(label, &t.slot_sharing_group),
             kind: VertexKind::Source(spec),
         }
     }
@@ -427,6 +443,7 @@ impl Builder {
         Vertex {
             id,
             parallelism,
+            slot_sharing_group: self.group(label, &t.slot_sharing_group),
             kind: VertexKind::Operator(OperatorSpec {
                 module,
                 config: flatten_config(&t.config),
@@ -487,6 +504,7 @@ impl Builder {
         Vertex {
             id,
             parallelism,
+            slot_sharing_group: self.group(label, &t.slot_sharing_group),
             kind: VertexKind::Sink(spec),
         }
     }
@@ -810,10 +828,22 @@ fn check_id(id: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `path/to/x.wasm` or `name@version`.
+/// `path/to/x.wasm`, `name@version` or `sha256:<64 hex>`.
 fn parse_module(module: &str) -> Result<ModuleRef, String> {
     if module.ends_with(".wasm") {
         return Ok(ModuleRef::Path(PathBuf::from(module)));
+    }
+    if let Some(hex) = module.strip_prefix("sha256:") {
+        if hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Ok(ModuleRef::Hash(module.to_owned()));
+        }
+        return Err(format!(
+            "found {module:?}, expected sha256: followed by 64 lowercase hex digits"
+        ));
     }
     if let Some((name, version)) = module.split_once('@') {
         let version_ok = !version.is_empty()
@@ -828,7 +858,7 @@ fn parse_module(module: &str) -> Result<ModuleRef, String> {
         }
     }
     Err(format!(
-        "found {module:?}, expected a path ending in .wasm or an uploaded module as \"name@version\""
+        "found {module:?}, expected a path ending in .wasm, an uploaded module as \"name@version\", or \"sha256:<hex>\""
     ))
 }
 

@@ -88,6 +88,8 @@ pub fn is_chained(graph: &JobGraph, edge: &JobEdge) -> bool {
     edge.partitioner == Partitioner::Forward
         && edge.from_tag.is_none()
         && graph.vertices[edge.from].parallelism == graph.vertices[edge.to].parallelism
+        && graph.vertices[edge.from].slot_sharing_group
+            == graph.vertices[edge.to].slot_sharing_group
         && graph.outputs(edge.from).count() == 1
         && graph.inputs(edge.to).count() == 1
 }

@@ -77,6 +77,9 @@ pub struct JobSettings {
     pub batch_size: u32,
     /// `job.channel_capacity`: batches buffered per channel.
     pub channel_capacity: u32,
+    /// `job.buffer_timeout_ms`: how long a partly filled network buffer may
+    /// wait before it is sent to another TaskManager (0 = after every batch).
+    pub buffer_timeout_ms: u64,
     /// `[job.limits]`: the sandbox of every operator instance.
     pub limits: OperatorLimits,
 }
@@ -110,6 +113,9 @@ pub struct Vertex {
     pub id: VertexId,
     /// Number of parallel subtasks (the vertex's own value, else `job.parallelism`).
     pub parallelism: u32,
+    /// `slot_sharing_group` (default `"default"`): subtask i of every task in
+    /// one group shares slot i; vertices of different groups never chain.
+    pub slot_sharing_group: String,
     /// What the vertex is.
     pub kind: VertexKind,
 }
@@ -231,6 +237,8 @@ pub enum ModuleRef {
         /// Its version.
         version: String,
     },
+    /// `sha256:<64 hex>`: a module in the cluster's store, by content.
+    Hash(String),
 }
 
 impl fmt::Display for ModuleRef {
@@ -238,6 +246,7 @@ impl fmt::Display for ModuleRef {
         match self {
             ModuleRef::Path(path) => write!(f, "{}", path.display()),
             ModuleRef::Named { name, version } => write!(f, "{name}@{version}"),
+            ModuleRef::Hash(hash) => f.write_str(hash),
         }
     }
 }

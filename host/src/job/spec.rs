@@ -147,6 +147,7 @@ pub(super) struct JobTable {
     pub state_backend: Option<StateBackendKind>,
     pub batch_size: Option<u32>,
     pub channel_capacity: Option<u32>,
+    pub buffer_timeout_ms: Option<u64>,
     pub limits: Option<LimitsTable>,
 }
 
@@ -168,6 +169,7 @@ pub(super) struct SourceTable {
     #[serde(rename = "type")]
     pub source_type: SourceType,
     pub parallelism: Option<u32>,
+    pub slot_sharing_group: Option<String>,
     // file
     pub path: Option<PathBuf>,
     pub format: Option<SourceFormat>,
@@ -208,6 +210,7 @@ pub(super) struct OperatorTable {
     pub config: toml::Table,
     pub key_by: Option<String>,
     pub parallelism: Option<u32>,
+    pub slot_sharing_group: Option<String>,
 }
 
 /// `[[sink]]`.
@@ -220,6 +223,7 @@ pub(super) struct SinkTable {
     pub path: Option<PathBuf>,
     pub format: Option<SinkFormat>,
     pub parallelism: Option<u32>,
+    pub slot_sharing_group: Option<String>,
     /// Blackhole only: consume at most this many records per second.
     pub rate: Option<u64>,
 }

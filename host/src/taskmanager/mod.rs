@@ -25,9 +25,13 @@
 //! - A failure anywhere aborts the job: every blocked send or receive wakes
 //!   up through the abort signal, so no subtask is left hanging.
 //!
-//! This module must not parse job specs or load modules (that is
+//! [`daemon`] is the `weir taskmanager` process around them: registration,
+//! heartbeats, module fetch, deployment and state reports.
+//!
+//! The driver must not parse job specs or load modules (that is
 //! [`crate::local`]'s job).
 
+pub mod daemon;
 mod partition;
 
 pub use partition::{KeyExtractor, Partitioning};
@@ -104,6 +108,12 @@ pub struct VertexMetrics {
     pub records_in: AtomicU64,
     /// Records emitted on every output (sinks: 0).
     pub records_out: AtomicU64,
+    /// Head vertices of a task only: nanoseconds its subtasks spent waiting
+    /// for input (idle), summed over subtasks.
+    pub idle_ns: AtomicU64,
+    /// Head vertices of a task only: nanoseconds its subtasks spent waiting
+    /// for room in a full output channel (backpressured), summed over subtasks.
+    pub backpressured_ns: AtomicU64,
 }
 
 /// Live metrics of a running job.
@@ -248,6 +258,9 @@ pub struct TailSink {
 pub struct Subtask {
     /// Name for logs, e.g. `tokenize+count (2/4)`.
     pub name: String,
+    /// The task's first vertex: its metrics carry the task's idle and
+    /// backpressured time.
+    pub head_vertex: usize,
     /// Where records come from.
     pub head: Head,
     /// Chained operators, in order.
@@ -502,14 +515,31 @@ impl Subtask {
     }
 
     fn send(&self, target: &ChannelSender, msg: Message) -> Result<(), TaskError> {
-        let mut abort = self.abort.rx.clone();
-        let sent = self.handle.block_on(async {
-            tokio::select! {
-                biased;
-                _ = abort.wait_for(|a| *a) => Err(TaskError::Aborted),
-                r = target.tx.send(msg) => r.map_err(|_| TaskError::Aborted),
+        let msg = match target.tx.try_send(msg) {
+            Ok(()) => None,
+            Err(mpsc::error::TrySendError::Full(msg)) => Some(msg),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(TaskError::Aborted),
+        };
+        let sent = match msg {
+            None => Ok(()),
+            Some(msg) => {
+                // The channel is full: wait for room, and count the wait as
+                // backpressure.
+                let waited = Instant::now();
+                let mut abort = self.abort.rx.clone();
+                let sent = self.handle.block_on(async {
+                    tokio::select! {
+                        biased;
+                        _ = abort.wait_for(|a| *a) => Err(TaskError::Aborted),
+                        r = target.tx.send(msg) => r.map_err(|_| TaskError::Aborted),
+                    }
+                });
+                self.metrics.vertices[self.head_vertex]
+                    .backpressured_ns
+                    .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                sent
             }
-        });
+        };
         let queued = (target.tx.max_capacity() - target.tx.capacity()) as u64;
         self.metrics
             .max_queued_batches
@@ -518,14 +548,28 @@ impl Subtask {
     }
 
     fn recv(&self, rx: &mut mpsc::Receiver<Message>) -> Result<Message, TaskError> {
+        if self.abort.is_set() {
+            return Err(TaskError::Aborted);
+        }
+        match rx.try_recv() {
+            Ok(m) => return Ok(m),
+            Err(mpsc::error::TryRecvError::Disconnected) => return Err(TaskError::Aborted),
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
+        // Nothing queued: wait, and count the wait as idle time.
+        let waited = Instant::now();
         let mut abort = self.abort.rx.clone();
-        self.handle.block_on(async {
+        let got = self.handle.block_on(async {
             tokio::select! {
                 biased;
                 _ = abort.wait_for(|a| *a) => Err(TaskError::Aborted),
                 m = rx.recv() => m.ok_or(TaskError::Aborted),
             }
-        })
+        });
+        self.metrics.vertices[self.head_vertex]
+            .idle_ns
+            .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        got
     }
 }
 

@@ -1,0 +1,423 @@
+//! The binary encoding of a [`Message`] on a data channel (pure: no I/O).
+//!
+//! Every message starts with a tag byte; all integers are little-endian.
+//!
+//! | tag | message | body |
+//! |---|---|---|
+//! | 0 | `Records` | `n: u32`, `data_len: u32`, `n × i64` timestamps, `n × i32` key lengths, `n × u32` value lengths, `data_len` bytes |
+//! | 1 | `Watermark` | `channel: u32`, `watermark: i64` |
+//! | 2 | `End` | `channel: u32` |
+//! | 3 | reserved for the checkpoint `Barrier` | |
+//!
+//! The batch travels in its own columnar layout, so encoding is a few bulk
+//! copies. Messages form one continuous byte stream per channel, which the
+//! channel cuts into network buffers without regard for message boundaries
+//! ([`Encoder`] yields it piece by piece, so a large batch never needs a
+//! second, serialized copy in memory); the [`Decoder`] reassembles messages
+//! across buffers.
+//!
+//! Decoding validates every length (a batch must pass [`Batch::validate`])
+//! and returns a [`DecodeError`] on corrupt input; it never panics.
+
+use crate::record::Batch;
+use crate::taskmanager::Message;
+
+const TAG_RECORDS: u8 = 0;
+const TAG_WATERMARK: u8 = 1;
+const TAG_END: u8 = 2;
+
+/// Largest encoded message accepted: a batch is `batch_size` records and an
+/// operator's output per call is capped (`max_output_mb`, 16 MiB by
+/// default), so anything near this is corruption, not data. It bounds what
+/// a corrupt length could make the decoder buffer.
+pub const MAX_MESSAGE_BYTES: u64 = 1 << 30;
+
+/// Column entries converted per piece by the [`Encoder`] (`× 8` bytes of
+/// scratch at most).
+const COLUMN_CHUNK: usize = 1024;
+
+/// Corrupt input on a data channel.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("corrupt message: {0}")]
+pub struct DecodeError(pub String);
+
+/// Encodes one message into `out` (whole; tests and small messages).
+pub fn encode(msg: &Message, out: &mut Vec<u8>) {
+    let mut encoder = Encoder::new(msg);
+    let mut scratch = Vec::new();
+    while let Some(piece) = encoder.next_piece(&mut scratch) {
+        out.extend_from_slice(piece);
+    }
+}
+
+/// Encoded size of `msg` in bytes.
+pub fn encoded_len(msg: &Message) -> usize {
+    match msg {
+        Message::Records(b) => 9 + b.len() * 16 + b.data.len(),
+        Message::Watermark { .. } => 13,
+        Message::End { .. } => 5,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Head,
+    Timestamps(usize),
+    KeyLens(usize),
+    ValueLens(usize),
+    Data,
+    Done,
+}
+
+/// Yields a message's encoding as a sequence of byte slices, each either
+/// borrowed from the batch or converted into a bounded scratch buffer.
+#[derive(Debug)]
+pub struct Encoder<'m> {
+    msg: &'m Message,
+    step: Step,
+}
+
+impl<'m> Encoder<'m> {
+    /// Starts encoding `msg`.
+    pub fn new(msg: &'m Message) -> Encoder<'m> {
+        Encoder {
+            msg,
+            step: Step::Head,
+        }
+    }
+
+    /// The next piece, or `None` when the message is complete.
+    pub fn next_piece<'a>(&mut self, scratch: &'a mut Vec<u8>) -> Option<&'a [u8]>
+    where
+        'm: 'a,
+    {
+        scratch.clear();
+        loop {
+            match (self.step, self.msg) {
+                (Step::Head, msg) => {
+                    match msg {
+                        Message::Records(b) => {
+                            scratch.push(TAG_RECORDS);
+                            scratch.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                            scratch.extend_from_slice(&(b.data.len() as u32).to_le_bytes());
+                            self.step = Step::Timestamps(0);
+                        }
+                        Message::Watermark { channel, watermark } => {
+                            scratch.push(TAG_WATERMARK);
+                            scratch.extend_from_slice(&channel.to_le_bytes());
+                            scratch.extend_from_slice(&watermark.to_le_bytes());
+                            self.step = Step::Done;
+                        }
+                        Message::End { channel } => {
+                            scratch.push(TAG_END);
+                            scratch.extend_from_slice(&channel.to_le_bytes());
+                            self.step = Step::Done;
+                        }
+                    }
+                    return Some(scratch);
+                }
+                (Step::Timestamps(i), Message::Records(b)) => {
+                    let Some(chunk) = next_chunk(&b.timestamps, i) else {
+                        self.step = Step::KeyLens(0);
+                        continue;
+                    };
+                    chunk
+                        .iter()
+                        .for_each(|v| scratch.extend_from_slice(&v.to_le_bytes()));
+                    self.step = Step::Timestamps(i + chunk.len());
+                    return Some(scratch);
+                }
+                (Step::KeyLens(i), Message::Records(b)) => {
+                    let Some(chunk) = next_chunk(&b.key_lens, i) else {
+                        self.step = Step::ValueLens(0);
+                        continue;
+                    };
+                    chunk
+                        .iter()
+                        .for_each(|v| scratch.extend_from_slice(&v.to_le_bytes()));
+                    self.step = Step::KeyLens(i + chunk.len());
+                    return Some(scratch);
+                }
+                (Step::ValueLens(i), Message::Records(b)) => {
+                    let Some(chunk) = next_chunk(&b.value_lens, i) else {
+                        self.step = Step::Data;
+                        continue;
+                    };
+                    chunk
+                        .iter()
+                        .for_each(|v| scratch.extend_from_slice(&v.to_le_bytes()));
+                    self.step = Step::ValueLens(i + chunk.len());
+                    return Some(scratch);
+                }
+                (Step::Data, Message::Records(b)) => {
+                    self.step = Step::Done;
+                    if b.data.is_empty() {
+                        continue;
+                    }
+                    return Some(&b.data);
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+fn next_chunk<T>(column: &[T], from: usize) -> Option<&[T]> {
+    let rest = column.get(from..)?;
+    (!rest.is_empty()).then(|| &rest[..rest.len().min(COLUMN_CHUNK)])
+}
+
+/// Reassembles messages from a channel's byte stream, whatever the cuts.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    /// The start of a message whose end has not arrived yet.
+    pending: Vec<u8>,
+}
+
+impl Decoder {
+    /// A decoder at a message boundary.
+    pub fn new() -> Decoder {
+        Decoder::default()
+    }
+
+    /// True at a message boundary (no partial message held).
+    pub fn is_idle(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Bytes of a partial message held.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Consumes `input`, appending every message it completes to `out`.
+    pub fn feed(&mut self, mut input: &[u8], out: &mut Vec<Message>) -> Result<(), DecodeError> {
+        // Finish the message started in earlier input.
+        while !self.pending.is_empty() && !input.is_empty() {
+            let want = match message_len(&self.pending)? {
+                Some(total) => total - self.pending.len(),
+                // Header incomplete: move just enough to complete it.
+                None => head_len(self.pending[0])? - self.pending.len(),
+            };
+            let n = want.min(input.len());
+            self.pending.extend_from_slice(&input[..n]);
+            input = &input[n..];
+            if let Some(total) = message_len(&self.pending)?
+                && total == self.pending.len()
+            {
+                out.push(decode_exact(&self.pending)?);
+                self.pending.clear();
+            }
+        }
+        // Whole messages straight from the input; keep the tail.
+        while !input.is_empty() {
+            match message_len(input)? {
+                Some(total) if total <= input.len() => {
+                    out.push(decode_exact(&input[..total])?);
+                    input = &input[total..];
+                }
+                _ => {
+                    self.pending.extend_from_slice(input);
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Length of the fixed header of a message with `tag`.
+fn head_len(tag: u8) -> Result<usize, DecodeError> {
+    match tag {
+        TAG_RECORDS => Ok(9),
+        TAG_WATERMARK => Ok(13),
+        TAG_END => Ok(5),
+        t => Err(DecodeError(format!("unknown message tag {t}"))),
+    }
+}
+
+/// The total encoded length of the message `bytes` starts with, once its
+/// header is complete.
+fn message_len(bytes: &[u8]) -> Result<Option<usize>, DecodeError> {
+    let Some(&tag) = bytes.first() else {
+        return Ok(None);
+    };
+    let head = head_len(tag)?;
+    if bytes.len() < head {
+        return Ok(None);
+    }
+    if tag != TAG_RECORDS {
+        return Ok(Some(head));
+    }
+    let n = u64::from(u32_at(bytes, 1));
+    let data_len = u64::from(u32_at(bytes, 5));
+    let total = 9 + n * 16 + data_len;
+    if total > MAX_MESSAGE_BYTES {
+        return Err(DecodeError(format!(
+            "batch of {n} records and {data_len} data bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit"
+        )));
+    }
+    Ok(Some(total as usize))
+}
+
+/// Decodes one message from exactly its encoding (as sized by `message_len`).
+fn decode_exact(bytes: &[u8]) -> Result<Message, DecodeError> {
+    match bytes[0] {
+        TAG_WATERMARK => Ok(Message::Watermark {
+            channel: u32_at(bytes, 1),
+            watermark: i64::from_le_bytes(bytes[5..13].try_into().expect("8 bytes")),
+        }),
+        TAG_END => Ok(Message::End {
+            channel: u32_at(bytes, 1),
+        }),
+        _ => {
+            let n = u32_at(bytes, 1) as usize;
+            let (ts, rest) = bytes[9..].split_at(n * 8);
+            let (kl, rest) = rest.split_at(n * 4);
+            let (vl, data) = rest.split_at(n * 4);
+            let batch = Batch {
+                timestamps: ts
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+                    .collect(),
+                key_lens: kl
+                    .chunks_exact(4)
+                    .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")))
+                    .collect(),
+                value_lens: vl
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                    .collect(),
+                data: data.to_vec(),
+            };
+            batch.validate().map_err(DecodeError)?;
+            Ok(Message::Records(batch))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Message> {
+        let mut big = Batch::new();
+        for i in 0..3000 {
+            let key = format!("k{i}");
+            big.push(
+                (i % 3 != 0).then_some(key.as_bytes()),
+                &vec![i as u8; i % 17],
+                i as i64 - 5,
+            );
+        }
+        let mut small = Batch::new();
+        small.push(Some(b"key"), b"value", 7);
+        vec![
+            Message::Records(small),
+            Message::Watermark {
+                channel: 3,
+                watermark: i64::MIN,
+            },
+            Message::Records(Batch::new()),
+            Message::Records(big),
+            Message::End { channel: 9 },
+        ]
+    }
+
+    fn same(a: &Message, b: &Message) -> bool {
+        match (a, b) {
+            (Message::Records(x), Message::Records(y)) => x == y,
+            (
+                Message::Watermark {
+                    channel: c1,
+                    watermark: w1,
+                },
+                Message::Watermark {
+                    channel: c2,
+                    watermark: w2,
+                },
+            ) => c1 == c2 && w1 == w2,
+            (Message::End { channel: c1 }, Message::End { channel: c2 }) => c1 == c2,
+            _ => false,
+        }
+    }
+
+    #[test]
+    fn round_trips_whatever_the_cuts() {
+        let msgs = sample();
+        let mut bytes = Vec::new();
+        for m in &msgs {
+            let before = bytes.len();
+            encode(m, &mut bytes);
+            assert_eq!(bytes.len() - before, encoded_len(m));
+        }
+        for cut in [1, 2, 5, 13, 100, 4096, bytes.len()] {
+            let mut decoder = Decoder::new();
+            let mut out = Vec::new();
+            for piece in bytes.chunks(cut) {
+                decoder.feed(piece, &mut out).unwrap();
+            }
+            assert!(decoder.is_idle(), "cut {cut}");
+            assert_eq!(out.len(), msgs.len(), "cut {cut}");
+            for (a, b) in msgs.iter().zip(&out) {
+                assert!(same(a, b), "cut {cut}: {a:?} != {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn encoder_pieces_are_bounded() {
+        let msgs = sample();
+        let Message::Records(big) = &msgs[3] else {
+            unreachable!()
+        };
+        let mut enc = Encoder::new(&msgs[3]);
+        let mut scratch = Vec::new();
+        while let Some(piece) = enc.next_piece(&mut scratch) {
+            assert!(piece.len() <= (COLUMN_CHUNK * 8).max(big.data.len()));
+        }
+        assert!(scratch.capacity() <= COLUMN_CHUNK * 8 * 2);
+    }
+
+    #[test]
+    fn corrupt_input_is_an_error_not_a_panic() {
+        let decode = |bytes: &[u8]| {
+            let mut out = Vec::new();
+            Decoder::new().feed(bytes, &mut out).map(|_| out.len())
+        };
+        // Unknown tag (3 is the future barrier).
+        assert!(decode(&[3]).unwrap_err().0.contains("tag 3"));
+        assert!(decode(&[0xff, 1, 2]).is_err());
+        // A batch whose lengths do not add up to its data.
+        let mut b = Batch::new();
+        b.push(Some(b"k"), b"value", 1);
+        let mut bytes = Vec::new();
+        encode(&Message::Records(b.clone()), &mut bytes);
+        let value_len_at = 9 + 8 + 4;
+        bytes[value_len_at] = 200;
+        assert!(decode(&bytes).unwrap_err().0.contains("record 0"));
+        // A key length below -1.
+        let mut bytes = Vec::new();
+        encode(&Message::Records(b), &mut bytes);
+        bytes[9 + 8..9 + 12].copy_from_slice(&(-7i32).to_le_bytes());
+        assert!(decode(&bytes).unwrap_err().0.contains("key length -7"));
+        // Absurd sizes are refused from the header alone.
+        let mut huge = vec![TAG_RECORDS];
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode(&huge).unwrap_err().0.contains("exceeds"));
+        // Truncated input is not an error by itself: the decoder waits.
+        let mut decoder = Decoder::new();
+        decoder.feed(&[TAG_END, 1], &mut Vec::new()).unwrap();
+        assert!(!decoder.is_idle());
+        // Garbage after a valid message.
+        let mut bytes = Vec::new();
+        encode(&Message::End { channel: 1 }, &mut bytes);
+        bytes.push(77);
+        assert!(decode(&bytes).is_err());
+    }
+}

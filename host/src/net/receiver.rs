@@ -1,0 +1,214 @@
+//! The receiving side: the accept loop, and one reader task per incoming
+//! data stream that decodes buffers into messages, delivers them into the
+//! registered subtask input, and returns a credit per buffer consumed.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::codec::Decoder;
+use super::{InputKey, Lookup, REGISTRATION_TIMEOUT, Shared, wire};
+
+/// How long a new stream may take to send its header: the writer sends it
+/// at once, so this only frees streams of a peer that hangs.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepts connections until the endpoint closes. Holds the data plane
+/// weakly, so that dropping the last handle closes the endpoint and ends it.
+pub(super) async fn accept_loop(endpoint: quinn::Endpoint, shared: Weak<Shared>) {
+    while let Some(incoming) = endpoint.accept().await {
+        if shared.strong_count() == 0 {
+            break;
+        }
+        tokio::spawn(serve_connection(incoming, shared.clone()));
+    }
+}
+
+async fn serve_connection(incoming: quinn::Incoming, shared: Weak<Shared>) {
+    let from = incoming.remote_address();
+    let conn = match incoming.await {
+        Ok(conn) => conn,
+        Err(e) => {
+            // Most often a peer without a certificate from the cluster CA.
+            tracing::warn!("refused a data connection from {from}: {e}");
+            return;
+        }
+    };
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        tokio::spawn(serve_stream(shared, from, send, recv));
+    }
+}
+
+/// Why a stream was given up: the code to reset it with, and a message.
+struct Refusal(u32, String);
+
+async fn serve_stream(
+    shared: Arc<Shared>,
+    from: SocketAddr,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+) {
+    if let Err(Refusal(code, message)) = serve(&shared, &mut send, &mut recv).await {
+        tracing::warn!("data stream from {from}: {message}");
+        let _ = send.reset(code.into());
+        let _ = recv.stop(code.into());
+    }
+}
+
+async fn serve(
+    shared: &Shared,
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+) -> Result<(), Refusal> {
+    let key = tokio::time::timeout(HEADER_TIMEOUT, read_header(recv))
+        .await
+        .map_err(|_| Refusal(wire::code::CORRUPT, "no header".into()))??;
+    let (lookup, mut alive) = shared.lookup(&key);
+    let unregistered = || {
+        Refusal(
+            wire::code::JOB_UNREGISTERED,
+            format!("{key}: the job was unregistered"),
+        )
+    };
+    let tx = match lookup {
+        Lookup::Ready(tx) => tx,
+        Lookup::Wait(wait) => match tokio::time::timeout(REGISTRATION_TIMEOUT, wait).await {
+            Ok(Ok(tx)) => tx,
+            Ok(Err(_)) => return Err(unregistered()),
+            Err(_) => {
+                shared.forget_waiter(&key);
+                return Err(Refusal(
+                    wire::code::UNKNOWN_INPUT,
+                    format!(
+                        "{key} was not registered within {} s",
+                        REGISTRATION_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+        },
+    };
+    let buffer_size = shared.config.buffer_size.max(1);
+    let credits = shared.config.credits_per_channel.max(1);
+    let mut grant = [0u8; 8];
+    grant[..4].copy_from_slice(&(buffer_size as u32).to_le_bytes());
+    grant[4..].copy_from_slice(&credits.to_le_bytes());
+    tokio::select! {
+        _ = alive.changed() => return Err(unregistered()),
+        r = send.write_all(&grant) => r.map_err(|e| lost(&key, e))?,
+    }
+    let mut decoder = Decoder::new();
+    let mut frame = Vec::with_capacity(buffer_size);
+    let mut messages = Vec::new();
+    let one_credit = 1u32.to_le_bytes();
+    loop {
+        let more = tokio::select! {
+            _ = alive.changed() => return Err(unregistered()),
+            r = read_frame(recv, &mut frame, buffer_size, &key) => r?,
+        };
+        if !more {
+            break;
+        }
+        shared.received.fetch_add(
+            (frame.len() + 4) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        decoder
+            .feed(&frame, &mut messages)
+            .map_err(|e| Refusal(wire::code::CORRUPT, format!("{key}: {e}")))?;
+        for msg in messages.drain(..) {
+            tokio::select! {
+                _ = alive.changed() => return Err(unregistered()),
+                r = tx.send(msg) => r.map_err(|_| input_closed(&key))?,
+            }
+        }
+        tokio::select! {
+            _ = alive.changed() => return Err(unregistered()),
+            r = send.write_all(&one_credit) => r.map_err(|e| lost(&key, e))?,
+        }
+    }
+    if !decoder.is_idle() {
+        return Err(Refusal(
+            wire::code::CORRUPT,
+            format!(
+                "{key}: stream ended inside a message ({} bytes of it)",
+                decoder.pending_bytes()
+            ),
+        ));
+    }
+    // After the last credit: tells the writer everything was delivered.
+    let _ = send.finish();
+    Ok(())
+}
+
+fn input_closed(key: &InputKey) -> Refusal {
+    Refusal(
+        wire::code::INPUT_CLOSED,
+        format!("{key}: the subtask's input is closed"),
+    )
+}
+
+fn lost(key: &InputKey, e: impl std::fmt::Display) -> Refusal {
+    Refusal(wire::code::ABORTED, format!("{key}: {e}"))
+}
+
+async fn read_header(recv: &mut quinn::RecvStream) -> Result<InputKey, Refusal> {
+    let corrupt = |m: String| Refusal(wire::code::CORRUPT, m);
+    let mut start = [0u8; 7];
+    recv.read_exact(&mut start)
+        .await
+        .map_err(|e| corrupt(format!("reading the header: {e}")))?;
+    let len = wire::header_start(&start).map_err(corrupt)?;
+    let mut rest = vec![0u8; len + 8];
+    recv.read_exact(&mut rest)
+        .await
+        .map_err(|e| corrupt(format!("reading the header: {e}")))?;
+    wire::header_rest(&rest).map_err(corrupt)
+}
+
+/// Reads the next buffer into `frame`; `false` at the stream's clean end.
+async fn read_frame(
+    recv: &mut quinn::RecvStream,
+    frame: &mut Vec<u8>,
+    max: usize,
+    key: &InputKey,
+) -> Result<bool, Refusal> {
+    let mut len = [0u8; 4];
+    match recv.read_exact(&mut len).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(false),
+        Err(quinn::ReadExactError::FinishedEarly(_)) => {
+            return Err(Refusal(
+                wire::code::CORRUPT,
+                format!("{key}: stream ended inside a buffer length"),
+            ));
+        }
+        Err(e) => return Err(lost(key, describe_read(e))),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 || len > max {
+        return Err(Refusal(
+            wire::code::CORRUPT,
+            format!("{key}: buffer of {len} bytes (this node's buffers are {max})"),
+        ));
+    }
+    frame.resize(len, 0);
+    recv.read_exact(frame)
+        .await
+        .map_err(|e| lost(key, describe_read(e)))?;
+    Ok(true)
+}
+
+fn describe_read(e: quinn::ReadExactError) -> String {
+    match e {
+        quinn::ReadExactError::ReadError(quinn::ReadError::Reset(code)) => {
+            format!(
+                "the sender reset the stream: {}",
+                wire::describe(code.into_inner())
+            )
+        }
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,434 @@
+//! The data plane over real QUIC on 127.0.0.1 (port 0), two DataPlanes per
+//! test. No sleeps synchronize anything: tests wait on channels and tasks,
+//! with generous timeouts only to fail instead of hanging.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+
+use super::tls::{ClusterCa, NodeIdentity, endpoint};
+use super::*;
+use crate::record::Batch;
+
+/// Fails a test instead of hanging it.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn plane(id: &NodeIdentity, config: NetConfig) -> DataPlane {
+    let ep = endpoint("127.0.0.1:0".parse().unwrap(), id).unwrap();
+    DataPlane::new(ep, config)
+}
+
+fn pair(config: NetConfig) -> (DataPlane, DataPlane) {
+    let ca = ClusterCa::generate().unwrap();
+    (
+        plane(&ca.issue("tm-a").unwrap(), config),
+        plane(&ca.issue("tm-b").unwrap(), config),
+    )
+}
+
+fn key(job: &str, subtask: u32) -> InputKey {
+    InputKey {
+        job: job.into(),
+        task: 1,
+        subtask,
+    }
+}
+
+fn batch(first: u64, records: usize, value_len: usize) -> Batch {
+    let mut b = Batch::new();
+    for i in first..first + records as u64 {
+        let mut value = i.to_le_bytes().to_vec();
+        value.resize(value_len.max(8), (i % 251) as u8);
+        let key = (i % 2 == 0).then(|| i.to_string());
+        b.push(key.as_deref().map(str::as_bytes), &value, i as i64);
+    }
+    b
+}
+
+fn opts(buffer_timeout: Duration) -> ChannelOptions {
+    ChannelOptions {
+        buffer_size: 32 * 1024,
+        buffer_timeout,
+    }
+}
+
+async fn recv(rx: &mut mpsc::Receiver<Message>) -> Message {
+    timeout(PATIENCE, rx.recv())
+        .await
+        .expect("message in time")
+        .expect("input open")
+}
+
+/// What a channel carries, comparable.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Records(Batch),
+    Watermark(u32, i64),
+    End(u32),
+}
+
+fn seen(m: Message) -> Seen {
+    match m {
+        Message::Records(b) => Seen::Records(b),
+        Message::Watermark { channel, watermark } => Seen::Watermark(channel, watermark),
+        Message::End { channel } => Seen::End(channel),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roundtrip_keeps_every_message_in_order_per_channel() {
+    let (a, b) = pair(NetConfig::default());
+    // Two inputs on b; three channels into input 0 (channel indexes 0..3),
+    // one into input 1. Input 1 registers only after its sender started,
+    // so its stream waits for the registration.
+    let (in0, mut rx0) = mpsc::channel(4);
+    b.register_input(key("j", 0), in0);
+    let abort = Abort::new();
+    let mut plans = Vec::new();
+    for channel in 0..4u32 {
+        let subtask = u32::from(channel == 3);
+        let mut msgs = Vec::new();
+        let mut next = u64::from(channel) * 1_000_000;
+        for round in 0..20 {
+            let size = if round == 7 { 5000 } else { 1 + round * 13 };
+            msgs.push(Seen::Records(batch(next, size, 16 + round)));
+            next += size as u64;
+            if round % 5 == 4 {
+                msgs.push(Seen::Watermark(channel % 3, round as i64));
+            }
+        }
+        // Larger than a 32 KiB buffer several times over.
+        msgs.push(Seen::Records(batch(next, 2000, 100)));
+        msgs.push(Seen::End(channel % 3));
+        plans.push((subtask, msgs));
+    }
+    let mut writers = Vec::new();
+    let mut tasks = Vec::new();
+    for (subtask, msgs) in &plans {
+        let (tx, task) = a.open_channel_with_handle(
+            b.local_addr(),
+            key("j", *subtask),
+            opts(Duration::from_millis(5)),
+            abort.clone(),
+        );
+        let msgs: Vec<Message> = msgs
+            .iter()
+            .map(|m| match m {
+                Seen::Records(b) => Message::Records(b.clone()),
+                Seen::Watermark(c, w) => Message::Watermark {
+                    channel: *c,
+                    watermark: *w,
+                },
+                Seen::End(c) => Message::End { channel: *c },
+            })
+            .collect();
+        writers.push(tokio::spawn(async move {
+            for m in msgs {
+                tx.send(m).await.expect("writer alive");
+            }
+        }));
+        tasks.push(task);
+    }
+    let (in1, mut rx1) = mpsc::channel(4);
+    b.register_input(key("j", 1), in1);
+
+    // Input 0 interleaves channels 0..3 (told apart by the first value's
+    // prefix); each channel's own order must hold.
+    let mut got: Vec<Vec<Seen>> = (0..4).map(|_| Vec::new()).collect();
+    let mut ended = 0;
+    while ended < 3 {
+        let m = seen(recv(&mut rx0).await);
+        let channel = match &m {
+            Seen::Records(b) => {
+                let first =
+                    u64::from_le_bytes(b.iter().next().unwrap().value[..8].try_into().unwrap());
+                (first / 1_000_000) as usize
+            }
+            Seen::Watermark(c, _) | Seen::End(c) => *c as usize,
+        };
+        if matches!(m, Seen::End(_)) {
+            ended += 1;
+        }
+        got[channel].push(m);
+    }
+    loop {
+        let m = seen(recv(&mut rx1).await);
+        let end = matches!(m, Seen::End(_));
+        got[3].push(m);
+        if end {
+            break;
+        }
+    }
+    for (channel, (_, sent)) in plans.iter().enumerate() {
+        assert_eq!(&got[channel], sent, "channel {channel}");
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    for t in tasks {
+        timeout(PATIENCE, t).await.unwrap().unwrap().unwrap();
+    }
+    assert!(!abort.is_set());
+    let stats = a.stats();
+    assert!(stats.bytes_sent > 4 * 2000 * 100, "{stats:?}");
+    assert_eq!(stats.bytes_sent, b.stats().bytes_received);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writer_ends_ok_once_everything_is_delivered() {
+    let (a, b) = pair(NetConfig::default());
+    let (input, mut rx) = mpsc::channel(64);
+    b.register_input(key("done", 0), input);
+    let abort = Abort::new();
+    let (tx, task) = a.open_channel_with_handle(
+        b.local_addr(),
+        key("done", 0),
+        opts(Duration::from_secs(60)),
+        abort.clone(),
+    );
+    for i in 0..10 {
+        tx.send(Message::Records(batch(i * 100, 100, 50)))
+            .await
+            .unwrap();
+    }
+    tx.send(Message::End { channel: 0 }).await.unwrap();
+    drop(tx);
+    timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+    // Delivered means already in the input mpsc.
+    let mut records = 0;
+    while let Ok(m) = rx.try_recv() {
+        if let Message::Records(b) = m {
+            records += b.len();
+        }
+    }
+    assert_eq!(records, 1000);
+    assert_eq!(a.stats().buffered_bytes, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_consumer_bounds_buffered_bytes_and_blocks_the_sender() {
+    let config = NetConfig {
+        buffer_size: 8 * 1024,
+        credits_per_channel: 3,
+    };
+    let (a, b) = pair(config);
+    let (input, mut rx) = mpsc::channel(2);
+    b.register_input(key("slow", 0), input);
+    let abort = Abort::new();
+    let (tx, task) = a.open_channel_with_handle(
+        b.local_addr(),
+        key("slow", 0),
+        ChannelOptions {
+            buffer_size: 64 * 1024, // capped to the receiver's 8 KiB
+            buffer_timeout: Duration::from_millis(1),
+        },
+        abort.clone(),
+    );
+    // ~5 KiB batches; 400 of them is 2 MiB, far more than can be in flight.
+    let total = 400u64;
+    let mut sent = 0u64;
+    // Until a send has been blocked for half a second: backpressure reached
+    // the sender.
+    while let Ok(r) = timeout(
+        Duration::from_millis(500),
+        tx.send(Message::Records(batch(sent * 50, 50, 100))),
+    )
+    .await
+    {
+        r.unwrap();
+        sent += 1;
+        assert!(sent < total, "the sender never blocked");
+    }
+    let bound = (u64::from(config.credits_per_channel) + 1) * config.buffer_size as u64;
+    let stats = a.stats();
+    assert!(
+        stats.max_buffered_bytes <= bound,
+        "{stats:?} exceeds (C + 1) × B = {bound}"
+    );
+    // Everything not yet delivered fits in: the input mpsc (2 messages),
+    // one buffer's messages waiting to enter it, C buffers, the one being
+    // filled and the writer's mpsc (1 message): a few dozen batches, not 400.
+    assert!(
+        sent < 40,
+        "{sent} batches got in while the consumer stalled"
+    );
+
+    // Drain: the rest (including what the blocked sender now sends) arrives.
+    let consumer = tokio::spawn(async move {
+        let mut next = 0u64;
+        loop {
+            match recv(&mut rx).await {
+                Message::Records(b) => {
+                    for r in &b {
+                        assert_eq!(r.timestamp as u64, next);
+                        next += 1;
+                    }
+                }
+                Message::End { .. } => return next,
+                Message::Watermark { .. } => {}
+            }
+        }
+    });
+    // The message that timed out above was dropped; resend from `sent`.
+    for i in sent..total {
+        tx.send(Message::Records(batch(i * 50, 50, 100)))
+            .await
+            .unwrap();
+    }
+    tx.send(Message::End { channel: 0 }).await.unwrap();
+    drop(tx);
+    assert_eq!(
+        timeout(PATIENCE, consumer).await.unwrap().unwrap(),
+        total * 50
+    );
+    timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+    let stats = a.stats();
+    assert!(stats.max_buffered_bytes <= bound, "{stats:?}");
+    assert_eq!(stats.buffered_bytes, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffer_timeout_flushes_a_lone_record() {
+    let (a, b) = pair(NetConfig::default());
+    let (input, mut rx) = mpsc::channel(4);
+    b.register_input(key("lone", 0), input);
+    let abort = Abort::new();
+    let tx = a.open_channel(
+        b.local_addr(),
+        key("lone", 0),
+        opts(Duration::from_millis(10)),
+        abort.clone(),
+    );
+    let mut one = Batch::new();
+    one.push(None, b"just me", 42);
+    tx.send(Message::Records(one.clone())).await.unwrap();
+    // `tx` stays open and nothing else is sent: only the timeout can flush.
+    match recv(&mut rx).await {
+        Message::Records(b) => assert_eq!(b, one),
+        other => panic!("{other:?}"),
+    }
+    drop(tx);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_from_another_ca_cannot_open_a_channel() {
+    let ours = ClusterCa::generate().unwrap();
+    let theirs = ClusterCa::generate().unwrap();
+    let b = plane(&ours.issue("tm-b").unwrap(), NetConfig::default());
+    let (input, mut rx) = mpsc::channel(4);
+    b.register_input(key("j", 0), input);
+
+    // A stranger: certificate and trust from another CA.
+    let stranger = plane(&theirs.issue("tm-x").unwrap(), NetConfig::default());
+    // A sneak: trusts our CA (so it accepts b's certificate) but presents a
+    // certificate from another CA, which b must reject.
+    let sneak = plane(
+        &theirs.issue("tm-y").unwrap().trusting(&ours),
+        NetConfig::default(),
+    );
+    for (who, node) in [("stranger", &stranger), ("sneak", &sneak)] {
+        let abort = Abort::new();
+        let (tx, task) = node.open_channel_with_handle(
+            b.local_addr(),
+            key("j", 0),
+            opts(Duration::from_millis(1)),
+            abort.clone(),
+        );
+        let _ = tx.send(Message::End { channel: 0 }).await;
+        let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+        assert!(abort.is_set(), "{who}");
+        let msg = err.to_string();
+        assert!(
+            matches!(err, NetError::Connect { .. } | NetError::Channel { .. }),
+            "{who}: {msg}"
+        );
+        assert!(msg.contains("UnknownIssuer"), "{who}: {msg}");
+    }
+    assert!(rx.try_recv().is_err());
+    assert_eq!(b.stats().bytes_received, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unregistering_a_job_aborts_its_senders() {
+    let (a, b) = pair(NetConfig::default());
+    let (input, mut rx) = mpsc::channel(1);
+    b.register_input(key("gone", 0), input);
+    let abort = Abort::new();
+    let (tx, task) = a.open_channel_with_handle(
+        b.local_addr(),
+        key("gone", 0),
+        opts(Duration::from_millis(1)),
+        abort.clone(),
+    );
+    tx.send(Message::Watermark {
+        channel: 0,
+        watermark: 1,
+    })
+    .await
+    .unwrap();
+    assert!(matches!(recv(&mut rx).await, Message::Watermark { .. }));
+    b.unregister_job("gone");
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(err.to_string().contains("dropped the job"), "{err}");
+    assert!(abort.is_set());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_stops_a_blocked_writer() {
+    let (a, b) = pair(NetConfig {
+        buffer_size: 1024,
+        credits_per_channel: 1,
+    });
+    let (input, _rx) = mpsc::channel(1);
+    b.register_input(key("stuck", 0), input);
+    let abort = Abort::new();
+    let (tx, task) = a.open_channel_with_handle(
+        b.local_addr(),
+        key("stuck", 0),
+        opts(Duration::from_millis(1)),
+        abort.clone(),
+    );
+    let filler = tokio::spawn(async move {
+        let mut i = 0;
+        while tx.send(Message::Records(batch(i, 10, 100))).await.is_ok() {
+            i += 10;
+        }
+    });
+    // The writer gets stuck waiting for credits sooner or later; abort it
+    // whatever it is waiting on.
+    abort.trigger();
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(matches!(err, NetError::Aborted), "{err}");
+    timeout(PATIENCE, filler).await.unwrap().unwrap();
+    assert_eq!(a.stats().buffered_bytes, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_is_gone_aborts_the_channel() {
+    let (a, b) = pair(NetConfig::default());
+    let (input, mut rx) = mpsc::channel(1);
+    b.register_input(key("j", 0), input);
+    let abort = Abort::new();
+    let (tx, task) = a.open_channel_with_handle(
+        b.local_addr(),
+        key("j", 0),
+        opts(Duration::from_millis(1)),
+        abort.clone(),
+    );
+    tx.send(Message::Watermark {
+        channel: 0,
+        watermark: 1,
+    })
+    .await
+    .unwrap();
+    assert!(matches!(recv(&mut rx).await, Message::Watermark { .. }));
+    // The writer is idle, waiting for its next message, when the peer goes.
+    b.close();
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(abort.is_set(), "{err}");
+    assert!(
+        err.to_string().contains("shutting down") || err.to_string().contains("closed"),
+        "{err}"
+    );
+}

@@ -1,0 +1,285 @@
+//! The control protocol between a TaskManager and its JobManager.
+//!
+//! # Shape
+//!
+//! A TaskManager connects to the JobManager's RPC address over QUIC (mutual
+//! TLS, [`crate::net::tls`]) and opens its **control stream**: the first
+//! bidirectional stream of the connection. It sends [`ToJobManager::Register`]
+//! and gets [`ToTaskManager::Registered`] (or `Rejected`); after that both
+//! sides write on the stream whenever they have something to say: heartbeats
+//! and task state changes one way, deployments and cancellations the other.
+//!
+//! Every further bidirectional stream the TaskManager opens is a **module
+//! fetch**: it writes a [`FetchModule`], the JobManager answers with a
+//! [`ModuleHeader`] and then exactly `size` raw bytes, and finishes the
+//! stream.
+//!
+//! # Framing
+//!
+//! A frame is a 4-byte big-endian length and that many bytes of JSON (the
+//! control messages are small and rare; JSON keeps them debuggable). Frames
+//! over [`MAX_FRAME`] are refused before their body is read.
+//!
+//! This module owns only message types and framing: no sockets, no state.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::job::JobGraph;
+use crate::net::NetStats;
+
+/// The largest control frame: a job graph with its placement is a few KiB.
+pub const MAX_FRAME: usize = 16 << 20;
+
+/// What a TaskManager tells its JobManager.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ToJobManager {
+    /// First message of the control stream.
+    Register {
+        /// The TaskManager's id (stable across its restarts).
+        id: String,
+        /// Task slots it offers.
+        slots: u32,
+        /// Where other TaskManagers reach its data plane.
+        data_address: SocketAddr,
+        /// Weir's version, so mismatched daemons are refused.
+        version: String,
+    },
+    /// Periodic liveness signal with current metrics.
+    Heartbeat {
+        /// The data plane's counters.
+        net: NetStats,
+        /// Metrics of every job with subtasks on this TaskManager.
+        jobs: Vec<JobReport>,
+    },
+    /// A subtask changed state.
+    TaskState {
+        /// Job id.
+        job: String,
+        /// Task index (after chaining).
+        task: u32,
+        /// Subtask index.
+        subtask: u32,
+        /// The new state.
+        state: TaskState,
+        /// Why, when `state` is `Failed` (or `Canceled` by an abort).
+        error: Option<String>,
+    },
+}
+
+/// What a JobManager tells a TaskManager.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ToTaskManager {
+    /// Registration accepted.
+    Registered {
+        /// How often to send heartbeats, in milliseconds.
+        heartbeat_interval_ms: u64,
+    },
+    /// Registration refused (the connection is closed after this).
+    Rejected {
+        /// Why.
+        reason: String,
+    },
+    /// Run the subtasks of a job that are placed on this TaskManager.
+    Deploy(Box<Deployment>),
+    /// Stop every subtask of a job at once.
+    Cancel {
+        /// Job id.
+        job: String,
+    },
+}
+
+/// A job as the TaskManagers receive it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Deployment {
+    /// Job id (unique in the cluster's lifetime).
+    pub job: String,
+    /// The validated graph; operator modules are `sha256:` references.
+    pub graph: JobGraph,
+    /// Per task (after [`crate::job::chain`]), per subtask: where it runs.
+    pub placement: Vec<Vec<SlotRef>>,
+    /// Data-plane address of every TaskManager in `placement`.
+    pub peers: HashMap<String, SocketAddr>,
+}
+
+/// One task slot.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SlotRef {
+    /// The TaskManager's id.
+    pub taskmanager: String,
+    /// The slot's index on it.
+    pub slot: u32,
+}
+
+/// The lifecycle of a subtask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskState {
+    /// Sent to its TaskManager, not started yet.
+    Deploying,
+    /// Started.
+    Running,
+    /// Reached the end of its input and closed.
+    Finished,
+    /// Failed (an operator, connector or the host).
+    Failed,
+    /// Stopped by a cancellation or an abort.
+    Canceled,
+}
+
+impl TaskState {
+    /// Whether the subtask is done.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Finished | TaskState::Failed | TaskState::Canceled
+        )
+    }
+
+    /// Lowercase name, as in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Deploying => "deploying",
+            TaskState::Running => "running",
+            TaskState::Finished => "finished",
+            TaskState::Failed => "failed",
+            TaskState::Canceled => "canceled",
+        }
+    }
+}
+
+/// One job's metrics on one TaskManager.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JobReport {
+    /// Job id.
+    pub job: String,
+    /// Indexed like the graph's vertices; counts of the local subtasks only.
+    pub vertices: Vec<VertexReport>,
+}
+
+/// One vertex's counters on one TaskManager.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct VertexReport {
+    /// Records received.
+    pub records_in: u64,
+    /// Records emitted.
+    pub records_out: u64,
+    /// Head vertices of a task: time spent processing, summed over subtasks.
+    pub busy_ms: u64,
+    /// Head vertices: time spent waiting for input.
+    pub idle_ms: u64,
+    /// Head vertices: time spent waiting for room downstream.
+    pub backpressured_ms: u64,
+}
+
+/// First frame of a module fetch stream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FetchModule {
+    /// `sha256:<hex>`.
+    pub hash: String,
+}
+
+/// The JobManager's answer to a [`FetchModule`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModuleHeader {
+    /// Bytes that follow, when the module exists.
+    pub size: Option<u64>,
+    /// Why not, otherwise.
+    pub error: Option<String>,
+}
+
+/// A framing or decoding failure.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The stream failed.
+    #[error("control stream: {0}")]
+    Io(#[from] std::io::Error),
+    /// A frame over [`MAX_FRAME`].
+    #[error("control frame of {0} bytes is over the limit of {MAX_FRAME}")]
+    TooLarge(usize),
+    /// The frame is not the expected JSON.
+    #[error("malformed control frame: {0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+/// Writes one frame.
+pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
+    out: &mut W,
+    message: &T,
+) -> Result<(), FrameError> {
+    let body = serde_json::to_vec(message)?;
+    if body.len() > MAX_FRAME {
+        return Err(FrameError::TooLarge(body.len()));
+    }
+    out.write_all(&(body.len() as u32).to_be_bytes()).await?;
+    out.write_all(&body).await?;
+    Ok(())
+}
+
+/// Reads one frame; `None` at a clean end of stream between frames.
+pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
+    input: &mut R,
+) -> Result<Option<T>, FrameError> {
+    let mut len = [0u8; 4];
+    match input.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    input.read_exact(&mut body).await?;
+    Ok(Some(serde_json::from_slice(&body)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_roundtrip_and_end_cleanly() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(
+            &mut a,
+            &FetchModule {
+                hash: "sha256:ab".into(),
+            },
+        )
+        .await
+        .unwrap();
+        drop(a);
+        let got: FetchModule = read_frame(&mut b).await.unwrap().unwrap();
+        assert_eq!(got.hash, "sha256:ab");
+        assert!(
+            read_frame::<_, FetchModule>(&mut b)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn oversized_and_malformed_frames_are_errors() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        a.write_all(&(MAX_FRAME as u32 + 1).to_be_bytes())
+            .await
+            .unwrap();
+        assert!(matches!(
+            read_frame::<_, FetchModule>(&mut b).await,
+            Err(FrameError::TooLarge(_))
+        ));
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        a.write_all(&3u32.to_be_bytes()).await.unwrap();
+        a.write_all(b"{x}").await.unwrap();
+        assert!(matches!(
+            read_frame::<_, FetchModule>(&mut b).await,
+            Err(FrameError::Malformed(_))
+        ));
+    }
+}

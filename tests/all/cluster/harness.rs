@@ -1,0 +1,291 @@
+//! Real daemons as separate processes: a JobManager and TaskManagers started
+//! from the `weir` binary on 127.0.0.1 with port 0, readiness awaited from
+//! the lines they print, REST queried over HTTP. Every process is killed
+//! (and reaped) when its handle drops, so a failing test leaves none behind.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Generous: the test machine is a loaded 2-core box.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A daemon process with its stdout lines on a channel and stderr in a file.
+pub struct Daemon {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: PathBuf,
+    /// Every stdout line seen so far.
+    pub seen: Vec<String>,
+}
+
+impl Daemon {
+    /// Starts `weir args...`; `name` names its stderr file in `dir`.
+    pub fn spawn(dir: &Path, name: &str, args: &[String]) -> Daemon {
+        let stderr = dir.join(format!("{name}.stderr"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("weir starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Daemon {
+            child,
+            lines,
+            stderr,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a stdout line containing `needle`; returns it.
+    pub fn wait_line(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no line containing {needle:?} on stdout within {READY_TIMEOUT:?}; \
+                     stdout so far: {:?}\n--- stderr\n{}",
+                    self.seen,
+                    self.stderr_text()
+                ),
+            }
+        }
+    }
+
+    /// Its stderr so far.
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits until its stderr contains `needle`.
+    pub fn wait_stderr(&self, needle: &str) -> String {
+        wait_for(&format!("{needle:?} on stderr"), || {
+            let text = self.stderr_text();
+            text.contains(needle).then_some(text)
+        })
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, and wait for the exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        self.child.wait().expect("daemon exits")
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `check` until it yields a value (a readiness condition, checked
+/// every 50 ms), panicking after [`READY_TIMEOUT`].
+pub fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A JobManager with TaskManagers, each a process.
+pub struct Cluster {
+    /// Holds certificates, data dirs, stderr files and job outputs.
+    pub dir: tempfile::TempDir,
+    /// The JobManager.
+    pub jm: Daemon,
+    /// Its RPC address.
+    pub rpc: String,
+    /// Its REST base URL.
+    pub rest: String,
+    /// TaskManagers, in start order.
+    pub tms: Vec<Daemon>,
+    agent: ureq::Agent,
+    next_tm: usize,
+}
+
+impl Cluster {
+    /// Starts a JobManager (with `jm_args` added) and `taskmanagers`
+    /// TaskManagers of `slots` slots each, and waits until all registered.
+    pub fn start(taskmanagers: usize, slots: u32, jm_args: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let certs = dir.path().join("certs");
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["cluster", "init"])
+            .arg(&certs)
+            .output()
+            .expect("weir cluster init runs");
+        assert!(out.status.success(), "{}", crate::util::describe(&out));
+        let mut args: Vec<String> = [
+            "jobmanager",
+            "--rpc",
+            "127.0.0.1:0",
+            "--rest",
+            "127.0.0.1:0",
+            "--heartbeat-interval-ms",
+            "200",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.push("--data-dir".into());
+        args.push(dir.path().join("jm").display().to_string());
+        args.push("--certs".into());
+        args.push(certs.display().to_string());
+        args.extend(jm_args.iter().map(|s| s.to_string()));
+        let mut jm = Daemon::spawn(dir.path(), "jobmanager", &args);
+        let line = jm.wait_line("jobmanager ready");
+        let (rpc, rest) = parse_ready(&line);
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut cluster = Cluster {
+            dir,
+            jm,
+            rpc,
+            rest,
+            tms: Vec::new(),
+            agent,
+            next_tm: 0,
+        };
+        for _ in 0..taskmanagers {
+            cluster.add_taskmanager(slots, &[]);
+        }
+        cluster
+    }
+
+    /// The certificate directory.
+    pub fn certs(&self) -> PathBuf {
+        self.dir.path().join("certs")
+    }
+
+    /// Starts one more TaskManager and waits for its registration.
+    pub fn add_taskmanager(&mut self, slots: u32, extra: &[&str]) -> usize {
+        self.next_tm += 1;
+        let n = self.next_tm;
+        let mut args: Vec<String> = vec![
+            "taskmanager".into(),
+            "--jobmanager".into(),
+            self.rpc.clone(),
+            "--slots".into(),
+            slots.to_string(),
+            "--id".into(),
+            format!("tm-{n}"),
+            "--data-dir".into(),
+            self.dir
+                .path()
+                .join(format!("tm-{n}"))
+                .display()
+                .to_string(),
+            "--certs".into(),
+            self.certs().display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut tm = Daemon::spawn(self.dir.path(), &format!("tm-{n}"), &args);
+        tm.wait_line("registered with");
+        self.tms.push(tm);
+        self.tms.len() - 1
+    }
+
+    /// GET a REST path; (status, JSON).
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        let mut r = self
+            .agent
+            .get(format!("{}{path}", self.rest))
+            .call()
+            .expect("REST answers");
+        let status = r.status().as_u16();
+        (status, r.body_mut().read_json().unwrap_or(Value::Null))
+    }
+
+    /// `weir args...` against this cluster's REST API.
+    pub fn weir(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .env("WEIR_JOBMANAGER", &self.rest)
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("weir runs")
+    }
+
+    /// Submits a spec file with `weir submit`; returns the job id.
+    pub fn submit(&self, spec: &Path) -> String {
+        let out = self.weir(&["submit", "--json", &spec.display().to_string()]);
+        assert!(out.status.success(), "{}", crate::util::describe(&out));
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("submit --json: {e}\n{}", crate::util::describe(&out)));
+        v["id"].as_str().expect("job id").to_owned()
+    }
+
+    /// Waits until job `id` is in a state for which `done` holds; returns its detail.
+    pub fn wait_job(&self, id: &str, done: impl Fn(&str) -> bool) -> Value {
+        wait_for(&format!("job {id} to reach the expected state"), || {
+            let (status, v) = self.get(&format!("/v1/jobs/{id}"));
+            assert_eq!(status, 200, "{v}");
+            done(v["state"].as_str().unwrap_or("")).then_some(v)
+        })
+    }
+
+    /// A TaskManager's entry of `GET /v1/taskmanagers`.
+    pub fn taskmanager(&self, id: &str) -> Value {
+        let (_, v) = self.get("/v1/taskmanagers");
+        v.as_array()
+            .and_then(|a| a.iter().find(|t| t["id"] == id).cloned())
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// `jobmanager ready: rpc ADDR rest URL` → (ADDR, URL).
+fn parse_ready(line: &str) -> (String, String) {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = |key: &str| {
+        words
+            .iter()
+            .position(|w| *w == key)
+            .and_then(|i| words.get(i + 1))
+            .unwrap_or_else(|| panic!("no `{key}` in {line:?}"))
+            .to_string()
+    };
+    (at("rpc"), at("rest"))
+}
