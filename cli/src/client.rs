@@ -82,9 +82,25 @@ pub struct ConnectArgs {
     )]
     pub jobmanager: String,
 
+    /// The token the JobManager requires (its `--rest-token`), sent as
+    /// `Authorization: Bearer TOKEN`.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "WEIR_REST_TOKEN",
+        hide_env_values = true
+    )]
+    pub rest_token: Option<String>,
+
     /// Print the server's JSON response (pretty) instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+impl ConnectArgs {
+    fn rest(&self) -> Rest {
+        Rest::new(&self.jobmanager).with_token(self.rest_token.clone())
+    }
 }
 
 /// `weir upload`.
@@ -93,12 +109,13 @@ pub struct UploadArgs {
     /// The component to upload (.wasm).
     pub module: PathBuf,
 
-    /// The module's name: 1–64 of `A-Z a-z 0-9 . _ -` [default: the file
-    /// name without `.wasm`].
+    /// The module's name. Job specs name modules as `name@version` with
+    /// `name` in `[a-z0-9][a-z0-9_-]*` (at most 64 bytes) [default: the file
+    /// name without `.wasm`, lowercased].
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
 
-    /// Its version (same characters as the name) [default: the next integer
+    /// Its version: 1–64 of `A-Z a-z 0-9 . _ -` [default: the next integer
     /// version of the name, or the existing version if these bytes were
     /// already uploaded under it].
     #[arg(long, value_name = "VERSION")]
@@ -290,6 +307,8 @@ pub struct TaskManager {
 pub struct Rest {
     base: String,
     agent: ureq::Agent,
+    /// `Authorization: Bearer <token>` on every request when set.
+    token: Option<String>,
 }
 
 impl Rest {
@@ -310,6 +329,20 @@ impl Rest {
         Rest {
             base,
             agent: config.into(),
+            token: None,
+        }
+    }
+
+    /// Sends `Authorization: Bearer <token>` with every request.
+    pub fn with_token(mut self, token: Option<String>) -> Rest {
+        self.token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    fn auth<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => request.header("authorization", format!("Bearer {t}")),
+            None => request,
         }
     }
 
@@ -319,19 +352,19 @@ impl Rest {
 
     /// GET `path`, expecting JSON.
     pub fn get(&self, path: &str) -> Result<Value, Failure> {
-        let r = self.agent.get(self.url(path)).call();
+        let r = self.auth(self.agent.get(self.url(path))).call();
         self.answer(r).map(|(_, v)| v)
     }
 
     /// POST `body` as JSON to `path`, expecting JSON.
     pub fn post_json(&self, path: &str, body: &Value) -> Result<Value, Failure> {
-        let r = self.agent.post(self.url(path)).send_json(body);
+        let r = self.auth(self.agent.post(self.url(path))).send_json(body);
         self.answer(r).map(|(_, v)| v)
     }
 
     /// POST with an empty body.
     pub fn post_empty(&self, path: &str) -> Result<Value, Failure> {
-        let r = self.agent.post(self.url(path)).send_empty();
+        let r = self.auth(self.agent.post(self.url(path))).send_empty();
         self.answer(r).map(|(_, v)| v)
     }
 
@@ -366,8 +399,7 @@ impl Rest {
                 .with_message(format!("uploading {name}"))
         };
         let mut request = self
-            .agent
-            .post(self.url("/v1/modules"))
+            .auth(self.agent.post(self.url("/v1/modules")))
             .query("name", name)
             .header("content-type", "application/wasm")
             .header("content-length", len.to_string());
@@ -393,7 +425,12 @@ impl Rest {
             .read_to_string()
             .map_err(|e| self.unreachable(e))?;
         if status >= 400 {
-            let message = error_message(status, &text);
+            let mut message = error_message(status, &text);
+            if status == 401 {
+                message.push_str(
+                    "\nhint: pass the JobManager's token with --rest-token or WEIR_REST_TOKEN",
+                );
+            }
             return Err(if status < 500 {
                 Failure::refused(anyhow!(message))
             } else {
@@ -465,7 +502,7 @@ fn print_json(v: &Value) {
 // Commands
 
 fn upload(args: UploadArgs) -> Result<(), Failure> {
-    let rest = Rest::new(&args.connect.jobmanager);
+    let rest = args.connect.rest();
     let name = match args.name {
         Some(n) => n,
         None => module_name_for(&args.module),
@@ -503,7 +540,7 @@ fn module_line(m: &Module) -> String {
 }
 
 fn modules(args: ConnectArgs) -> Result<(), Failure> {
-    let v = Rest::new(&args.jobmanager).get("/v1/modules")?;
+    let v = args.rest().get("/v1/modules")?;
     if args.json {
         print_json(&v);
         return Ok(());
@@ -541,7 +578,7 @@ fn modules_table(modules: &[Module]) -> String {
 }
 
 fn submit(args: SubmitArgs) -> Result<(), Failure> {
-    let rest = Rest::new(&args.connect.jobmanager);
+    let rest = args.connect.rest();
     let text = std::fs::read_to_string(&args.job)
         .with_context(|| format!("cannot read the job spec {}", args.job.display()))
         .map_err(Failure::refused)?;
@@ -580,26 +617,26 @@ pub fn is_module_path(module: &str) -> bool {
         && (module.contains('/') || module.contains('\\') || module.ends_with(".wasm"))
 }
 
-/// The module name an uploaded file gets: its stem, with characters a name
-/// cannot hold replaced by `-` (`my op.wasm` → `my-op`).
+/// The module name an uploaded file gets: its stem in the form a job spec
+/// accepts in `name@version` (`[a-z0-9][a-z0-9_-]*`, at most 64 bytes):
+/// lowercased, other characters replaced by `-` (`My Op.wasm` → `my-op`).
 pub fn module_name_for(file: &Path) -> String {
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut name: String = stem
+    let name: String = stem
         .chars()
         .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' {
                 c
             } else {
                 '-'
             }
         })
         .collect();
-    while name.starts_with('.') {
-        name.remove(0);
-    }
+    let mut name = name.trim_start_matches(['-', '_']).to_owned();
     name.truncate(64);
     if name.is_empty() {
         name.push_str("module");
@@ -702,7 +739,7 @@ fn vertex_name(t: &toml::Table, kind: &str, index: usize) -> String {
 }
 
 fn list(args: ConnectArgs) -> Result<(), Failure> {
-    let v = Rest::new(&args.jobmanager).get("/v1/jobs")?;
+    let v = args.rest().get("/v1/jobs")?;
     if args.json {
         print_json(&v);
         return Ok(());
@@ -744,7 +781,7 @@ fn job_duration(j: &Job, now_ms: u64) -> String {
 }
 
 fn status(args: JobArgs) -> Result<(), Failure> {
-    let rest = Rest::new(&args.connect.jobmanager);
+    let rest = args.connect.rest();
     let v = rest.get(&format!("/v1/jobs/{}", path_segment(&args.job)))?;
     if args.connect.json {
         print_json(&v);
@@ -841,7 +878,7 @@ fn percent(part: u64, total: u64) -> String {
 }
 
 fn cancel(args: JobArgs) -> Result<(), Failure> {
-    let rest = Rest::new(&args.connect.jobmanager);
+    let rest = args.connect.rest();
     let v = rest.post_empty(&format!("/v1/jobs/{}/cancel", path_segment(&args.job)))?;
     if args.connect.json {
         print_json(&v);
@@ -853,7 +890,7 @@ fn cancel(args: JobArgs) -> Result<(), Failure> {
 }
 
 fn taskmanagers(args: ConnectArgs) -> Result<(), Failure> {
-    let v = Rest::new(&args.jobmanager).get("/v1/taskmanagers")?;
+    let v = args.rest().get("/v1/taskmanagers")?;
     if args.json {
         print_json(&v);
         return Ok(());
@@ -1023,9 +1060,10 @@ mod tests {
             module_name_for(Path::new("a/b/word_count.wasm")),
             "word_count"
         );
-        assert_eq!(module_name_for(Path::new("my op.wasm")), "my-op");
+        assert_eq!(module_name_for(Path::new("My Op.wasm")), "my-op");
+        assert_eq!(module_name_for(Path::new("fraud.v2.wasm")), "fraud-v2");
         assert_eq!(module_name_for(Path::new(".hidden.wasm")), "hidden");
-        assert_eq!(module_name_for(Path::new("x/ü.wasm")), "-");
+        assert_eq!(module_name_for(Path::new("x/ü.wasm")), "module");
     }
 
     const SPEC: &str = r#"
@@ -1305,6 +1343,7 @@ to = "tokenize"
             r#"{"name":"op","version":"2","hash":"sha256:ab","size":200000,"uploaded_at_ms":1}"#,
         )]);
         let (status, v) = Rest::new(&url)
+            .with_token(Some("s3cret".into()))
             .upload(&file, "op", Some("2"), true)
             .unwrap_or_else(|f| panic!("{:#}", f.error));
         assert_eq!(status, 201);
@@ -1318,6 +1357,10 @@ to = "tokenize"
         assert!(
             head.to_lowercase()
                 .contains("content-type: application/wasm"),
+            "{head}"
+        );
+        assert!(
+            head.to_lowercase().contains("authorization: bearer s3cret"),
             "{head}"
         );
         assert!(body == &bytes, "the body is the file");

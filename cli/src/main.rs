@@ -1,11 +1,13 @@
 //! `weir`: run, validate and inspect stream jobs whose operators are
-//! WebAssembly components.
+//! WebAssembly components; run the cluster daemons; talk to a JobManager.
 //!
 //! The binary is thin: argument parsing and printing. Everything it does is a
 //! call into `weir-host`.
 //!
-//! Exit codes: 0 success; 1 the job failed while running; 2 bad input (the
-//! command line, the job spec, or a module that cannot be used).
+//! Exit codes: 0 success; 1 the job failed while running, or the JobManager
+//! failed (5xx) or could not be reached; 2 bad input (the command line, the
+//! job spec, a module that cannot be used, a request the JobManager refused
+//! with a 4xx).
 
 mod client;
 mod daemons;

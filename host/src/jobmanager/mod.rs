@@ -157,17 +157,30 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        let status = match &e {
-            StoreError::NotFound(_) => 404,
-            StoreError::Conflict { .. } => 409,
-            StoreError::Io { .. } | StoreError::Corrupt { .. } => 500,
-            // Bad names and references, content that does not match its hash.
-            _ => 400,
-        };
         ApiError {
-            status,
+            status: e.http_status(),
             message: e.to_string(),
         }
+    }
+}
+
+/// Whether a job spec can refer to a module named `name` (`name@version`):
+/// the spec's id rule, stricter than the store's.
+fn check_spec_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= crate::job::MAX_ID_LEN
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "bad module name `{name}`: expected [a-z0-9][a-z0-9_-]*, at most {} bytes, \
+             so that a job spec can name it as \"name@version\"",
+            crate::job::MAX_ID_LEN
+        )))
     }
 }
 
@@ -459,9 +472,10 @@ impl JobManager {
     ) -> Result<(ModuleInfo, bool), ApiError> {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
-            // Check the name first: compiling is the expensive part.
-            if name.is_empty() {
-                return Err(ApiError::bad_request("missing module name (?name=...)"));
+            // Check the names first: compiling is the expensive part.
+            check_spec_name(&name)?;
+            if let Some(v) = &version {
+                modules::check_name("version", v)?;
             }
             let module = this
                 .runtime

@@ -103,7 +103,7 @@ pub fn router(jm: Arc<JobManager>, token: Option<String>) -> Router {
                     ApiError {
                         status: 401,
                         message: "missing or wrong token: send Authorization: Bearer <token> \
-                                  (the CLI reads it from WEIR_TOKEN)"
+                                  (the CLI: --rest-token or WEIR_REST_TOKEN)"
                             .into(),
                     }
                     .into_response()
@@ -198,15 +198,20 @@ async fn submit_job(
     State(jm): Jm,
     body: Result<Json<SubmitBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let Json(body) = body.map_err(|r| match r {
-        JsonRejection::BytesRejection(_) => ApiError {
-            status: 413,
-            message: format!(
-                "request body is over the limit of {} KiB",
-                MAX_JOB_BODY >> 10
-            ),
-        },
-        other => ApiError::from(other),
+    let Json(body) = body.map_err(|r| {
+        // Only a body over the limit is a 413; other read failures keep
+        // their own status and message.
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError {
+                status: 413,
+                message: format!(
+                    "request body is over the limit of {} KiB",
+                    MAX_JOB_BODY >> 10
+                ),
+            }
+        } else {
+            ApiError::from(r)
+        }
     })?;
     let created = jm.submit(body.spec).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())

@@ -101,10 +101,11 @@ impl RunningTaskManager {
     pub async fn shutdown(self) {
         self.task.abort();
         self.inner.cancel_all();
-        self.inner
-            .data
-            .endpoint()
-            .close(0u32.into(), b"taskmanager shutting down");
+        let endpoint = self.inner.data.endpoint().clone();
+        endpoint.close(0u32.into(), b"taskmanager shutting down");
+        // Let the close reach the JobManager (it then drops this
+        // TaskManager at once instead of after the heartbeat timeout).
+        let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
     }
 }
 
