@@ -101,7 +101,9 @@ pub struct TaskManagerArgs {
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
 
-    /// Where the data plane listens (QUIC, UDP); port 0 picks one.
+    /// Where the data plane listens (QUIC, UDP); port 0 picks one. With a
+    /// wildcard address (0.0.0.0:PORT) other TaskManagers are told the local
+    /// address on the route to the JobManager.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
     bind: SocketAddr,
 

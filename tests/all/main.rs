@@ -14,6 +14,7 @@ mod cache;
 mod cluster;
 mod ctrl_c;
 mod fraud;
+mod rest;
 mod sandbox;
 mod side_output;
 mod util;

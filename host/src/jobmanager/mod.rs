@@ -527,6 +527,15 @@ impl JobManager {
             .map_err(|e| ApiError::internal(e.to_string()))??;
         let tasks = chain(&graph);
         let mut state = self.lock();
+        // A module deleted since `prepare` looked it up (deletion holds the
+        // state lock too, so after this check it stays until the job ends).
+        for hash in &modules {
+            if !self.store.blob_path(hash).exists() {
+                return Err(ApiError::conflict(format!(
+                    "module {hash} was deleted while the job was being submitted; upload it again"
+                )));
+            }
+        }
         let free: BTreeMap<String, Vec<u32>> = state
             .taskmanagers
             .iter()

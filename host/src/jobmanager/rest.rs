@@ -4,14 +4,18 @@
 //! Handlers are thin: extract, call [`JobManager`], map [`ApiError`] to a
 //! status with a `{ "error": ... }` body. Extractor rejections (malformed
 //! JSON, a body over its limit, a bad query) become the same JSON errors.
+//! A body over its limit is read to its end (up to [`MAX_DRAIN`]) before
+//! the 413 goes out, so that a client still sending gets the answer rather
+//! than a reset connection.
 //! With a token configured, every request must carry
 //! `Authorization: Bearer <token>`.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +27,18 @@ use super::{ApiError, JobManager};
 
 /// Largest job submission body.
 pub const MAX_JOB_BODY: usize = 1 << 20;
+
+/// How much of a body over its limit is still read, and discarded, before
+/// the 413 answer. Closing a connection with unread request bytes resets it,
+/// and a client still writing then sees "broken pipe" instead of the 413
+/// (`weir upload` of a too-big module did). Reading on costs only
+/// bandwidth; past this much the connection is closed anyway.
+pub const MAX_DRAIN: usize = 1 << 30;
+
+/// What is drained of the body of a request that is refused before its
+/// body matters (no token, unknown path): a client without the token must
+/// not make the server read a gigabyte.
+pub const MAX_DRAIN_REFUSED: usize = 1 << 20;
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -60,30 +76,23 @@ type Jm = State<Arc<JobManager>>;
 
 /// The router, with `token` required when given.
 pub fn router(jm: Arc<JobManager>, token: Option<String>) -> Router {
-    let module_limit = jm.max_module_bytes();
+    // The two endpoints with a body read it with `read_body`, which
+    // enforces their limits (`DefaultBodyLimit` would not drain).
     let router = Router::new()
         .route("/v1/overview", get(overview))
-        .route(
-            "/v1/modules",
-            get(list_modules)
-                .post(upload_module)
-                .layer(DefaultBodyLimit::max(module_limit)),
-        )
+        .route("/v1/modules", get(list_modules).post(upload_module))
         .route(
             "/v1/modules/{reference}",
             get(get_module).delete(delete_module),
         )
         .route("/v1/modules/{reference}/content", get(module_content))
-        .route(
-            "/v1/jobs",
-            get(list_jobs)
-                .post(submit_job)
-                .layer(DefaultBodyLimit::max(MAX_JOB_BODY)),
-        )
+        .route("/v1/jobs", get(list_jobs).post(submit_job))
         .route("/v1/jobs/{id}", get(get_job))
         .route("/v1/jobs/{id}/cancel", post(cancel_job))
         .route("/v1/taskmanagers", get(taskmanagers))
-        .fallback(|| async {
+        .fallback(|req: Request| async {
+            // Read any body first: see `MAX_DRAIN`.
+            let _ = read_body(req.into_body(), 0, MAX_DRAIN_REFUSED).await;
             ApiError::not_found("no such endpoint; see GET /v1/overview and the REST reference")
         })
         .with_state(jm);
@@ -100,6 +109,8 @@ pub fn router(jm: Arc<JobManager>, token: Option<String>) -> Router {
                 if ok {
                     next.run(req).await
                 } else {
+                    // Read any body first: see `MAX_DRAIN`.
+                    let _ = read_body(req.into_body(), 0, MAX_DRAIN_REFUSED).await;
                     ApiError {
                         status: 401,
                         message: "missing or wrong token: send Authorization: Bearer <token> \
@@ -123,25 +134,79 @@ struct UploadParams {
     version: Option<String>,
 }
 
-async fn upload_module(
-    State(jm): Jm,
-    query: Result<Query<UploadParams>, QueryRejection>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let Query(params) = query?;
-    let body = body.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError {
-                status: 413,
-                message: format!(
-                    "module is over the upload limit of {} MiB (the JobManager's --max-module-mb)",
-                    jm.max_module_bytes() >> 20
-                ),
+/// Why [`read_body`] returns no body.
+enum BodyError {
+    /// Over the limit (and read on, up to [`MAX_DRAIN`]).
+    TooLarge,
+    /// The connection failed mid-body.
+    Read(axum::Error),
+}
+
+/// The next data chunk of `body` (trailers skipped).
+async fn next_chunk(body: &mut Body) -> Option<Result<Bytes, axum::Error>> {
+    loop {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await?;
+        match frame {
+            Ok(frame) => {
+                if let Ok(data) = frame.into_data() {
+                    return Some(Ok(data));
+                }
             }
-        } else {
-            ApiError::from(r)
+            Err(e) => return Some(Err(e)),
         }
+    }
+}
+
+/// Reads `body` if it has at most `limit` bytes; otherwise reads it on to
+/// its end (at most `drain` more bytes), discarding it, and says it is too
+/// large.
+async fn read_body(mut body: Body, limit: usize, drain: usize) -> Result<Bytes, BodyError> {
+    let mut bytes = Vec::new();
+    let mut over = 0usize;
+    while let Some(chunk) = next_chunk(&mut body).await {
+        let chunk = chunk.map_err(BodyError::Read)?;
+        if over == 0 && bytes.len() + chunk.len() <= limit {
+            bytes.extend_from_slice(&chunk);
+            continue;
+        }
+        if over == 0 {
+            bytes = Vec::new();
+        }
+        over = over.saturating_add(chunk.len());
+        if over > drain {
+            break;
+        }
+    }
+    if over > 0 {
+        Err(BodyError::TooLarge)
+    } else {
+        Ok(Bytes::from(bytes))
+    }
+}
+
+fn body_error(e: BodyError, too_large: impl FnOnce() -> String) -> ApiError {
+    match e {
+        BodyError::TooLarge => ApiError {
+            status: 413,
+            message: too_large(),
+        },
+        BodyError::Read(e) => ApiError::bad_request(format!("cannot read the request body: {e}")),
+    }
+}
+
+async fn upload_module(State(jm): Jm, request: Request) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    // The body first, even if the query is bad: see `MAX_DRAIN`.
+    let limit = jm.max_module_bytes();
+    let body = read_body(body, limit, MAX_DRAIN).await.map_err(|e| {
+        body_error(e, || {
+            format!(
+                "module is over the upload limit of {} MiB (the JobManager's --max-module-mb)",
+                limit >> 20
+            )
+        })
     })?;
+    let Query(params) = Query::<UploadParams>::try_from_uri(&parts.uri)?;
     let name = params.name.ok_or_else(|| {
         ApiError::bad_request("missing query parameter `name` (?name=N[&version=V])")
     })?;
@@ -194,25 +259,21 @@ struct SubmitBody {
     spec: String,
 }
 
-async fn submit_job(
-    State(jm): Jm,
-    body: Result<Json<SubmitBody>, JsonRejection>,
-) -> Result<Response, ApiError> {
-    let Json(body) = body.map_err(|r| {
-        // Only a body over the limit is a 413; other read failures keep
-        // their own status and message.
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError {
-                status: 413,
-                message: format!(
+async fn submit_job(State(jm): Jm, request: Request) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    let bytes = read_body(body, MAX_JOB_BODY, MAX_DRAIN)
+        .await
+        .map_err(|e| {
+            body_error(e, || {
+                format!(
                     "request body is over the limit of {} KiB",
                     MAX_JOB_BODY >> 10
-                ),
-            }
-        } else {
-            ApiError::from(r)
-        }
-    })?;
+                )
+            })
+        })?;
+    // Axum's `Json` on the read bytes: its Content-Type check and messages.
+    let request = Request::from_parts(parts, Body::from(bytes));
+    let Json(body) = Json::<SubmitBody>::from_request(request, &()).await?;
     let created = jm.submit(body.spec).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }

@@ -123,6 +123,8 @@ struct Inner {
     id: String,
     slots: u32,
     buffer_size: usize,
+    /// Where other TaskManagers reach this one.
+    data_address: SocketAddr,
     data: DataPlane,
     cluster: LocalCluster,
     store: ModuleStore,
@@ -246,13 +248,14 @@ pub async fn start(
             message: e.to_string(),
         })?;
     let data = DataPlane::new(endpoint, config.net);
-    let data_address = data.local_addr();
+    let data_address = advertised(data.local_addr(), config.jobmanager);
     let work_dir = config.data_dir.join("work");
     let _ = std::fs::remove_dir_all(&work_dir);
     let inner = Arc::new(Inner {
         id: id.clone(),
         slots: config.slots,
         buffer_size: config.net.buffer_size,
+        data_address,
         cluster: LocalCluster::new(runtime, work_dir.clone(), tokio::runtime::Handle::current()),
         data,
         store,
@@ -291,6 +294,26 @@ pub async fn start(
     })
 }
 
+/// The address other TaskManagers use to reach `bound`: itself, unless it
+/// is a wildcard (`0.0.0.0`), then the local address on the route to the
+/// JobManager (the interface the cluster's traffic uses), same port.
+fn advertised(bound: SocketAddr, jobmanager: SocketAddr) -> SocketAddr {
+    if !bound.ip().is_unspecified() {
+        return bound;
+    }
+    let any: SocketAddr = if jobmanager.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    // Connecting a UDP socket sends nothing; it only picks the route.
+    let ip = std::net::UdpSocket::bind(any)
+        .and_then(|s| s.connect(jobmanager).and_then(|()| s.local_addr()))
+        .map(|a| a.ip())
+        .unwrap_or(bound.ip());
+    SocketAddr::new(ip, bound.port())
+}
+
 /// The id kept in `data_dir/taskmanager-id`, created on first start.
 fn stored_id(data_dir: &std::path::Path) -> std::io::Result<String> {
     let path = data_dir.join("taskmanager-id");
@@ -326,7 +349,7 @@ async fn session(
         &ToJobManager::Register {
             id: inner.id.clone(),
             slots: inner.slots,
-            data_address: inner.data.local_addr(),
+            data_address: inner.data_address,
             version: env!("CARGO_PKG_VERSION").to_owned(),
         },
     )
@@ -548,14 +571,20 @@ async fn run_job(inner: Arc<Inner>, conn: quinn::Connection, deployment: Deploym
                 }
                 Err(e) => (TaskState::Failed, Some(e.to_string())),
             };
+            // Metrics first, on the same ordered stream: when the
+            // JobManager sees the last subtask end, it has the final counts.
+            if let Some(report) = inner.job_reports().into_iter().find(|r| r.job == job) {
+                inner.send(ToJobManager::Heartbeat {
+                    net: inner.data.stats(),
+                    jobs: vec![report],
+                });
+            }
             inner.report(&job, s.task, s.subtask, state, error);
         }));
     }
     for w in waits {
         let _ = w.await;
     }
-    // Last heartbeat-style report so the final counts reach the JobManager.
-    let report = inner.job_reports().into_iter().find(|r| r.job == job);
     inner
         .jobs
         .lock()
@@ -566,12 +595,6 @@ async fn run_job(inner: Arc<Inner>, conn: quinn::Connection, deployment: Deploym
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&job);
-    if let Some(report) = report {
-        inner.send(ToJobManager::Heartbeat {
-            net: inner.data.stats(),
-            jobs: vec![report],
-        });
-    }
     inner.data.unregister_job(&job);
     let _ = std::fs::remove_dir_all(&deployed.work_dir);
 }
@@ -640,4 +663,18 @@ async fn fetch(conn: &quinn::Connection, hash: &str) -> Result<Vec<u8>, String> 
         return Err(format!("got {} of {size} bytes", bytes.len()));
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wildcard_bind_advertises_the_route_to_the_jobmanager() {
+        let jm: SocketAddr = "127.0.0.1:6123".parse().unwrap();
+        let bound: SocketAddr = "0.0.0.0:4000".parse().unwrap();
+        assert_eq!(advertised(bound, jm), "127.0.0.1:4000".parse().unwrap());
+        let exact: SocketAddr = "127.0.0.2:4000".parse().unwrap();
+        assert_eq!(advertised(exact, jm), exact);
+    }
 }
