@@ -12,3 +12,9 @@ bash tests/setup.sh
 cargo test --release --workspace "$@"
 # The example operators' own unit tests (native, through weir-sdk's harness).
 cargo test --release --manifest-path udfs/Cargo.toml --target-dir udfs/target "$@"
+# The other SDKs' own unit tests and their examples' (plain python3, node
+# and cc: no Wasm toolchain needed).
+python3 -m unittest discover -s sdk/python/tests
+for t in udfs/python/*/test_*.py; do (cd "$(dirname "$t")" && python3 -m unittest); done
+node --test sdk/js udfs/js
+for d in udfs/c/*/src; do bash sdk/c/test.sh "$(dirname "$d")"; done

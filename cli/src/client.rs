@@ -67,6 +67,9 @@ pub enum ClientCommand {
     Cancel(JobArgs),
     /// List the TaskManagers registered with the JobManager.
     Taskmanagers(ConnectArgs),
+    /// Show a job's checkpoints (id, status, duration, full and
+    /// incremental size, alignment) and its restores.
+    Checkpoints(JobArgs),
 }
 
 /// How to reach the JobManager and how to print; every client command has
@@ -189,6 +192,7 @@ pub fn run(command: ClientCommand) -> Result<(), Failure> {
         ClientCommand::Status(args) => status(args),
         ClientCommand::Cancel(args) => cancel(args),
         ClientCommand::Taskmanagers(args) => taskmanagers(args),
+        ClientCommand::Checkpoints(args) => checkpoints(args),
     }
 }
 
@@ -897,6 +901,92 @@ fn taskmanagers(args: ConnectArgs) -> Result<(), Failure> {
     }
     let tms: Vec<TaskManager> = decode(v, "TaskManager list")?;
     print!("{}", taskmanagers_table(&tms));
+    Ok(())
+}
+
+fn checkpoints(args: JobArgs) -> Result<(), Failure> {
+    let rest = args.connect.rest();
+    let v = rest.get(&format!("/v1/jobs/{}/checkpoints", path_segment(&args.job)))?;
+    if args.connect.json {
+        print_json(&v);
+        return Ok(());
+    }
+    if v["enabled"] != serde_json::Value::Bool(true) {
+        println!(
+            "job {} takes no checkpoints (no [job.checkpoints] in its spec)",
+            args.job
+        );
+        return Ok(());
+    }
+    let n = |c: &serde_json::Value, k: &str| c[k].as_u64().unwrap_or(0);
+    let rows = v["history"]
+        .as_array()
+        .map(|h| {
+            h.iter()
+                .map(|c| {
+                    vec![
+                        n(c, "id").to_string(),
+                        c["status"].as_str().unwrap_or("?").to_owned(),
+                        utc_time(n(c, "triggered_at_ms")),
+                        c["duration_ms"]
+                            .as_u64()
+                            .map(|d| format!("{d} ms"))
+                            .unwrap_or_else(|| "-".into()),
+                        format!("{}/{}", n(c, "acked"), n(c, "total")),
+                        human_bytes(n(c, "full_size")),
+                        human_bytes(n(c, "incremental_size")),
+                        format!("{} ms", n(c, "max_alignment_ms")),
+                        c["failure"].as_str().unwrap_or("").to_owned(),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    print!(
+        "{}",
+        table(
+            &[
+                "ID",
+                "STATUS",
+                "TRIGGERED (UTC)",
+                "DURATION",
+                "ACKED",
+                "FULL",
+                "INCREMENTAL",
+                "ALIGNMENT",
+                "FAILURE",
+            ],
+            &[
+                Align::Right,
+                Align::Left,
+                Align::Left,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Left,
+            ],
+            rows,
+        )
+    );
+    let restores = v["restores"].as_array().cloned().unwrap_or_default();
+    if restores.is_empty() {
+        println!("\nno restores");
+    } else {
+        println!("\nRESTORES");
+        for r in restores {
+            let from = r["checkpoint"]
+                .as_u64()
+                .map(|c| format!("checkpoint {c}"))
+                .unwrap_or_else(|| "scratch (no checkpoint yet)".into());
+            println!(
+                "  attempt {} at {} from {from}",
+                n(&r, "attempt"),
+                utc_time(n(&r, "at_ms"))
+            );
+        }
+    }
     Ok(())
 }
 

@@ -78,6 +78,12 @@ pub struct JobManagerArgs {
     /// Largest module upload, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 256)]
     max_module_mb: usize,
+
+    /// Checkpoint storage: a directory every TaskManager can reach at the
+    /// same path (local disk for one machine, else a shared filesystem)
+    /// [default: DATA_DIR/checkpoints].
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -266,6 +272,8 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
         .data_dir
         .clone()
         .unwrap_or_else(|| default_data_dir("jobmanager"));
+    // Absolute: TaskManagers receive the checkpoint directory under it.
+    let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
     let wasm = wasm_runtime(&data_dir)?;
     let rt = tokio_runtime()?;
     rt.block_on(async move {
@@ -275,6 +283,9 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
         config.scheduling = args.scheduling;
         config.max_module_bytes = args.max_module_mb << 20;
         config.rest_token = args.rest_token;
+        config.checkpoint_dir = args
+            .checkpoint_dir
+            .map(|d| std::path::absolute(&d).unwrap_or(d));
         let jm = jobmanager::start(config, wasm).await.map_err(failed)?;
         ready(format!(
             "jobmanager ready: rpc {} rest http://{}",

@@ -9,8 +9,11 @@
 //! job spec, a module that cannot be used, a request the JobManager refused
 //! with a 4xx).
 
+mod build;
 mod client;
 mod daemons;
+mod scaffold;
+mod toolchain;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -71,6 +74,15 @@ enum Command {
     /// Cluster administration.
     #[command(subcommand)]
     Cluster(daemons::ClusterCommand),
+    /// Create an operator project: source, build file, a unit test, and a
+    /// job.toml that runs it (`weir build`, then `weir run job.toml`).
+    New(scaffold::NewArgs),
+    /// Build an operator project (Rust, Python, JavaScript or C) into a
+    /// component, then check it against the contract.
+    Build(build::BuildArgs),
+    /// Install or list the toolchains that build operators, per language.
+    #[command(subcommand)]
+    Toolchain(toolchain::ToolchainCommand),
 }
 
 #[derive(Debug, Args)]
@@ -166,6 +178,9 @@ fn main() -> ExitCode {
         Command::Taskmanager(args) => daemons::taskmanager(args),
         Command::Local(args) => daemons::local(args),
         Command::Cluster(command) => daemons::cluster(command),
+        Command::New(args) => scaffold::new(args),
+        Command::Build(args) => build::build(args),
+        Command::Toolchain(command) => toolchain::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -13,6 +13,8 @@
 //! - [`wasm`]: the wasmtime engine, the compiled-component cache, sandboxed
 //!   operator instances and the host functions they import.
 //! - [`state`]: key groups and the keyed state backends (RocksDB, heap).
+//! - [`checkpoint`]: state snapshots (incremental for RocksDB), checkpoint
+//!   storage and the registry of shared checkpoint files.
 //! - [`connectors`]: sources (file, generator) and sinks (file, stdout, blackhole).
 //! - [`taskmanager`]: runs one subtask of a task: the operator-chain driver,
 //!   partitioners and bounded channels; and the TaskManager daemon.
@@ -26,6 +28,7 @@
 //!
 //! `weir-host` knows nothing of the CLI; the guest never sees its types.
 
+pub mod checkpoint;
 pub mod connectors;
 pub mod job;
 pub mod jobmanager;

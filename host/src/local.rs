@@ -22,14 +22,14 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
 use crate::connectors::{
     BlackholeSink, FileFormat, FileSink, FileSource, GeneratorConfig, GeneratorKind as GenKind,
-    GeneratorSource, OutputFormat, Sink, Source, StdoutSink,
+    GeneratorSource, OutputFormat, Sink, Source, StdoutSink, TransactionalFileSink,
 };
 use crate::job::{
     GeneratorKind, JobGraph, KeySelector, ModuleRef, Partitioner, SinkFormat, SinkSpec,
@@ -37,11 +37,11 @@ use crate::job::{
 };
 use crate::state::{
     BackendConfig, BackendKind, StateDescriptor, StateKind, key_group_range_for_subtask,
-    open_backend,
+    open_backend, restore_backend,
 };
 use crate::taskmanager::{
-    Abort, ChainedOperator, ChannelSender, Head, JobMetrics, KeyExtractor, Message, Output,
-    Partitioning, Subtask, TailSink, TaskError,
+    Abort, ChainedOperator, ChannelSender, Checkpointing, Head, JobMetrics, KeyExtractor, Message,
+    Output, Partitioning, Subtask, TailSink, TakenSnapshot, TaskError,
 };
 use crate::wasm::{InstanceConfig, OperatorError, OperatorInfo, OperatorModule, Runtime};
 
@@ -326,7 +326,13 @@ impl LocalCluster {
             JOB_SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         let modules = self.load_modules(graph)?;
-        let deployed = self.deploy(graph, &modules, work_dir, &AllLocal)?;
+        let deployed = self.deploy(
+            graph,
+            &modules,
+            work_dir,
+            &AllLocal,
+            &DeployOptions::default(),
+        )?;
         Ok(JobHandle {
             name: graph.name.clone(),
             started: deployed.started,
@@ -357,6 +363,7 @@ impl LocalCluster {
         modules: &LoadedModules,
         work_dir: PathBuf,
         exchange: &dyn Exchange,
+        options: &DeployOptions<'_>,
     ) -> Result<Deployed, RunError> {
         let settings = &graph.settings;
         let max_parallelism = u16::try_from(settings.max_parallelism).map_err(|_| {
@@ -425,17 +432,38 @@ impl LocalCluster {
         let metrics = Arc::new(JobMetrics::new(graph.vertices.len()));
         let stop = Arc::new(AtomicBool::new(false));
         let mut subtasks = Vec::new();
+        let mut triggers = HashMap::new();
         for (t, task) in tasks.iter().enumerate() {
+            let task_is_source =
+                matches!(graph.vertices[task.vertices[0]].kind, VertexKind::Source(_));
             for s in (0..task.parallelism).filter(|s| exchange.is_local(t, *s)) {
                 let name = format!("{} ({}/{})", task.id.as_str(), s + 1, task.parallelism);
                 let mut build = || -> Result<Subtask, RunError> {
                     let head_vertex = task.vertices[0];
+                    let restored = options.restore.and_then(|r| r.get(&(t, s)));
+                    let finished = restored.is_some_and(|r| r.finished);
                     let head = match &graph.vertices[head_vertex].kind {
-                        VertexKind::Source(spec) => Head::Source {
-                            vertex: head_vertex,
-                            id: graph.vertices[head_vertex].id.0.clone(),
-                            source: build_source(graph, head_vertex, spec, s, task.parallelism)?,
+                        _ if finished => Head::Finished {
+                            rx: receivers[t].get_mut(s as usize).and_then(Option::take),
+                            channels: channel_counts[t],
                         },
+                        VertexKind::Source(spec) => {
+                            let mut source =
+                                build_source(graph, head_vertex, spec, s, task.parallelism)?;
+                            if let Some(position) = restored.and_then(|r| r.source.as_ref()) {
+                                source.seek(position).map_err(|e| {
+                                    RunError::Plan(format!(
+                                        "source `{}`: {e}",
+                                        graph.vertices[head_vertex].id
+                                    ))
+                                })?;
+                            }
+                            Head::Source {
+                                vertex: head_vertex,
+                                id: graph.vertices[head_vertex].id.0.clone(),
+                                source,
+                            }
+                        }
                         _ => Head::Input {
                             rx: receivers[t][s as usize].take().ok_or_else(|| {
                                 RunError::Plan(format!("task {} has no input", task.id.as_str()))
@@ -473,7 +501,7 @@ impl LocalCluster {
                                     let dir =
                                         work_dir.join(sanitize(&vertex.id.0)).join(s.to_string());
                                     let states = descriptors(info);
-                                    let backend = open_backend(BackendConfig {
+                                    let config = BackendConfig {
                                         kind: match settings.state_backend {
                                             StateBackendKind::RocksDb => BackendKind::RocksDb,
                                             StateBackendKind::Heap => BackendKind::Heap,
@@ -482,7 +510,12 @@ impl LocalCluster {
                                         states: &states,
                                         key_groups: range,
                                         max_parallelism,
-                                    })
+                                    };
+                                    let from = restored.and_then(|r| r.states.get(&v));
+                                    let backend = match from {
+                                        Some(from) => restore_backend(config, from),
+                                        None => open_backend(config),
+                                    }
                                     .map_err(|e| {
                                         RunError::Plan(format!(
                                             "operator `{}`: cannot open its state backend: {e}",
@@ -491,17 +524,37 @@ impl LocalCluster {
                                     })?;
                                     instance.attach_state(backend, range);
                                 }
+                                if let Some(timers) = restored.and_then(|r| r.timers.get(&v)) {
+                                    instance.restore_timers(timers.clone());
+                                }
                                 operators.push(ChainedOperator {
                                     vertex: v,
                                     instance,
                                 });
                             }
                             VertexKind::Sink(spec) => {
-                                sink = Some(TailSink {
-                                    vertex: v,
-                                    id: vertex.id.0.clone(),
-                                    sink: build_sink(graph, v, spec, s)?,
-                                });
+                                sink =
+                                    Some(TailSink {
+                                        vertex: v,
+                                        id: vertex.id.0.clone(),
+                                        sink: match (spec, &options.checkpoints) {
+                                            (SinkSpec::File(f), Some(_)) => Box::new(
+                                                TransactionalFileSink::open(
+                                                    &f.path,
+                                                    s,
+                                                    output_format(f.format),
+                                                    restored.and_then(|r| r.sink.as_ref()),
+                                                )
+                                                .map_err(|e| {
+                                                    RunError::Plan(format!(
+                                                        "sink `{}`: {e}",
+                                                        vertex.id
+                                                    ))
+                                                })?,
+                                            ),
+                                            _ => build_sink(graph, v, spec, s)?,
+                                        },
+                                    });
                             }
                             VertexKind::Source(_) => {}
                         }
@@ -561,6 +614,19 @@ impl LocalCluster {
                         stop: stop.clone(),
                         abort: abort.clone(),
                         handle: self.handle.clone(),
+                        checkpointing: options.checkpoints.as_ref().map(|c| {
+                            let requested = Arc::new(AtomicU64::new(0));
+                            if task_is_source {
+                                triggers.insert((t, s), requested.clone());
+                            }
+                            Checkpointing {
+                                requested,
+                                local_dir: c.local_dir.join(format!("{t}-{s}")),
+                                taken: c.taken.clone(),
+                                task: t as u32,
+                                subtask: s,
+                            }
+                        }),
                     })
                 };
                 match build() {
@@ -594,6 +660,7 @@ impl LocalCluster {
             subtasks,
             tasks,
             work_dir,
+            triggers,
         })
     }
 }
@@ -659,6 +726,43 @@ pub struct Deployed {
     pub tasks: Vec<crate::job::TaskSpec>,
     /// The job's state directory (the caller removes it when the job ends).
     pub work_dir: PathBuf,
+    /// With checkpoints: each local source subtask's barrier trigger (set
+    /// it to a checkpoint id to inject that barrier).
+    pub triggers: HashMap<(usize, u32), Arc<AtomicU64>>,
+}
+
+/// Checkpointing and restore for [`LocalCluster::deploy`].
+#[derive(Debug, Default)]
+pub struct DeployOptions<'a> {
+    /// Set when the job takes checkpoints.
+    pub checkpoints: Option<CheckpointSetup>,
+    /// What each local subtask restores, by (task, subtask).
+    pub restore: Option<&'a HashMap<(usize, u32), SubtaskRestore>>,
+}
+
+/// Where a job's subtasks put their snapshots.
+#[derive(Debug)]
+pub struct CheckpointSetup {
+    /// Scratch directory for synchronous snapshot parts.
+    pub local_dir: PathBuf,
+    /// Receives every subtask's snapshots.
+    pub taken: mpsc::UnboundedSender<TakenSnapshot>,
+}
+
+/// What one subtask restores from a checkpoint (its state already
+/// downloaded to local directories).
+#[derive(Debug, Default, Clone)]
+pub struct SubtaskRestore {
+    /// The subtask had finished: it only ends its outputs.
+    pub finished: bool,
+    /// Keyed state per operator vertex: a downloaded snapshot directory.
+    pub states: HashMap<usize, PathBuf>,
+    /// Timers per operator vertex.
+    pub timers: HashMap<usize, Vec<(i64, Vec<u8>)>>,
+    /// The source's position.
+    pub source: Option<serde_json::Value>,
+    /// The sink's committable.
+    pub sink: Option<serde_json::Value>,
 }
 
 fn descriptors(info: &OperatorInfo) -> Vec<StateDescriptor> {
@@ -706,16 +810,18 @@ fn build_source(
                     timestamp_field: f.timestamp_field.clone(),
                 },
             };
-            Box::new(
-                FileSource::open(&f.path, format)
-                    .map_err(|e| RunError::Plan(format!("source `{id}`: {e}")))?,
-            )
+            let source = FileSource::open(&f.path, format)
+                .map_err(|e| RunError::Plan(format!("source `{id}`: {e}")))?;
+            Box::new(match f.rate {
+                Some(rate) => source.with_rate(rate as f64),
+                None => source,
+            })
         }
         SourceSpec::Generator(g) => {
             let kind = match &g.kind {
-                GeneratorKind::Sequence { record_bytes } => GenKind::Sequence {
+                GeneratorKind::Sequence { record_bytes, keys } => GenKind::Sequence {
                     record_bytes: record_bytes.map(|b| b as usize),
-                    keys: None,
+                    keys: *keys,
                 },
                 GeneratorKind::Transactions { accounts } => GenKind::Transactions {
                     accounts: *accounts,

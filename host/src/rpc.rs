@@ -55,10 +55,44 @@ pub enum ToJobManager {
         /// Metrics of every job with subtasks on this TaskManager.
         jobs: Vec<JobReport>,
     },
+    /// A subtask's part of a checkpoint is uploaded.
+    Ack {
+        /// Job id.
+        job: String,
+        /// The deployment attempt it belongs to.
+        attempt: u32,
+        /// Checkpoint id.
+        checkpoint: u64,
+        /// Task index.
+        task: u32,
+        /// Subtask index.
+        subtask: u32,
+        /// Where its state is, and what it restores.
+        snapshot: SubtaskCheckpoint,
+        /// Barrier alignment time, in milliseconds.
+        alignment_ms: u64,
+    },
+    /// A subtask could not take its part of a checkpoint.
+    Decline {
+        /// Job id.
+        job: String,
+        /// The deployment attempt.
+        attempt: u32,
+        /// Checkpoint id.
+        checkpoint: u64,
+        /// Task index.
+        task: u32,
+        /// Subtask index.
+        subtask: u32,
+        /// Why.
+        reason: String,
+    },
     /// A subtask changed state.
     TaskState {
         /// Job id.
         job: String,
+        /// The deployment attempt it belongs to.
+        attempt: u32,
         /// Task index (after chaining).
         task: u32,
         /// Subtask index.
@@ -90,6 +124,72 @@ pub enum ToTaskManager {
         /// Job id.
         job: String,
     },
+    /// Inject the barrier of checkpoint `checkpoint` at the job's sources.
+    TriggerCheckpoint {
+        /// Job id.
+        job: String,
+        /// The deployment attempt.
+        attempt: u32,
+        /// Checkpoint id.
+        checkpoint: u64,
+    },
+    /// Checkpoint `checkpoint` completed: commit what sinks pre-committed
+    /// up to it.
+    CheckpointComplete {
+        /// Job id.
+        job: String,
+        /// The deployment attempt.
+        attempt: u32,
+        /// Checkpoint id.
+        checkpoint: u64,
+    },
+    /// Checkpoint `checkpoint` was abandoned.
+    CheckpointAborted {
+        /// Job id.
+        job: String,
+        /// The deployment attempt.
+        attempt: u32,
+        /// Checkpoint id.
+        checkpoint: u64,
+    },
+    /// Every subtask finished: commit everything still pending.
+    JobFinished {
+        /// Job id.
+        job: String,
+        /// The deployment attempt.
+        attempt: u32,
+    },
+}
+
+/// One subtask's part of a completed checkpoint: what it restores from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskCheckpoint {
+    /// It had finished (it restores as finished: ends its outputs only).
+    pub finished: bool,
+    /// Keyed state per operator vertex (index in the graph).
+    pub states: Vec<(usize, crate::checkpoint::snapshot::StateHandle)>,
+    /// A file with the event-time timers of its operators, if any.
+    pub timers: Option<crate::checkpoint::storage::StoragePath>,
+    /// The source's position.
+    pub source: Option<serde_json::Value>,
+    /// The sink's committable (committed on completion, and again on restore).
+    pub sink: Option<serde_json::Value>,
+}
+
+/// Checkpointing of a deployment.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckpointDeploy {
+    /// The checkpoint storage root (a directory every daemon can reach).
+    pub storage: std::path::PathBuf,
+}
+
+/// The checkpoint a deployment restores from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RestorePoint {
+    /// Checkpoint id.
+    pub checkpoint: u64,
+    /// Every subtask's part, by (task, subtask).
+    pub subtasks: Vec<((u32, u32), SubtaskCheckpoint)>,
 }
 
 /// A job as the TaskManagers receive it.
@@ -103,6 +203,12 @@ pub struct Deployment {
     pub placement: Vec<Vec<SlotRef>>,
     /// Data-plane address of every TaskManager in `placement`.
     pub peers: HashMap<String, SocketAddr>,
+    /// Deployment attempt: 0 first, +1 per restart.
+    pub attempt: u32,
+    /// Set when the job takes checkpoints.
+    pub checkpoints: Option<CheckpointDeploy>,
+    /// Set when restarting from a checkpoint.
+    pub restore: Option<RestorePoint>,
 }
 
 /// One task slot.

@@ -11,16 +11,16 @@ use weir_tests::artifacts;
 use crate::util::{describe, read_sink, run_weir, toml_path};
 
 #[derive(Debug, Clone, PartialEq, PartialOrd)]
-struct Alert {
-    account: String,
-    small_ts: i64,
-    large_ts: i64,
-    amount: f64,
+pub(crate) struct Alert {
+    pub(crate) account: String,
+    pub(crate) small_ts: i64,
+    pub(crate) large_ts: i64,
+    pub(crate) amount: f64,
 }
 
 /// Per account, in stream order: a transaction over 500.00 that directly
 /// follows one under 1.00 by at most one minute raises an alert.
-fn reference(transactions: &[(String, f64, i64)]) -> Vec<Alert> {
+pub(crate) fn reference(transactions: &[(String, f64, i64)]) -> Vec<Alert> {
     let mut flag: HashMap<&str, i64> = HashMap::new();
     let mut alerts = Vec::new();
     for (account, amount, ts) in transactions {

@@ -628,6 +628,7 @@ fn id_chain(g: Generated) -> anyhow::Result<CaseResult> {
         stop: Arc::new(AtomicBool::new(false)),
         abort: Abort::new(),
         handle: rt.handle().clone(),
+        checkpointing: None,
     };
     let started = Instant::now();
     subtask.run()?;

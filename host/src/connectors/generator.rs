@@ -157,6 +157,27 @@ impl GeneratorSource {
 }
 
 impl Source for GeneratorSource {
+    fn position(&self) -> serde_json::Value {
+        serde_json::json!({ "next": self.next })
+    }
+
+    fn seek(&mut self, position: &serde_json::Value) -> Result<(), ConnectorError> {
+        let next = position
+            .get("next")
+            .and_then(serde_json::Value::as_u64)
+            .filter(|n| n % self.step == self.next % self.step)
+            .ok_or_else(|| {
+                ConnectorError::Position(format!(
+                    "not a position of this generator subtask: {position}"
+                ))
+            })?;
+        self.next = next;
+        // The rate applies from now on.
+        self.produced = 0;
+        self.started = Instant::now();
+        Ok(())
+    }
+
     fn next_batch(&mut self, max: usize) -> Result<Option<Batch>, ConnectorError> {
         let mut max = max.max(1);
         if let Some(rate) = self.rate_per_instance {

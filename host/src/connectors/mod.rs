@@ -16,7 +16,7 @@ mod generator;
 mod sink;
 
 pub use generator::{GeneratorConfig, GeneratorKind, GeneratorSource};
-pub use sink::{BlackholeSink, FileSink, OutputFormat, StdoutSink};
+pub use sink::{BlackholeSink, FileSink, OutputFormat, StdoutSink, TransactionalFileSink};
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -48,12 +48,31 @@ pub enum ConnectorError {
     /// Writing to standard output failed.
     #[error("stdout: {0}")]
     Stdout(std::io::Error),
+    /// A checkpointed position or committable cannot be used.
+    #[error("cannot restore: {0}")]
+    Position(String),
 }
 
 /// A source of records.
 pub trait Source: Send {
     /// The next batch of at most `max` records, or `None` at the end of input.
     fn next_batch(&mut self, max: usize) -> Result<Option<Batch>, ConnectorError>;
+
+    /// Where the source stands: enough to resume right after the last
+    /// record returned (recorded in checkpoints).
+    fn position(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
+    /// Resumes after `position` (an earlier [`Source::position`]).
+    fn seek(&mut self, position: &serde_json::Value) -> Result<(), ConnectorError> {
+        match position {
+            serde_json::Value::Null => Ok(()),
+            other => Err(ConnectorError::Position(format!(
+                "this source cannot resume from {other}"
+            ))),
+        }
+    }
 }
 
 /// A sink for records.
@@ -62,6 +81,25 @@ pub trait Sink: Send {
     fn write(&mut self, batch: &Batch) -> Result<(), ConnectorError>;
     /// Flushes everything written; called once at the end of input.
     fn finish(&mut self) -> Result<(), ConnectorError>;
+
+    /// Two-phase commit, phase one, at a checkpoint barrier (or, with
+    /// [`crate::taskmanager::FINISHED`], at the end of input): makes what
+    /// was written since the last call durable but not yet visible, and
+    /// returns what [`commit`] needs to publish it. `None`: nothing to
+    /// commit (or a sink without transactions).
+    fn pre_commit(
+        &mut self,
+        _checkpoint: u64,
+    ) -> Result<Option<serde_json::Value>, ConnectorError> {
+        Ok(None)
+    }
+}
+
+/// Two-phase commit, phase two: publishes what a sink's
+/// [`Sink::pre_commit`] returned, once its checkpoint completed. Idempotent:
+/// committing twice (after a restore) is harmless.
+pub fn commit(committable: &serde_json::Value) -> Result<(), ConnectorError> {
+    sink::commit_files(committable)
 }
 
 /// How a file source reads its file.
@@ -88,6 +126,10 @@ pub struct FileSource {
     reader: BufReader<File>,
     format: FileFormat,
     line_no: u64,
+    /// Bytes consumed so far: where the next line starts.
+    offset: u64,
+    /// Lines per second, if throttled; lines read since `started`.
+    rate: Option<(f64, std::time::Instant, u64)>,
     line: Vec<u8>,
     done: bool,
 }
@@ -104,9 +146,17 @@ impl FileSource {
             reader: BufReader::with_capacity(256 << 10, file),
             format,
             line_no: 0,
+            offset: 0,
+            rate: None,
             line: Vec::new(),
             done: false,
         })
+    }
+
+    /// Reads at most `lines_per_second`.
+    pub fn with_rate(mut self, lines_per_second: f64) -> FileSource {
+        self.rate = Some((lines_per_second, std::time::Instant::now(), 0));
+        self
     }
 
     fn bad(&self, message: String) -> ConnectorError {
@@ -128,9 +178,51 @@ pub fn json_key_bytes(v: &serde_json::Value) -> Vec<u8> {
 }
 
 impl Source for FileSource {
+    fn position(&self) -> serde_json::Value {
+        serde_json::json!({ "offset": self.offset, "line": self.line_no })
+    }
+
+    fn seek(&mut self, position: &serde_json::Value) -> Result<(), ConnectorError> {
+        use std::io::{Seek, SeekFrom};
+        let (Some(offset), Some(line)) = (
+            position.get("offset").and_then(serde_json::Value::as_u64),
+            position.get("line").and_then(serde_json::Value::as_u64),
+        ) else {
+            return Err(ConnectorError::Position(format!(
+                "{}: not a file position: {position}",
+                self.path.display()
+            )));
+        };
+        self.reader
+            .seek(SeekFrom::Start(offset))
+            .map_err(|source| ConnectorError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.offset = offset;
+        self.line_no = line;
+        self.done = false;
+        if let Some((_, started, read)) = &mut self.rate {
+            *started = std::time::Instant::now();
+            *read = 0;
+        }
+        Ok(())
+    }
+
     fn next_batch(&mut self, max: usize) -> Result<Option<Batch>, ConnectorError> {
         if self.done {
             return Ok(None);
+        }
+        let mut max = max;
+        if let Some((rate, started, read)) = &mut self.rate {
+            // About 10 ms worth of lines per batch, at the rate.
+            max = max.min(((*rate / 100.0) as usize).max(1));
+            let due = std::time::Duration::from_secs_f64(*read as f64 / *rate);
+            let elapsed = started.elapsed();
+            if due > elapsed {
+                std::thread::sleep(due - elapsed);
+            }
+            *read += max as u64;
         }
         let now = now_millis();
         let mut batch = Batch::with_capacity(max, max * 64);
@@ -148,6 +240,7 @@ impl Source for FileSource {
                 break;
             }
             self.line_no += 1;
+            self.offset += n as u64;
             let mut line = &self.line[..];
             if let Some(l) = line.strip_suffix(b"\n") {
                 line = l;

@@ -187,3 +187,186 @@ mod tests {
         }
     }
 }
+
+/// A file sink with two-phase commit, for jobs that take checkpoints.
+///
+/// Subtask `s` of a sink with path `P` writes part files: `P.s-<n>` once
+/// committed, `P.s-<n>.inprogress` while being written, `P.s-<n>.pending`
+/// once pre-committed. At a checkpoint barrier the current part is flushed,
+/// synced and renamed to `.pending` (phase one); when the checkpoint
+/// completes the TaskManager renames it to its final name with [`commit`]
+/// (phase two). Readers see only committed parts, each exactly once. After
+/// a failure the restored sink first finishes the commits of the restored
+/// checkpoint, then deletes every `.inprogress` and `.pending` part it
+/// finds: their records will be produced again from the restored positions.
+///
+/// [`commit`]: super::commit
+#[derive(Debug)]
+pub struct TransactionalFileSink {
+    base: PathBuf,
+    subtask: u32,
+    format: OutputFormat,
+    next: u64,
+    current: Option<(PathBuf, BufWriter<File>)>,
+}
+
+fn part_name(base: &Path, subtask: u32, n: u64) -> PathBuf {
+    let mut name = base.as_os_str().to_owned();
+    name.push(format!(".{subtask}-{n}"));
+    PathBuf::from(name)
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Renames the `.pending` parts a committable lists to their final names.
+/// A part already committed (no `.pending`, final name present) is fine.
+pub(super) fn commit_files(committable: &serde_json::Value) -> Result<(), ConnectorError> {
+    let parts = committable
+        .get("parts")
+        .and_then(serde_json::Value::as_array)
+        .ok_or_else(|| {
+            ConnectorError::Position(format!("not a file committable: {committable}"))
+        })?;
+    for part in parts {
+        let Some(path) = part.as_str() else {
+            return Err(ConnectorError::Position(format!("bad part {part}")));
+        };
+        let path = PathBuf::from(path);
+        let pending = with_suffix(&path, ".pending");
+        match std::fs::rename(&pending, &path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && path.exists() => {}
+            Err(source) => {
+                return Err(ConnectorError::Io {
+                    path: pending,
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+impl TransactionalFileSink {
+    /// A sink for subtask `subtask` of the sink whose path is `base`.
+    /// `restored`: the committable of this subtask in the checkpoint the job
+    /// restarts from (its parts are committed now); every other uncommitted
+    /// part of this subtask is deleted.
+    pub fn open(
+        base: &Path,
+        subtask: u32,
+        format: OutputFormat,
+        restored: Option<&serde_json::Value>,
+    ) -> Result<TransactionalFileSink, ConnectorError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ConnectorError::Io { path, source }
+        };
+        let dir = base
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        if let Some(c) = restored {
+            commit_files(c)?;
+        }
+        // The next part number: after every part that exists in any state.
+        let prefix = format!(
+            "{}.{subtask}-",
+            base.file_name().unwrap_or_default().to_string_lossy()
+        );
+        let mut next = restored
+            .and_then(|c| c.get("next"))
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+            let entry = entry.map_err(io(dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix(&prefix) else {
+                continue;
+            };
+            let (number, uncommitted) = match rest.split_once('.') {
+                Some((n, "inprogress" | "pending")) => (n, true),
+                Some(_) => continue,
+                None => (rest, false),
+            };
+            let Ok(n) = number.parse::<u64>() else {
+                continue;
+            };
+            if uncommitted {
+                let path = entry.path();
+                std::fs::remove_file(&path).map_err(io(&path))?;
+            }
+            next = next.max(n + 1);
+        }
+        Ok(TransactionalFileSink {
+            base: base.to_path_buf(),
+            subtask,
+            format,
+            next,
+            current: None,
+        })
+    }
+
+    fn writer(&mut self) -> Result<(), ConnectorError> {
+        if self.current.is_none() {
+            let path = part_name(&self.base, self.subtask, self.next);
+            self.next += 1;
+            let tmp = with_suffix(&path, ".inprogress");
+            let file = File::create(&tmp).map_err(|source| ConnectorError::Io {
+                path: tmp.clone(),
+                source,
+            })?;
+            self.current = Some((path, BufWriter::with_capacity(256 << 10, file)));
+        }
+        Ok(())
+    }
+}
+
+impl Sink for TransactionalFileSink {
+    fn write(&mut self, batch: &Batch) -> Result<(), ConnectorError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let format = self.format;
+        self.writer()?;
+        let (path, out) = self.current.as_mut().expect("opened by writer()");
+        for r in batch.iter() {
+            write_record(out, format, r).map_err(|source| ConnectorError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
+    fn pre_commit(
+        &mut self,
+        _checkpoint: u64,
+    ) -> Result<Option<serde_json::Value>, ConnectorError> {
+        let mut parts = Vec::new();
+        if let Some((path, mut out)) = self.current.take() {
+            let tmp = with_suffix(&path, ".inprogress");
+            let io = |source| ConnectorError::Io {
+                path: tmp.clone(),
+                source,
+            };
+            out.flush().map_err(io)?;
+            let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+            file.sync_all().map_err(io)?;
+            std::fs::rename(&tmp, with_suffix(&path, ".pending")).map_err(io)?;
+            parts.push(path.display().to_string());
+        }
+        Ok(Some(
+            serde_json::json!({ "parts": parts, "next": self.next }),
+        ))
+    }
+}

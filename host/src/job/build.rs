@@ -179,6 +179,12 @@ impl Builder {
             1,
             u32::MAX.into(),
         );
+        let checkpoints = job.checkpoints.clone();
+        if let Some(c) = &checkpoints
+            && let Err(e) = c.validate()
+        {
+            self.problem("job.checkpoints", e.to_string());
+        }
         let limits = job.limits.clone().unwrap_or_default();
         let limits = OperatorLimits {
             memory_mb: limits.memory_mb.unwrap_or(DEFAULT_MEMORY_MB),
@@ -211,6 +217,12 @@ impl Builder {
             channel_capacity,
             buffer_timeout_ms: job.buffer_timeout_ms.unwrap_or(DEFAULT_BUFFER_TIMEOUT_MS),
             limits,
+            restart: job.restart.unwrap_or(if checkpoints.is_some() {
+                crate::jobmanager::restart::RestartStrategy::WITH_CHECKPOINTS
+            } else {
+                crate::jobmanager::restart::RestartStrategy::None
+            }),
+            checkpoints,
         }
     }
 
@@ -292,9 +304,9 @@ impl Builder {
                 self.not_for(label, "kind", &t.kind, what);
                 self.not_for(label, "count", &t.count, what);
                 self.not_for(label, "seed", &t.seed, what);
-                self.not_for(label, "rate", &t.rate, what);
                 self.not_for(label, "accounts", &t.accounts, what);
                 self.not_for(label, "record_bytes", &t.record_bytes, what);
+                self.not_for(label, "keys", &t.keys, what);
                 self.not_for(label, "vocabulary", &t.vocabulary, what);
                 let path = match &t.path {
                     Some(path) => self.resolve(path),
@@ -334,8 +346,15 @@ impl Builder {
                         ),
                     );
                 }
+                if t.rate == Some(0) {
+                    self.problem(
+                        format!("{label}.rate"),
+                        "must be at least 1 line per second",
+                    );
+                }
                 let spec = SourceSpec::File(FileSourceSpec {
                     path,
+                    rate: t.rate,
                     format,
                     key_field: t.key_field.clone(),
                     timestamp_field: t.timestamp_field.clone(),
@@ -365,6 +384,7 @@ impl Builder {
                 }
                 if kind_name != GeneratorKindName::Sequence {
                     self.not_for(label, "record_bytes", &t.record_bytes, &only("sequence"));
+                    self.not_for(label, "keys", &t.keys, &only("sequence"));
                 }
                 if kind_name != GeneratorKindName::Words {
                     self.not_for(label, "vocabulary", &t.vocabulary, &only("words"));
@@ -379,8 +399,12 @@ impl Builder {
                                 MAX_RECORD_BYTES.into(),
                             );
                         }
+                        if let Some(keys) = t.keys {
+                            self.check_range(&format!("{label}.keys"), keys, 1, u64::MAX);
+                        }
                         GeneratorKind::Sequence {
                             record_bytes: t.record_bytes,
+                            keys: t.keys,
                         }
                     }
                     GeneratorKindName::Transactions => {

@@ -82,6 +82,10 @@ pub struct JobSettings {
     pub buffer_timeout_ms: u64,
     /// `[job.limits]`: the sandbox of every operator instance.
     pub limits: OperatorLimits,
+    /// `[job.checkpoints]`: absent, no checkpoints.
+    pub checkpoints: Option<crate::checkpoint::coordinator::CheckpointConfig>,
+    /// `[job.restart]`, default: fixed-delay with checkpoints, none without.
+    pub restart: crate::jobmanager::restart::RestartStrategy,
 }
 
 /// Where keyed state lives.
@@ -156,6 +160,9 @@ pub enum SourceSpec {
 pub struct FileSourceSpec {
     /// The file, resolved against the spec file's directory.
     pub path: PathBuf,
+    /// `rate`: read at most this many lines per second (replaying a file
+    /// as a stream); unthrottled if absent.
+    pub rate: Option<u64>,
     /// How a line becomes a record.
     pub format: SourceFormat,
     /// `json-lines` only: the top-level field whose value becomes the record key.
@@ -199,6 +206,8 @@ pub enum GeneratorKind {
     Sequence {
         /// Pad each value to this many bytes (`record_bytes`), if set.
         record_bytes: Option<u32>,
+        /// `keys`: record n gets key `n % keys` (as decimal), if set.
+        keys: Option<u64>,
     },
     /// `kind = "transactions"`: payments; the record key is the account.
     Transactions {

@@ -149,6 +149,8 @@ pub(super) struct JobTable {
     pub channel_capacity: Option<u32>,
     pub buffer_timeout_ms: Option<u64>,
     pub limits: Option<LimitsTable>,
+    pub checkpoints: Option<crate::checkpoint::coordinator::CheckpointConfig>,
+    pub restart: Option<crate::jobmanager::restart::RestartStrategy>,
 }
 
 /// `[job.limits]`.
@@ -182,6 +184,7 @@ pub(super) struct SourceTable {
     pub rate: Option<u64>,
     pub accounts: Option<u64>,
     pub record_bytes: Option<u32>,
+    pub keys: Option<u64>,
     pub vocabulary: Option<u32>,
 }
 

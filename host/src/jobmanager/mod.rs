@@ -37,6 +37,7 @@
 
 pub mod modules;
 pub mod rest;
+pub mod restart;
 pub mod scheduler;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -49,17 +50,20 @@ use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
+use crate::checkpoint::coordinator::{Action, CheckpointStats, Coordinator, RestoreRecord};
+use crate::checkpoint::{CheckpointStorage, DirStorage, SharedStateRegistry, StoragePath};
 use crate::job::{JobGraph, JobSpec, ModuleRef, TaskSpec, VertexKind, chain};
 use crate::local::LocalCluster;
 use crate::net::NetStats;
 use crate::net::tls::NodeIdentity;
 use crate::rpc::{
-    Deployment, FetchModule, JobReport, ModuleHeader, SlotRef, TaskState, ToJobManager,
-    ToTaskManager, read_frame, write_frame,
+    CheckpointDeploy, Deployment, FetchModule, JobReport, ModuleHeader, RestorePoint, SlotRef,
+    SubtaskCheckpoint, TaskState, ToJobManager, ToTaskManager, read_frame, write_frame,
 };
 use crate::wasm::Runtime;
 
 use modules::{ModuleInfo, ModuleStore, StoreError};
+use restart::Restarts;
 use scheduler::Strategy;
 
 /// Settings of `weir jobmanager`.
@@ -83,6 +87,9 @@ pub struct JobManagerConfig {
     pub max_module_bytes: usize,
     /// When set, every REST request must send `Authorization: Bearer <token>`.
     pub rest_token: Option<String>,
+    /// Checkpoint storage root, a directory every daemon can reach
+    /// (default: `<data_dir>/checkpoints`).
+    pub checkpoint_dir: Option<PathBuf>,
 }
 
 impl JobManagerConfig {
@@ -103,6 +110,7 @@ impl JobManagerConfig {
             scheduling: Strategy::Spread,
             max_module_bytes: DEFAULT_MAX_MODULE_MB << 20,
             rest_token: None,
+            checkpoint_dir: None,
         }
     }
 }
@@ -194,6 +202,9 @@ pub enum JobState {
     Failing,
     /// Canceled by a user; subtasks are stopping.
     Canceling,
+    /// Failed; waiting (restart delay, free slots) to restart from the
+    /// latest completed checkpoint.
+    Restarting,
     /// Every subtask finished.
     Finished,
     /// Failed; `failure` says why.
@@ -273,6 +284,19 @@ pub struct SubtaskDetail {
     pub taskmanager: String,
     /// Its state.
     pub state: TaskState,
+}
+
+/// `GET /v1/jobs/{id}/checkpoints`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointsView {
+    /// Whether the job takes checkpoints.
+    pub enabled: bool,
+    /// The latest completed checkpoint.
+    pub latest: Option<u64>,
+    /// Newest first: pending, completed and aborted checkpoints.
+    pub history: Vec<CheckpointStats>,
+    /// Every restart, with the checkpoint it restored from.
+    pub restores: Vec<RestoreRecord>,
 }
 
 /// `POST /v1/jobs` answer.
@@ -368,6 +392,22 @@ struct Job {
     modules: HashSet<String>,
     /// Latest metrics per TaskManager.
     reports: HashMap<String, JobReport>,
+    /// Deployment attempt (0, then +1 per restart).
+    attempt: u32,
+    /// Restart strategy and history.
+    restarts: Restarts,
+    /// When a `restarting` job is due to be deployed again.
+    restart_at: Option<Instant>,
+    /// Set when the job takes checkpoints.
+    checkpoints: Option<JobCheckpoints>,
+    /// Coordinator actions to carry out at the next tick.
+    deferred: Vec<Action<SubtaskCheckpoint>>,
+}
+
+/// A job's checkpoint coordinator and the shared files its checkpoints use.
+struct JobCheckpoints {
+    coordinator: Coordinator<SubtaskCheckpoint>,
+    registry: SharedStateRegistry,
 }
 
 impl Job {
@@ -417,6 +457,8 @@ pub struct JobManager {
     heartbeat_timeout: Duration,
     scheduling: Strategy,
     max_module_bytes: usize,
+    checkpoint_root: PathBuf,
+    storage: DirStorage,
 }
 
 impl std::fmt::Debug for JobManager {
@@ -536,58 +578,31 @@ impl JobManager {
                 )));
             }
         }
-        let free: BTreeMap<String, Vec<u32>> = state
-            .taskmanagers
-            .iter()
-            .filter(|(_, tm)| tm.lost.is_none())
-            .map(|(id, tm)| {
-                let free = (0..tm.slots_total)
-                    .filter(|s| !tm.occupied.contains_key(s))
-                    .collect();
-                (id.clone(), free)
-            })
-            .collect();
-        let placement =
-            scheduler::place(&graph, &tasks, &free, self.scheduling).map_err(|m| ApiError {
-                status: 503,
-                message: m,
-            })?;
         let id = loop {
             let id = format!("{:016x}", random_u64());
             if !state.jobs.contains_key(&id) {
                 break id;
             }
         };
-        for slot in placement.iter().flatten() {
-            if let Some(tm) = state.taskmanagers.get_mut(&slot.taskmanager) {
-                tm.occupied.insert(slot.slot, id.clone());
+        let now = Instant::now();
+        let checkpoints = graph.settings.checkpoints.clone().map(|config| {
+            let subtasks = tasks
+                .iter()
+                .enumerate()
+                .flat_map(|(t, spec)| (0..spec.parallelism).map(move |s| (t as u32, s)))
+                .collect();
+            JobCheckpoints {
+                coordinator: Coordinator::new(config, subtasks, 1, now, now_ms()),
+                registry: SharedStateRegistry::new(),
             }
-        }
-        let peers: HashMap<String, SocketAddr> = placement
-            .iter()
-            .flatten()
-            .filter_map(|s| {
-                state
-                    .taskmanagers
-                    .get(&s.taskmanager)
-                    .map(|tm| (s.taskmanager.clone(), tm.data_address))
-            })
-            .collect();
-        let deployment = Deployment {
-            job: id.clone(),
-            graph: graph.clone(),
-            placement: placement.clone(),
-            peers,
-        };
-        let job = Job {
+        });
+        let mut job = Job {
             id: id.clone(),
             name: graph.name.clone(),
-            subtasks: tasks
-                .iter()
-                .map(|t| vec![TaskState::Deploying; t.parallelism as usize])
-                .collect(),
+            subtasks: Vec::new(),
+            restarts: Restarts::new(graph.settings.restart),
             tasks,
-            placement,
+            placement: Vec::new(),
             graph,
             state: JobState::Running,
             failure: None,
@@ -596,14 +611,21 @@ impl JobManager {
             ended_at_ms: None,
             modules,
             reports: HashMap::new(),
+            attempt: 0,
+            restart_at: None,
+            checkpoints,
+            deferred: Vec::new(),
         };
-        for tm in job.taskmanagers() {
-            if let Some(tm) = state.taskmanagers.get(tm) {
-                let _ = tm
-                    .tx
-                    .send(ToTaskManager::Deploy(Box::new(deployment.clone())));
-            }
-        }
+        deploy(
+            &mut state.taskmanagers,
+            &mut job,
+            self.scheduling,
+            &self.checkpoint_root,
+        )
+        .map_err(|m| ApiError {
+            status: 503,
+            message: m,
+        })?;
         tracing::info!(job = %id, name = %job.name, "submitted");
         let created = JobCreated {
             id: id.clone(),
@@ -681,9 +703,17 @@ impl JobManager {
                     .unwrap_or_default()
             )));
         }
-        if job.state == JobState::Running {
-            job.state = JobState::Canceling;
-            send_cancel(taskmanagers, job);
+        match job.state {
+            JobState::Running => {
+                job.state = JobState::Canceling;
+                send_cancel(taskmanagers, job);
+            }
+            JobState::Restarting => {
+                // Nothing runs: it ends here.
+                job.state = JobState::Canceling;
+                job.restart_at = None;
+            }
+            _ => {}
         }
         settle(taskmanagers, job);
         Ok(job.summary())
@@ -752,6 +782,29 @@ impl JobManager {
         Ok(JobDetail {
             summary: job.summary(),
             vertices,
+        })
+    }
+
+    /// A job's checkpoint history and restores (`GET /v1/jobs/{id}/checkpoints`).
+    pub fn checkpoints(&self, id: &str) -> Result<CheckpointsView, ApiError> {
+        let state = self.lock();
+        let job = state
+            .jobs
+            .get(id)
+            .ok_or_else(|| ApiError::not_found(format!("no job with id {id:?}")))?;
+        let Some(c) = &job.checkpoints else {
+            return Ok(CheckpointsView {
+                enabled: false,
+                latest: None,
+                history: Vec::new(),
+                restores: Vec::new(),
+            });
+        };
+        Ok(CheckpointsView {
+            enabled: true,
+            latest: c.coordinator.latest().map(|l| l.id),
+            history: c.coordinator.history(),
+            restores: c.coordinator.restores().to_vec(),
         })
     }
 
@@ -860,14 +913,67 @@ impl JobManager {
                     }
                 }
             }
+            ToJobManager::Ack {
+                job,
+                attempt,
+                checkpoint,
+                task,
+                subtask,
+                snapshot,
+                alignment_ms,
+            } => {
+                let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
+                    return;
+                };
+                let Some(c) = job.checkpoints.as_mut() else {
+                    return;
+                };
+                if !c.coordinator.pending().any(|p| p == checkpoint) {
+                    // Late: the checkpoint was aborted; drop its uploads.
+                    let shared: Vec<StoragePath> = snapshot
+                        .states
+                        .iter()
+                        .flat_map(|(_, h)| h.shared_paths().cloned())
+                        .collect();
+                    discard_uploads(job, &self.storage, checkpoint, &shared);
+                    return;
+                }
+                let actions = c.coordinator.ack(
+                    checkpoint,
+                    (task, subtask),
+                    snapshot,
+                    Duration::from_millis(alignment_ms),
+                    Instant::now(),
+                );
+                checkpoint_actions(taskmanagers, job, &self.storage, actions);
+            }
+            ToJobManager::Decline {
+                job,
+                attempt,
+                checkpoint,
+                task,
+                subtask,
+                reason,
+            } => {
+                let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
+                    return;
+                };
+                if let Some(c) = job.checkpoints.as_mut() {
+                    let actions =
+                        c.coordinator
+                            .decline(checkpoint, (task, subtask), reason, Instant::now());
+                    checkpoint_actions(taskmanagers, job, &self.storage, actions);
+                }
+            }
             ToJobManager::TaskState {
                 job,
+                attempt,
                 task,
                 subtask,
                 state: new,
                 error,
             } => {
-                let Some(job) = jobs.get_mut(&job) else {
+                let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
                     return;
                 };
                 let (t, s) = (task as usize, subtask as usize);
@@ -913,6 +1019,55 @@ impl JobManager {
             .is_some_and(|tm| tm.session == session && tm.lost.is_none())
         {
             lose(&mut state, tm_id, reason);
+        }
+    }
+
+    /// Drives checkpoint coordinators and restarts.
+    fn tick_jobs(&self) {
+        let mut state = self.lock();
+        let State { taskmanagers, jobs } = &mut *state;
+        let now = Instant::now();
+        for job in jobs.values_mut() {
+            let deferred = std::mem::take(&mut job.deferred);
+            checkpoint_actions(taskmanagers, job, &self.storage, deferred);
+            match job.state {
+                JobState::Running => {
+                    // Checkpoints start once every subtask runs (a trigger
+                    // during deployment could not reach the sources).
+                    let deployed = job
+                        .subtasks
+                        .iter()
+                        .flatten()
+                        .all(|s| matches!(s, TaskState::Running | TaskState::Finished));
+                    if let Some(c) = job.checkpoints.as_mut().filter(|_| deployed) {
+                        let actions = c.coordinator.tick(now);
+                        checkpoint_actions(taskmanagers, job, &self.storage, actions);
+                    }
+                }
+                JobState::Restarting if job.restart_at.is_some_and(|t| now >= t) => {
+                    job.attempt += 1;
+                    match deploy(taskmanagers, job, self.scheduling, &self.checkpoint_root) {
+                        Ok(()) => {
+                            job.restart_at = None;
+                            job.state = JobState::Running;
+                            job.reports.clear();
+                            if let Some(c) = job.checkpoints.as_mut() {
+                                let from = c.coordinator.latest().map(|l| l.id);
+                                c.coordinator.record_restore(from, now_ms(), job.attempt);
+                                c.coordinator.resume(now);
+                            }
+                            tracing::info!(job = %job.id, attempt = job.attempt, "restarted");
+                        }
+                        Err(why) => {
+                            // Not enough slots yet: wait for a TaskManager.
+                            job.attempt -= 1;
+                            job.restart_at = Some(now + Duration::from_millis(500));
+                            tracing::debug!(job = %job.id, "restart waits: {why}");
+                        }
+                    }
+                }
+                _ => {}
+            }
         }
     }
 
@@ -989,6 +1144,10 @@ fn fail(taskmanagers: &BTreeMap<String, Tm>, job: &mut Job, reason: String, root
     if job.state == JobState::Running {
         job.state = JobState::Failing;
         send_cancel(taskmanagers, job);
+        if let Some(c) = job.checkpoints.as_mut() {
+            let actions = c.coordinator.suspend("a task failed", Instant::now());
+            job.deferred.extend(actions);
+        }
     }
 }
 
@@ -1002,32 +1161,244 @@ fn send_cancel(taskmanagers: &BTreeMap<String, Tm>, job: &Job) {
     }
 }
 
-/// Ends the job once every subtask has stopped, and frees its slots.
+/// Once every subtask has stopped: ends the job, or schedules its restart
+/// (the restart strategy decides), and frees its slots.
 fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job) {
-    if job.state.is_terminal() || !job.subtasks.iter().flatten().all(|s| s.is_terminal()) {
+    if job.state.is_terminal()
+        || job.state == JobState::Restarting
+        || !job.subtasks.iter().flatten().all(|s| s.is_terminal())
+    {
         return;
     }
+    let now = Instant::now();
+    let all_finished = job
+        .subtasks
+        .iter()
+        .flatten()
+        .all(|s| *s == TaskState::Finished);
     job.state = match job.state {
-        JobState::Running
-            if job
-                .subtasks
-                .iter()
-                .flatten()
-                .all(|s| *s == TaskState::Finished) =>
-        {
+        JobState::Running if all_finished => {
+            // Sinks commit what they pre-committed at the end of input.
+            tell(taskmanagers, job, |job, attempt| {
+                ToTaskManager::JobFinished { job, attempt }
+            });
             JobState::Finished
         }
         JobState::Canceling => JobState::Canceled,
-        _ => JobState::Failed,
+        _ => match job.restarts.on_failure(now) {
+            Ok(delay) => {
+                job.restart_at = Some(now + delay);
+                tracing::info!(
+                    job = %job.id,
+                    "failed ({}); restarting in {delay:?}",
+                    job.failure.as_deref().unwrap_or("?")
+                );
+                JobState::Restarting
+            }
+            Err(why) => {
+                if job.restarts.count() > 0 {
+                    let failure = job.failure.take().unwrap_or_default();
+                    job.failure = Some(format!("{failure} (not restarted: {why})"));
+                }
+                JobState::Failed
+            }
+        },
     };
+    if let Some(c) = job.checkpoints.as_mut() {
+        let reason = match job.state {
+            JobState::Restarting => "the job is restarting",
+            _ => "the job ended",
+        };
+        let actions = c.coordinator.suspend(reason, now);
+        job.deferred.extend(actions);
+    }
     if job.state == JobState::Canceled {
         job.failure = None;
     }
-    job.ended_at_ms = Some(now_ms());
+    if job.state.is_terminal() {
+        job.ended_at_ms = Some(now_ms());
+    }
     for tm in taskmanagers.values_mut() {
         tm.occupied.retain(|_, j| *j != job.id);
     }
-    tracing::info!(job = %job.id, state = ?job.state, "ended");
+    tracing::info!(job = %job.id, state = ?job.state, "settled");
+}
+
+/// Places a job's subtasks (again, for a restart) and sends the deployment,
+/// restoring from the latest completed checkpoint if there is one.
+fn deploy(
+    taskmanagers: &mut BTreeMap<String, Tm>,
+    job: &mut Job,
+    scheduling: Strategy,
+    checkpoint_root: &std::path::Path,
+) -> Result<(), String> {
+    let free: BTreeMap<String, Vec<u32>> = taskmanagers
+        .iter()
+        .filter(|(_, tm)| tm.lost.is_none())
+        .map(|(id, tm)| {
+            let free = (0..tm.slots_total)
+                .filter(|s| !tm.occupied.contains_key(s))
+                .collect();
+            (id.clone(), free)
+        })
+        .collect();
+    let placement = scheduler::place(&job.graph, &job.tasks, &free, scheduling)?;
+    for slot in placement.iter().flatten() {
+        if let Some(tm) = taskmanagers.get_mut(&slot.taskmanager) {
+            tm.occupied.insert(slot.slot, job.id.clone());
+        }
+    }
+    let peers: HashMap<String, SocketAddr> = placement
+        .iter()
+        .flatten()
+        .filter_map(|s| {
+            taskmanagers
+                .get(&s.taskmanager)
+                .map(|tm| (s.taskmanager.clone(), tm.data_address))
+        })
+        .collect();
+    let restore = job.checkpoints.as_ref().and_then(|c| {
+        c.coordinator.latest().map(|latest| RestorePoint {
+            checkpoint: latest.id,
+            subtasks: latest.acks.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        })
+    });
+    let deployment = Deployment {
+        job: job.id.clone(),
+        graph: job.graph.clone(),
+        placement: placement.clone(),
+        peers,
+        attempt: job.attempt,
+        checkpoints: job.checkpoints.as_ref().map(|_| CheckpointDeploy {
+            storage: checkpoint_root.to_path_buf(),
+        }),
+        restore,
+    };
+    job.placement = placement;
+    job.subtasks = job
+        .tasks
+        .iter()
+        .map(|t| vec![TaskState::Deploying; t.parallelism as usize])
+        .collect();
+    for tm in job.taskmanagers() {
+        if let Some(tm) = taskmanagers.get(tm) {
+            let _ = tm
+                .tx
+                .send(ToTaskManager::Deploy(Box::new(deployment.clone())));
+        }
+    }
+    Ok(())
+}
+
+/// Sends `message(job id, attempt)` to every live TaskManager of the job.
+fn tell(
+    taskmanagers: &BTreeMap<String, Tm>,
+    job: &Job,
+    message: impl Fn(String, u32) -> ToTaskManager,
+) {
+    for tm in job.taskmanagers() {
+        if let Some(tm) = taskmanagers.get(tm).filter(|tm| tm.lost.is_none()) {
+            let _ = tm.tx.send(message(job.id.clone(), job.attempt));
+        }
+    }
+}
+
+/// Carries out what the coordinator decided.
+fn checkpoint_actions(
+    taskmanagers: &BTreeMap<String, Tm>,
+    job: &mut Job,
+    storage: &DirStorage,
+    actions: Vec<Action<SubtaskCheckpoint>>,
+) {
+    let chk_dir = |job: &str, id: u64| StoragePath::new(format!("{job}/chk-{id}"));
+    for action in actions {
+        match action {
+            Action::Trigger { id, .. } => {
+                tell(taskmanagers, job, |job, attempt| {
+                    ToTaskManager::TriggerCheckpoint {
+                        job,
+                        attempt,
+                        checkpoint: id,
+                    }
+                });
+            }
+            Action::Complete(done) => {
+                let Some(c) = job.checkpoints.as_mut() else {
+                    continue;
+                };
+                let handles = || {
+                    done.acks
+                        .values()
+                        .flat_map(|a| a.states.iter().map(|(_, h)| h))
+                };
+                let full: u64 = handles().map(|h| h.full_size).sum();
+                let incremental: u64 = handles().map(|h| h.incremental_size).sum();
+                c.coordinator.set_sizes(done.id, full, incremental);
+                c.registry
+                    .register(done.id, handles().flat_map(|h| h.shared_paths().cloned()));
+                let metadata = serde_json::json!({
+                    "job": job.id,
+                    "checkpoint": done.id,
+                    "triggered_at_ms": done.triggered_at_ms,
+                    "completed_at_ms": done.completed_at_ms,
+                    "subtasks": done.acks.iter().collect::<Vec<_>>(),
+                });
+                if let Ok(dir) = chk_dir(&job.id, done.id)
+                    && let Ok(path) = dir.join("_metadata")
+                    && let Err(e) = storage.put_bytes(&path, metadata.to_string().as_bytes())
+                {
+                    tracing::error!(job = %job.id, "cannot write checkpoint metadata: {e}");
+                }
+                tracing::info!(job = %job.id, checkpoint = done.id, full, incremental, "checkpoint completed");
+                tell(taskmanagers, job, |job, attempt| {
+                    ToTaskManager::CheckpointComplete {
+                        job,
+                        attempt,
+                        checkpoint: done.id,
+                    }
+                });
+            }
+            Action::Discard(old) => {
+                let Some(c) = job.checkpoints.as_mut() else {
+                    continue;
+                };
+                for file in c.registry.release(old.id) {
+                    let _ = storage.delete(&file);
+                }
+                if let Ok(dir) = chk_dir(&job.id, old.id) {
+                    let _ = storage.delete_prefix(&dir);
+                }
+            }
+            Action::Abort { id, reason, acked } => {
+                tracing::info!(job = %job.id, checkpoint = id, "checkpoint aborted: {reason}");
+                tell(taskmanagers, job, |job, attempt| {
+                    ToTaskManager::CheckpointAborted {
+                        job,
+                        attempt,
+                        checkpoint: id,
+                    }
+                });
+                let uploaded: Vec<StoragePath> = acked
+                    .iter()
+                    .flat_map(|(_, a)| a.states.iter().flat_map(|(_, h)| h.shared_paths().cloned()))
+                    .collect();
+                discard_uploads(job, storage, id, &uploaded);
+            }
+        }
+    }
+}
+
+/// Deletes what was uploaded for a checkpoint that will never complete:
+/// its private directory and the shared files no completed checkpoint uses.
+fn discard_uploads(job: &Job, storage: &DirStorage, id: u64, shared: &[StoragePath]) {
+    if let Some(c) = &job.checkpoints {
+        for file in c.registry.orphans(shared) {
+            let _ = storage.delete(&file);
+        }
+    }
+    if let Ok(dir) = StoragePath::new(format!("{}/chk-{id}", job.id)) {
+        let _ = storage.delete_prefix(&dir);
+    }
 }
 
 /// A started JobManager.
@@ -1135,6 +1506,16 @@ pub async fn start(
         heartbeat_timeout: config.heartbeat_timeout,
         scheduling: config.scheduling,
         max_module_bytes: config.max_module_bytes,
+        storage: DirStorage::new(
+            config
+                .checkpoint_dir
+                .clone()
+                .unwrap_or_else(|| config.data_dir.join("checkpoints")),
+        ),
+        checkpoint_root: config
+            .checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| config.data_dir.join("checkpoints")),
     });
     let mut tasks = Vec::new();
     let router = rest::router(jm.clone(), config.rest_token.clone());
@@ -1145,12 +1526,13 @@ pub async fn start(
     }));
     let monitor = jm.clone();
     tasks.push(tokio::spawn(async move {
-        let period = (monitor.heartbeat_timeout / 4)
-            .clamp(Duration::from_millis(50), Duration::from_secs(1));
+        // Also the checkpoint and restart clock: at most 50 ms late.
+        let period = Duration::from_millis(50);
         let mut tick = tokio::time::interval(period);
         loop {
             tick.tick().await;
             monitor.check_heartbeats();
+            monitor.tick_jobs();
         }
     }));
     let accept = endpoint.clone();

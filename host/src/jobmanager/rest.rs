@@ -89,6 +89,7 @@ pub fn router(jm: Arc<JobManager>, token: Option<String>) -> Router {
         .route("/v1/jobs", get(list_jobs).post(submit_job))
         .route("/v1/jobs/{id}", get(get_job))
         .route("/v1/jobs/{id}/cancel", post(cancel_job))
+        .route("/v1/jobs/{id}/checkpoints", get(job_checkpoints))
         .route("/v1/taskmanagers", get(taskmanagers))
         .fallback(|req: Request| async {
             // Read any body first: see `MAX_DRAIN`.
@@ -288,6 +289,10 @@ async fn get_job(State(jm): Jm, Path(id): Path<String>) -> Result<Response, ApiE
 
 async fn cancel_job(State(jm): Jm, Path(id): Path<String>) -> Result<Response, ApiError> {
     Ok((StatusCode::ACCEPTED, Json(jm.cancel(&id)?)).into_response())
+}
+
+async fn job_checkpoints(State(jm): Jm, Path(id): Path<String>) -> Result<Response, ApiError> {
+    Ok(Json(jm.checkpoints(&id)?).into_response())
 }
 
 async fn taskmanagers(State(jm): Jm) -> Response {

@@ -4,10 +4,10 @@
 //!
 //! | tag | message | body |
 //! |---|---|---|
-//! | 0 | `Records` | `n: u32`, `data_len: u32`, `n × i64` timestamps, `n × i32` key lengths, `n × u32` value lengths, `data_len` bytes |
+//! | 0 | `Records` | `channel: u32`, `n: u32`, `data_len: u32`, `n × i64` timestamps, `n × i32` key lengths, `n × u32` value lengths, `data_len` bytes |
 //! | 1 | `Watermark` | `channel: u32`, `watermark: i64` |
 //! | 2 | `End` | `channel: u32` |
-//! | 3 | reserved for the checkpoint `Barrier` | |
+//! | 3 | `Barrier` | `channel: u32`, `checkpoint: u64` |
 //!
 //! The batch travels in its own columnar layout, so encoding is a few bulk
 //! copies. Messages form one continuous byte stream per channel, which the
@@ -25,6 +25,7 @@ use crate::taskmanager::Message;
 const TAG_RECORDS: u8 = 0;
 const TAG_WATERMARK: u8 = 1;
 const TAG_END: u8 = 2;
+const TAG_BARRIER: u8 = 3;
 
 /// Largest encoded message accepted: a batch is `batch_size` records and an
 /// operator's output per call is capped (`max_output_mb`, 16 MiB by
@@ -53,9 +54,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
 /// Encoded size of `msg` in bytes.
 pub fn encoded_len(msg: &Message) -> usize {
     match msg {
-        Message::Records(b) => 9 + b.len() * 16 + b.data.len(),
+        Message::Records { batch: b, .. } => 13 + b.len() * 16 + b.data.len(),
         Message::Watermark { .. } => 13,
         Message::End { .. } => 5,
+        Message::Barrier { .. } => 13,
     }
 }
 
@@ -96,8 +98,9 @@ impl<'m> Encoder<'m> {
             match (self.step, self.msg) {
                 (Step::Head, msg) => {
                     match msg {
-                        Message::Records(b) => {
+                        Message::Records { channel, batch: b } => {
                             scratch.push(TAG_RECORDS);
+                            scratch.extend_from_slice(&channel.to_le_bytes());
                             scratch.extend_from_slice(&(b.len() as u32).to_le_bytes());
                             scratch.extend_from_slice(&(b.data.len() as u32).to_le_bytes());
                             self.step = Step::Timestamps(0);
@@ -108,6 +111,15 @@ impl<'m> Encoder<'m> {
                             scratch.extend_from_slice(&watermark.to_le_bytes());
                             self.step = Step::Done;
                         }
+                        Message::Barrier {
+                            channel,
+                            checkpoint,
+                        } => {
+                            scratch.push(TAG_BARRIER);
+                            scratch.extend_from_slice(&channel.to_le_bytes());
+                            scratch.extend_from_slice(&checkpoint.to_le_bytes());
+                            self.step = Step::Done;
+                        }
                         Message::End { channel } => {
                             scratch.push(TAG_END);
                             scratch.extend_from_slice(&channel.to_le_bytes());
@@ -116,7 +128,7 @@ impl<'m> Encoder<'m> {
                     }
                     return Some(scratch);
                 }
-                (Step::Timestamps(i), Message::Records(b)) => {
+                (Step::Timestamps(i), Message::Records { batch: b, .. }) => {
                     let Some(chunk) = next_chunk(&b.timestamps, i) else {
                         self.step = Step::KeyLens(0);
                         continue;
@@ -127,7 +139,7 @@ impl<'m> Encoder<'m> {
                     self.step = Step::Timestamps(i + chunk.len());
                     return Some(scratch);
                 }
-                (Step::KeyLens(i), Message::Records(b)) => {
+                (Step::KeyLens(i), Message::Records { batch: b, .. }) => {
                     let Some(chunk) = next_chunk(&b.key_lens, i) else {
                         self.step = Step::ValueLens(0);
                         continue;
@@ -138,7 +150,7 @@ impl<'m> Encoder<'m> {
                     self.step = Step::KeyLens(i + chunk.len());
                     return Some(scratch);
                 }
-                (Step::ValueLens(i), Message::Records(b)) => {
+                (Step::ValueLens(i), Message::Records { batch: b, .. }) => {
                     let Some(chunk) = next_chunk(&b.value_lens, i) else {
                         self.step = Step::Data;
                         continue;
@@ -149,7 +161,7 @@ impl<'m> Encoder<'m> {
                     self.step = Step::ValueLens(i + chunk.len());
                     return Some(scratch);
                 }
-                (Step::Data, Message::Records(b)) => {
+                (Step::Data, Message::Records { batch: b, .. }) => {
                     self.step = Step::Done;
                     if b.data.is_empty() {
                         continue;
@@ -233,9 +245,10 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 /// Length of the fixed header of a message with `tag`.
 fn head_len(tag: u8) -> Result<usize, DecodeError> {
     match tag {
-        TAG_RECORDS => Ok(9),
+        TAG_RECORDS => Ok(13),
         TAG_WATERMARK => Ok(13),
         TAG_END => Ok(5),
+        TAG_BARRIER => Ok(13),
         t => Err(DecodeError(format!("unknown message tag {t}"))),
     }
 }
@@ -253,9 +266,9 @@ fn message_len(bytes: &[u8]) -> Result<Option<usize>, DecodeError> {
     if tag != TAG_RECORDS {
         return Ok(Some(head));
     }
-    let n = u64::from(u32_at(bytes, 1));
-    let data_len = u64::from(u32_at(bytes, 5));
-    let total = 9 + n * 16 + data_len;
+    let n = u64::from(u32_at(bytes, 5));
+    let data_len = u64::from(u32_at(bytes, 9));
+    let total = 13 + n * 16 + data_len;
     if total > MAX_MESSAGE_BYTES {
         return Err(DecodeError(format!(
             "batch of {n} records and {data_len} data bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit"
@@ -274,9 +287,14 @@ fn decode_exact(bytes: &[u8]) -> Result<Message, DecodeError> {
         TAG_END => Ok(Message::End {
             channel: u32_at(bytes, 1),
         }),
+        TAG_BARRIER => Ok(Message::Barrier {
+            channel: u32_at(bytes, 1),
+            checkpoint: u64::from_le_bytes(bytes[5..13].try_into().expect("8 bytes")),
+        }),
         _ => {
-            let n = u32_at(bytes, 1) as usize;
-            let (ts, rest) = bytes[9..].split_at(n * 8);
+            let channel = u32_at(bytes, 1);
+            let n = u32_at(bytes, 5) as usize;
+            let (ts, rest) = bytes[13..].split_at(n * 8);
             let (kl, rest) = rest.split_at(n * 4);
             let (vl, data) = rest.split_at(n * 4);
             let batch = Batch {
@@ -295,7 +313,7 @@ fn decode_exact(bytes: &[u8]) -> Result<Message, DecodeError> {
                 data: data.to_vec(),
             };
             batch.validate().map_err(DecodeError)?;
-            Ok(Message::Records(batch))
+            Ok(Message::Records { channel, batch })
         }
     }
 }
@@ -317,20 +335,42 @@ mod tests {
         let mut small = Batch::new();
         small.push(Some(b"key"), b"value", 7);
         vec![
-            Message::Records(small),
+            Message::Records {
+                channel: 0,
+                batch: small,
+            },
             Message::Watermark {
                 channel: 3,
                 watermark: i64::MIN,
             },
-            Message::Records(Batch::new()),
-            Message::Records(big),
+            Message::Records {
+                channel: 0,
+                batch: Batch::new(),
+            },
+            Message::Records {
+                channel: 0,
+                batch: big,
+            },
             Message::End { channel: 9 },
+            Message::Barrier {
+                channel: 4,
+                checkpoint: 1 << 40,
+            },
         ]
     }
 
     fn same(a: &Message, b: &Message) -> bool {
         match (a, b) {
-            (Message::Records(x), Message::Records(y)) => x == y,
+            (
+                Message::Records {
+                    channel: c1,
+                    batch: x,
+                },
+                Message::Records {
+                    channel: c2,
+                    batch: y,
+                },
+            ) => c1 == c2 && x == y,
             (
                 Message::Watermark {
                     channel: c1,
@@ -342,6 +382,16 @@ mod tests {
                 },
             ) => c1 == c2 && w1 == w2,
             (Message::End { channel: c1 }, Message::End { channel: c2 }) => c1 == c2,
+            (
+                Message::Barrier {
+                    channel: c1,
+                    checkpoint: k1,
+                },
+                Message::Barrier {
+                    channel: c2,
+                    checkpoint: k2,
+                },
+            ) => c1 == c2 && k1 == k2,
             _ => false,
         }
     }
@@ -372,7 +422,7 @@ mod tests {
     #[test]
     fn encoder_pieces_are_bounded() {
         let msgs = sample();
-        let Message::Records(big) = &msgs[3] else {
+        let Message::Records { batch: big, .. } = &msgs[3] else {
             unreachable!()
         };
         let mut enc = Encoder::new(&msgs[3]);
@@ -389,24 +439,37 @@ mod tests {
             let mut out = Vec::new();
             Decoder::new().feed(bytes, &mut out).map(|_| out.len())
         };
-        // Unknown tag (3 is the future barrier).
-        assert!(decode(&[3]).unwrap_err().0.contains("tag 3"));
+        // Unknown tag (0–3 are records, watermark, end, barrier).
+        assert!(decode(&[4]).unwrap_err().0.contains("tag 4"));
         assert!(decode(&[0xff, 1, 2]).is_err());
         // A batch whose lengths do not add up to its data.
         let mut b = Batch::new();
         b.push(Some(b"k"), b"value", 1);
         let mut bytes = Vec::new();
-        encode(&Message::Records(b.clone()), &mut bytes);
-        let value_len_at = 9 + 8 + 4;
+        encode(
+            &Message::Records {
+                channel: 0,
+                batch: b.clone(),
+            },
+            &mut bytes,
+        );
+        let value_len_at = 13 + 8 + 4;
         bytes[value_len_at] = 200;
         assert!(decode(&bytes).unwrap_err().0.contains("record 0"));
         // A key length below -1.
         let mut bytes = Vec::new();
-        encode(&Message::Records(b), &mut bytes);
-        bytes[9 + 8..9 + 12].copy_from_slice(&(-7i32).to_le_bytes());
+        encode(
+            &Message::Records {
+                channel: 0,
+                batch: b,
+            },
+            &mut bytes,
+        );
+        bytes[13 + 8..13 + 12].copy_from_slice(&(-7i32).to_le_bytes());
         assert!(decode(&bytes).unwrap_err().0.contains("key length -7"));
         // Absurd sizes are refused from the header alone.
         let mut huge = vec![TAG_RECORDS];
+        huge.extend_from_slice(&0u32.to_le_bytes());
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode(&huge).unwrap_err().0.contains("exceeds"));

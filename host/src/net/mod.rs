@@ -66,7 +66,7 @@
 //! receiver, the peer gone) triggers the job's [`Abort`] and ends the
 //! writer; the writer stops when the abort is triggered. A stream that
 //! arrives before its key is registered waits up to
-//! [`REGISTRATION_TIMEOUT`] and is then refused (the sender aborts with a
+//! [`REGISTRATION_TIMEOUT`] (60 s) and is then refused (the sender aborts with a
 //! message saying so). [`DataPlane::unregister_job`] resets every stream of
 //! the job. The receiving side cannot see the job's abort signal (it only
 //! has the input mpsc), so a broken incoming stream is logged and the
@@ -104,9 +104,10 @@ pub use codec::DecodeError;
 /// unserialized memory outside the credit bound.
 pub const SENDER_CAPACITY: usize = 1;
 
-/// How long an incoming stream waits for its input to be registered: the
-/// receiving TaskManager deploys its subtasks concurrently with the senders,
-/// so a stream may arrive first; after this it is refused.
+/// How long an incoming stream waits for its input to be registered, by
+/// default: the receiving TaskManager deploys its subtasks concurrently
+/// with the senders, so a stream may arrive first; after this it is refused
+/// ([`DataPlane::set_registration_timeout`] changes it).
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The data plane's sizes.
@@ -273,10 +274,15 @@ struct Shared {
     /// One connection per peer, shared by all channels to it; the async
     /// mutex makes concurrent first channels wait for one handshake.
     peers: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<Option<quinn::Connection>>>>>,
+    /// How long an early stream waits for its registration, in ms.
+    registration_timeout_ms: AtomicU64,
     buffered: AtomicU64,
     max_buffered: AtomicU64,
     sent: AtomicU64,
     received: AtomicU64,
+    /// Signalled when a stream starts waiting for its registration.
+    #[cfg(test)]
+    waiter_added: tokio::sync::Notify,
 }
 
 /// The registered inputs of one job on this TaskManager.
@@ -315,10 +321,13 @@ impl DataPlane {
             runtime: runtime.clone(),
             inputs: Mutex::new(HashMap::new()),
             peers: Mutex::new(HashMap::new()),
+            registration_timeout_ms: AtomicU64::new(REGISTRATION_TIMEOUT.as_millis() as u64),
             buffered: AtomicU64::new(0),
             max_buffered: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
+            #[cfg(test)]
+            waiter_added: tokio::sync::Notify::new(),
         });
         runtime.spawn(receiver::accept_loop(endpoint, Arc::downgrade(&shared)));
         DataPlane { shared }
@@ -347,6 +356,14 @@ impl DataPlane {
             let _ = waiter.send(tx.clone());
         }
         job.gates.insert(gate, tx);
+    }
+
+    /// How long a stream that arrives before its input is registered waits
+    /// before it is refused (default [`REGISTRATION_TIMEOUT`]).
+    pub fn set_registration_timeout(&self, timeout: Duration) {
+        self.shared
+            .registration_timeout_ms
+            .store(timeout.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Drops every registration and waiting stream of `job`; its incoming
@@ -418,6 +435,10 @@ impl DataPlane {
 }
 
 impl Shared {
+    fn registration_timeout(&self) -> Duration {
+        Duration::from_millis(self.registration_timeout_ms.load(Ordering::Relaxed))
+    }
+
     fn add_buffered(&self, bytes: usize) {
         let now = self.buffered.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
         self.max_buffered.fetch_max(now, Ordering::Relaxed);
@@ -439,6 +460,8 @@ impl Shared {
         }
         let (waiter, wait) = oneshot::channel();
         job.waiting.entry(gate).or_default().push(waiter);
+        #[cfg(test)]
+        self.waiter_added.notify_one();
         (Lookup::Wait(wait), alive)
     }
 

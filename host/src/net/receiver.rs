@@ -7,7 +7,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::codec::Decoder;
-use super::{InputKey, Lookup, REGISTRATION_TIMEOUT, Shared, wire};
+use super::{InputKey, Lookup, Shared, wire};
+use crate::taskmanager::Message;
 
 /// How long a new stream may take to send its header: the writer sends it
 /// at once, so this only frees streams of a peer that hangs.
@@ -75,7 +76,8 @@ async fn serve(
     };
     let tx = match lookup {
         Lookup::Ready(tx) => tx,
-        Lookup::Wait(wait) => match tokio::time::timeout(REGISTRATION_TIMEOUT, wait).await {
+        Lookup::Wait(wait) => match tokio::time::timeout(shared.registration_timeout(), wait).await
+        {
             Ok(Ok(tx)) => tx,
             Ok(Err(_)) => return Err(unregistered()),
             Err(_) => {
@@ -83,14 +85,14 @@ async fn serve(
                 return Err(Refusal(
                     wire::code::UNKNOWN_INPUT,
                     format!(
-                        "{key} was not registered within {} s",
-                        REGISTRATION_TIMEOUT.as_secs()
+                        "{key} was not registered within {:?}",
+                        shared.registration_timeout()
                     ),
                 ));
             }
         },
     };
-    let buffer_size = shared.config.buffer_size.max(1);
+    let buffer_size = shared.config.buffer_size.clamp(1, u32::MAX as usize);
     let credits = shared.config.credits_per_channel.max(1);
     let mut grant = [0u8; 8];
     grant[..4].copy_from_slice(&(buffer_size as u32).to_le_bytes());
@@ -100,24 +102,17 @@ async fn serve(
         r = send.write_all(&grant) => r.map_err(|e| lost(&key, e))?,
     }
     let mut decoder = Decoder::new();
-    let mut frame = Vec::with_capacity(buffer_size);
     let mut messages = Vec::new();
     let one_credit = 1u32.to_le_bytes();
     loop {
-        let more = tokio::select! {
+        let read = tokio::select! {
             _ = alive.changed() => return Err(unregistered()),
-            r = read_frame(recv, &mut frame, buffer_size, &key) => r?,
+            r = read_buffer(recv, &mut decoder, &mut messages, buffer_size, &key) => r?,
         };
-        if !more {
-            break;
-        }
-        shared.received.fetch_add(
-            (frame.len() + 4) as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        decoder
-            .feed(&frame, &mut messages)
-            .map_err(|e| Refusal(wire::code::CORRUPT, format!("{key}: {e}")))?;
+        let Some(len) = read else { break };
+        shared
+            .received
+            .fetch_add((len + 4) as u64, std::sync::atomic::Ordering::Relaxed);
         for msg in messages.drain(..) {
             tokio::select! {
                 _ = alive.changed() => return Err(unregistered()),
@@ -168,37 +163,48 @@ async fn read_header(recv: &mut quinn::RecvStream) -> Result<InputKey, Refusal> 
     wire::header_rest(&rest).map_err(corrupt)
 }
 
-/// Reads the next buffer into `frame`; `false` at the stream's clean end.
-async fn read_frame(
+/// Reads the next buffer straight from quinn's chunks into the decoder
+/// (completed messages go to `messages`): its length, or `None` at the
+/// stream's clean end.
+async fn read_buffer(
     recv: &mut quinn::RecvStream,
-    frame: &mut Vec<u8>,
+    decoder: &mut Decoder,
+    messages: &mut Vec<Message>,
     max: usize,
     key: &InputKey,
-) -> Result<bool, Refusal> {
+) -> Result<Option<usize>, Refusal> {
+    let corrupt = |m: String| Refusal(wire::code::CORRUPT, format!("{key}: {m}"));
     let mut len = [0u8; 4];
     match recv.read_exact(&mut len).await {
         Ok(()) => {}
-        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(false),
+        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
         Err(quinn::ReadExactError::FinishedEarly(_)) => {
-            return Err(Refusal(
-                wire::code::CORRUPT,
-                format!("{key}: stream ended inside a buffer length"),
-            ));
+            return Err(corrupt("stream ended inside a buffer length".into()));
         }
         Err(e) => return Err(lost(key, describe_read(e))),
     }
     let len = u32::from_le_bytes(len) as usize;
     if len == 0 || len > max {
-        return Err(Refusal(
-            wire::code::CORRUPT,
-            format!("{key}: buffer of {len} bytes (this node's buffers are {max})"),
-        ));
+        return Err(corrupt(format!(
+            "buffer of {len} bytes (this node's buffers are {max})"
+        )));
     }
-    frame.resize(len, 0);
-    recv.read_exact(frame)
-        .await
-        .map_err(|e| lost(key, describe_read(e)))?;
-    Ok(true)
+    let mut left = len;
+    while left > 0 {
+        let chunk = match recv.read_chunk(left, true).await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => return Err(corrupt("stream ended inside a buffer".into())),
+            Err(e) => {
+                let e = quinn::ReadExactError::ReadError(e);
+                return Err(lost(key, describe_read(e)));
+            }
+        };
+        left -= chunk.bytes.len();
+        decoder
+            .feed(&chunk.bytes, messages)
+            .map_err(|e| corrupt(e.to_string()))?;
+    }
+    Ok(Some(len))
 }
 
 fn describe_read(e: quinn::ReadExactError) -> String {

@@ -193,7 +193,7 @@ impl Writer {
                 }
             }
             // Control messages are small and someone waits for them.
-            if !matches!(msg, Message::Records(_)) && self.frame.len() > PREFIX {
+            if !matches!(msg, Message::Records { .. }) && self.frame.len() > PREFIX {
                 self.send_buffer().await?;
             }
         }
@@ -226,19 +226,25 @@ impl Writer {
                 _ = self.credits.returned.notified() => {}
             }
         }
-        self.frame[..PREFIX].copy_from_slice(&(len as u32).to_le_bytes());
+        // The full buffer moves into quinn without a copy; a fresh one is
+        // filled next.
+        let mut frame = std::mem::replace(
+            &mut self.frame,
+            Vec::with_capacity(PREFIX + self.buffer_size),
+        );
+        self.frame.extend_from_slice(&[0; PREFIX]);
+        self.first_byte = None;
+        frame[..PREFIX].copy_from_slice(&(len as u32).to_le_bytes());
+        let wire_len = frame.len() as u64;
         tokio::select! {
             biased;
             _ = aborted(&self.abort) => return Err(Stop::Aborted),
             r = &mut self.reader => return Err(reader_ended(r)),
-            r = self.send.write_all(&self.frame) => r.map_err(|e| Stop::Failed(write_error(&e)))?,
+            r = self.send.write_chunk(frame.into()) => r.map_err(|e| Stop::Failed(write_error(&e)))?,
         }
-        self.shared.sent.fetch_add(
-            self.frame.len() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        self.frame.truncate(PREFIX);
-        self.first_byte = None;
+        self.shared
+            .sent
+            .fetch_add(wire_len, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 

@@ -70,9 +70,10 @@ enum Seen {
 
 fn seen(m: Message) -> Seen {
     match m {
-        Message::Records(b) => Seen::Records(b),
+        Message::Records { batch: b, .. } => Seen::Records(b),
         Message::Watermark { channel, watermark } => Seen::Watermark(channel, watermark),
         Message::End { channel } => Seen::End(channel),
+        Message::Barrier { .. } => unreachable!("these tests send no barriers"),
     }
 }
 
@@ -115,7 +116,10 @@ async fn roundtrip_keeps_every_message_in_order_per_channel() {
         let msgs: Vec<Message> = msgs
             .iter()
             .map(|m| match m {
-                Seen::Records(b) => Message::Records(b.clone()),
+                Seen::Records(b) => Message::Records {
+                    channel: 0,
+                    batch: b.clone(),
+                },
                 Seen::Watermark(c, w) => Message::Watermark {
                     channel: *c,
                     watermark: *w,
@@ -188,9 +192,12 @@ async fn writer_ends_ok_once_everything_is_delivered() {
         abort.clone(),
     );
     for i in 0..10 {
-        tx.send(Message::Records(batch(i * 100, 100, 50)))
-            .await
-            .unwrap();
+        tx.send(Message::Records {
+            channel: 0,
+            batch: batch(i * 100, 100, 50),
+        })
+        .await
+        .unwrap();
     }
     tx.send(Message::End { channel: 0 }).await.unwrap();
     drop(tx);
@@ -198,7 +205,7 @@ async fn writer_ends_ok_once_everything_is_delivered() {
     // Delivered means already in the input mpsc.
     let mut records = 0;
     while let Ok(m) = rx.try_recv() {
-        if let Message::Records(b) = m {
+        if let Message::Records { batch: b, .. } = m {
             records += b.len();
         }
     }
@@ -232,7 +239,10 @@ async fn stalled_consumer_bounds_buffered_bytes_and_blocks_the_sender() {
     // the sender.
     while let Ok(r) = timeout(
         Duration::from_millis(500),
-        tx.send(Message::Records(batch(sent * 50, 50, 100))),
+        tx.send(Message::Records {
+            channel: 0,
+            batch: batch(sent * 50, 50, 100),
+        }),
     )
     .await
     {
@@ -259,22 +269,25 @@ async fn stalled_consumer_bounds_buffered_bytes_and_blocks_the_sender() {
         let mut next = 0u64;
         loop {
             match recv(&mut rx).await {
-                Message::Records(b) => {
+                Message::Records { batch: b, .. } => {
                     for r in &b {
                         assert_eq!(r.timestamp as u64, next);
                         next += 1;
                     }
                 }
                 Message::End { .. } => return next,
-                Message::Watermark { .. } => {}
+                Message::Watermark { .. } | Message::Barrier { .. } => {}
             }
         }
     });
     // The message that timed out above was dropped; resend from `sent`.
     for i in sent..total {
-        tx.send(Message::Records(batch(i * 50, 50, 100)))
-            .await
-            .unwrap();
+        tx.send(Message::Records {
+            channel: 0,
+            batch: batch(i * 50, 50, 100),
+        })
+        .await
+        .unwrap();
     }
     tx.send(Message::End { channel: 0 }).await.unwrap();
     drop(tx);
@@ -302,10 +315,15 @@ async fn buffer_timeout_flushes_a_lone_record() {
     );
     let mut one = Batch::new();
     one.push(None, b"just me", 42);
-    tx.send(Message::Records(one.clone())).await.unwrap();
+    tx.send(Message::Records {
+        channel: 0,
+        batch: one.clone(),
+    })
+    .await
+    .unwrap();
     // `tx` stays open and nothing else is sent: only the timeout can flush.
     match recv(&mut rx).await {
-        Message::Records(b) => assert_eq!(b, one),
+        Message::Records { batch: b, .. } => assert_eq!(b, one),
         other => panic!("{other:?}"),
     }
     drop(tx);
@@ -391,7 +409,14 @@ async fn abort_stops_a_blocked_writer() {
     );
     let filler = tokio::spawn(async move {
         let mut i = 0;
-        while tx.send(Message::Records(batch(i, 10, 100))).await.is_ok() {
+        while tx
+            .send(Message::Records {
+                channel: 0,
+                batch: batch(i, 10, 100),
+            })
+            .await
+            .is_ok()
+        {
             i += 10;
         }
     });
@@ -431,4 +456,45 @@ async fn a_peer_that_is_gone_aborts_the_channel() {
         err.to_string().contains("shutting down") || err.to_string().contains("closed"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_waits_for_its_late_registration() {
+    let (a, b) = pair(NetConfig::default());
+    let abort = Abort::new();
+    let (tx, task) = a.open_channel_with_handle(
+        b.local_addr(),
+        key("late", 0),
+        opts(Duration::from_millis(1)),
+        abort.clone(),
+    );
+    tx.send(Message::End { channel: 5 }).await.unwrap();
+    drop(tx);
+    // The stream has reached b and waits; only now does its input appear.
+    timeout(PATIENCE, b.shared.waiter_added.notified())
+        .await
+        .unwrap();
+    let (input, mut rx) = mpsc::channel(1);
+    b.register_input(key("late", 0), input);
+    assert!(matches!(recv(&mut rx).await, Message::End { channel: 5 }));
+    timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_for_an_input_never_registered_is_refused() {
+    let (a, b) = pair(NetConfig::default());
+    b.set_registration_timeout(Duration::from_millis(50));
+    let abort = Abort::new();
+    let (tx, task) = a.open_channel_with_handle(
+        b.local_addr(),
+        key("nobody", 0),
+        opts(Duration::from_millis(1)),
+        abort.clone(),
+    );
+    tx.send(Message::End { channel: 0 }).await.unwrap();
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(err.to_string().contains("no such input"), "{err}");
+    assert!(abort.is_set());
+    // The refused waiter left nothing behind.
+    assert!(b.shared.inputs.lock().unwrap().is_empty());
 }

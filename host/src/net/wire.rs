@@ -42,10 +42,7 @@ pub mod code {
 pub fn describe(code: u64) -> String {
     match code as u32 {
         code::SHUTDOWN => "the peer is shutting down".into(),
-        code::UNKNOWN_INPUT => format!(
-            "no such input registered at the receiver within {} s",
-            super::REGISTRATION_TIMEOUT.as_secs()
-        ),
+        code::UNKNOWN_INPUT => "no such input was registered at the receiver in time".into(),
         code::JOB_UNREGISTERED => "the receiver dropped the job".into(),
         code::CORRUPT => "the receiver found corrupt data".into(),
         code::INPUT_CLOSED => "the receiving subtask's input is closed".into(),

@@ -14,15 +14,38 @@
 //!
 //! Invariant: no table holds an empty list or an empty map.
 //!
-//! Nothing is durable; [`KeyedStateBackend::flush`] is a no-op. No Wasm, no
-//! job types, no disk.
+//! Nothing is durable; [`KeyedStateBackend::flush`] is a no-op. For
+//! checkpoints, [`KeyedStateBackend::snapshot_local`] writes the whole state
+//! to one file, [`SNAPSHOT_FILE`], that [`HeapBackend::restore`] reads back
+//! (format below). No Wasm, no job types; disk only for snapshots.
+//!
+//! # Snapshot format (version 1)
+//! Little-endian integers; `bytes` is `[len: u32][bytes]`.
+//! ```text
+//! "WEIRHEAP" version:u32 max_parallelism:u16 key_groups.start:u16 key_groups.end:u16
+//! states:u32, per state: name:bytes kind:u8 (0 value, 1 list, 2 map) has_ttl:u8
+//! per state, per owned key group in order:
+//!   key_group:u16 keys:u32, per key: key:bytes, then
+//!     value: stored:bytes | list: n:u32 n×stored:bytes | map: n:u32 n×(user_key:bytes stored:bytes)
+//! checksum:u64 (xxh3-64 of everything before it)
+//! ```
+//! Values are in their stored form (with the TTL expiry prefix), so expiry
+//! times survive a restore. Key groups stay separate so that a restore can
+//! one day take a subset of them (rescaling).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use super::fast_hash::FastHashMap;
 use super::key_group::KeyGroup;
 use super::layout::Schema;
 use super::{BackendKind, KeyedStateBackend, MapEntries, StateError, StateKind, ttl};
+
+/// The file [`KeyedStateBackend::snapshot_local`] writes in its directory.
+pub const SNAPSHOT_FILE: &str = "heap.snapshot";
+
+const MAGIC: &[u8; 8] = b"WEIRHEAP";
+const FORMAT_VERSION: u32 = 1;
 
 /// Per owned key group, one map from key to `V`.
 struct Groups<V> {
@@ -54,6 +77,16 @@ enum Table {
     Map(Groups<BTreeMap<Vec<u8>, Vec<u8>>>),
 }
 
+// The kind was checked by `Schema::check`, so the table has the matching variant.
+macro_rules! table {
+    ($self:ident, $state:expr, $variant:ident) => {
+        match &mut $self.tables[$state as usize] {
+            Table::$variant(groups) => groups,
+            _ => unreachable!("Schema::check verified the state kind"),
+        }
+    };
+}
+
 /// Keyed state in memory; see the module docs.
 pub struct HeapBackend {
     schema: Schema,
@@ -70,6 +103,236 @@ impl HeapBackend {
             })
             .collect();
         Self { schema, tables }
+    }
+
+    /// The whole state in the snapshot format (module docs).
+    fn encode_snapshot(&self) -> Vec<u8> {
+        let mut w = Vec::with_capacity(1 << 16);
+        let range = self.schema.key_groups();
+        w.extend_from_slice(MAGIC);
+        w.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        w.extend_from_slice(&self.schema.max_parallelism().to_le_bytes());
+        w.extend_from_slice(&range.start.to_le_bytes());
+        w.extend_from_slice(&range.end.to_le_bytes());
+        put_u32(&mut w, self.tables.len());
+        for (id, table) in self.tables.iter().enumerate() {
+            put_bytes(&mut w, self.schema.name(id).as_bytes());
+            w.push(match table {
+                Table::Value(_) => 0,
+                Table::List(_) => 1,
+                Table::Map(_) => 2,
+            });
+            w.push(u8::from(self.schema.meta(id).ttl_ms.is_some()));
+        }
+        for table in &self.tables {
+            match table {
+                Table::Value(g) => encode_groups(&mut w, g, |w, v| put_bytes(w, v)),
+                Table::List(g) => encode_groups(&mut w, g, |w, list| {
+                    put_u32(w, list.len());
+                    list.iter().for_each(|e| put_bytes(w, e));
+                }),
+                Table::Map(g) => encode_groups(&mut w, g, |w, map| {
+                    put_u32(w, map.len());
+                    for (uk, v) in map {
+                        put_bytes(w, uk);
+                        put_bytes(w, v);
+                    }
+                }),
+            }
+        }
+        let checksum = xxhash_rust::xxh3::xxh3_64(&w);
+        w.extend_from_slice(&checksum.to_le_bytes());
+        w
+    }
+
+    /// A backend holding the state in `file`, written by
+    /// [`KeyedStateBackend::snapshot_local`]. States are matched by name;
+    /// a state in the snapshot that is no longer declared is dropped (with
+    /// a warning). The snapshot's key groups must lie in this subtask's
+    /// range and its `max_parallelism` must be the same.
+    pub(crate) fn restore(schema: Schema, file: &Path) -> Result<Self, StateError> {
+        let bytes = std::fs::read(file).map_err(|e| {
+            StateError::Backend(format!("cannot read heap snapshot {}: {e}", file.display()))
+        })?;
+        let mut backend = Self::new(schema);
+        backend
+            .decode_snapshot(&bytes)
+            .map_err(|e| StateError::Backend(format!("heap snapshot {}: {e}", file.display())))?;
+        Ok(backend)
+    }
+
+    fn decode_snapshot(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let (body, checksum) = bytes
+            .split_last_chunk::<8>()
+            .ok_or("too short for a snapshot")?;
+        if xxhash_rust::xxh3::xxh3_64(body) != u64::from_le_bytes(*checksum) {
+            return Err("checksum mismatch (corrupt or truncated)".into());
+        }
+        let mut r = Reader(body);
+        if r.take(8)? != MAGIC {
+            return Err("not a heap snapshot".into());
+        }
+        let version = r.u32()?;
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "format version {version}, this build reads {FORMAT_VERSION}"
+            ));
+        }
+        let max_parallelism = r.u16()?;
+        if max_parallelism != self.schema.max_parallelism() {
+            return Err(format!(
+                "taken with max_parallelism {max_parallelism}, restored with {}",
+                self.schema.max_parallelism()
+            ));
+        }
+        let (_start, _end) = (r.u16()?, r.u16()?);
+        let snapshot_range = super::KeyGroupRange::new(_start, _end);
+        let n_states = r.u32()? as usize;
+        // Per snapshot state: the declared state id it maps to, if any.
+        let mut targets = Vec::with_capacity(n_states.min(1024));
+        for _ in 0..n_states {
+            let name =
+                String::from_utf8(r.bytes()?.to_vec()).map_err(|_| "state name is not UTF-8")?;
+            let kind = match r.u8()? {
+                0 => StateKind::Value,
+                1 => StateKind::List,
+                2 => StateKind::Map,
+                k => return Err(format!("unknown state kind {k}")),
+            };
+            let has_ttl = r.u8()? != 0;
+            let Some(id) = (0..self.schema.len()).find(|&id| self.schema.name(id) == name) else {
+                tracing::warn!(state = %name, "state in heap snapshot is not declared; dropping it");
+                targets.push((None, kind));
+                continue;
+            };
+            let meta = self.schema.meta(id);
+            if meta.kind != kind {
+                return Err(format!(
+                    "state `{name}` is {kind} state in the snapshot but declared as {}",
+                    meta.kind
+                ));
+            }
+            if meta.ttl_ms.is_some() != has_ttl {
+                return Err(format!(
+                    "state `{name}` {} a TTL in the snapshot but {} now; changing whether a \
+                     state has a TTL is not supported",
+                    if has_ttl { "has" } else { "has no" },
+                    if has_ttl { "not" } else { "has one" },
+                ));
+            }
+            targets.push((Some(id), kind));
+        }
+        let own = self.schema.key_groups();
+        for (target, kind) in targets {
+            for _ in 0..snapshot_range.len() {
+                let kg = KeyGroup(r.u16()?);
+                let keys = r.u32()?;
+                if !snapshot_range.contains(kg) {
+                    return Err(format!(
+                        "key group {kg} outside the snapshot's {snapshot_range}"
+                    ));
+                }
+                if keys > 0 && target.is_some() && !own.contains(kg) {
+                    return Err(format!(
+                        "holds key group {kg}, outside this subtask's key groups {own} \
+                         (restoring with another parallelism is not supported yet)"
+                    ));
+                }
+                for _ in 0..keys {
+                    let key = r.bytes()?.to_vec();
+                    match kind {
+                        StateKind::Value => {
+                            let v = r.bytes()?.to_vec();
+                            if let Some(id) = target {
+                                table!(self, id, Value).table(kg).insert(key, v);
+                            }
+                        }
+                        StateKind::List => {
+                            let n = r.u32()?;
+                            let list = (0..n)
+                                .map(|_| r.bytes().map(<[u8]>::to_vec))
+                                .collect::<Result<Vec<_>, _>>()?;
+                            if let Some(id) = target
+                                && !list.is_empty()
+                            {
+                                table!(self, id, List).table(kg).insert(key, list);
+                            }
+                        }
+                        StateKind::Map => {
+                            let n = r.u32()?;
+                            let mut map = BTreeMap::new();
+                            for _ in 0..n {
+                                let uk = r.bytes()?.to_vec();
+                                map.insert(uk, r.bytes()?.to_vec());
+                            }
+                            if let Some(id) = target
+                                && !map.is_empty()
+                            {
+                                table!(self, id, Map).table(kg).insert(key, map);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if !r.0.is_empty() {
+            return Err(format!("{} trailing bytes", r.0.len()));
+        }
+        Ok(())
+    }
+}
+
+fn put_u32(w: &mut Vec<u8>, n: usize) {
+    let n = u32::try_from(n).expect("heap snapshot: more than u32::MAX items or bytes");
+    w.extend_from_slice(&n.to_le_bytes());
+}
+
+fn put_bytes(w: &mut Vec<u8>, b: &[u8]) {
+    put_u32(w, b.len());
+    w.extend_from_slice(b);
+}
+
+/// Writes every owned key group of `groups`, in order, with `entry`
+/// encoding one key's payload.
+fn encode_groups<V>(w: &mut Vec<u8>, groups: &Groups<V>, entry: impl Fn(&mut Vec<u8>, &V)) {
+    for (i, table) in groups.tables.iter().enumerate() {
+        w.extend_from_slice(&(groups.first + i as u16).to_le_bytes());
+        put_u32(w, table.len());
+        for (key, v) in table {
+            put_bytes(w, key);
+            entry(w, v);
+        }
+    }
+}
+
+/// A cursor over snapshot bytes; every read fails cleanly on truncation.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.0.len() < n {
+            return Err("truncated".into());
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], String> {
+        let n = self.u32()? as usize;
+        self.take(n)
     }
 }
 
@@ -89,16 +352,6 @@ fn stored(expiry: Option<u64>, value: &[u8]) -> Vec<u8> {
     let mut v = Vec::new();
     ttl::encode(&mut v, expiry, value);
     v
-}
-
-// The kind was checked by `Schema::check`, so the table has the matching variant.
-macro_rules! table {
-    ($self:ident, $state:expr, $variant:ident) => {
-        match &mut $self.tables[$state as usize] {
-            Table::$variant(groups) => groups,
-            _ => unreachable!("Schema::check verified the state kind"),
-        }
-    };
 }
 
 impl KeyedStateBackend for HeapBackend {
@@ -271,6 +524,21 @@ impl KeyedStateBackend for HeapBackend {
 
     fn flush(&mut self) -> Result<(), StateError> {
         Ok(())
+    }
+
+    fn snapshot_local(&mut self, dir: &Path) -> Result<(), StateError> {
+        super::prepare_snapshot_dir(dir)?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StateError::Backend(format!("cannot create snapshot dir {}: {e}", dir.display()))
+        })?;
+        let bytes = self.encode_snapshot();
+        let file = dir.join(SNAPSHOT_FILE);
+        std::fs::write(&file, bytes).map_err(|e| {
+            StateError::Backend(format!(
+                "cannot write heap snapshot {}: {e}",
+                file.display()
+            ))
+        })
     }
 
     fn kind(&self) -> BackendKind {

@@ -152,6 +152,8 @@ pub(crate) struct StateMeta {
 #[derive(Debug)]
 pub(crate) struct Schema {
     states: Vec<StateMeta>,
+    /// Declared names, by state id.
+    names: Vec<String>,
     key_groups: KeyGroupRange,
     max_parallelism: u16,
     clock: Arc<dyn Clock>,
@@ -202,6 +204,7 @@ impl Schema {
         }
         Ok(Self {
             states: metas,
+            names: states.iter().map(|d| d.name.clone()).collect(),
             key_groups,
             max_parallelism,
             clock,
@@ -251,9 +254,19 @@ impl Schema {
         Ok((kg, meta))
     }
 
+    /// The declared name of state `id`.
+    pub fn name(&self, id: usize) -> &str {
+        &self.names[id]
+    }
+
     /// The key groups this subtask owns.
     pub fn key_groups(&self) -> KeyGroupRange {
         self.key_groups
+    }
+
+    /// The number of key groups of the job.
+    pub fn max_parallelism(&self) -> u16 {
+        self.max_parallelism
     }
 
     /// Processing time now, if `meta` has a TTL (`None` otherwise, without

@@ -28,8 +28,10 @@
 //! # Must not touch
 //! No Wasm, no job or task types, no networking: the `wasm` module maps the
 //! WIT `state` interface onto [`KeyedStateBackend`], and the task driver
-//! calls [`KeyedStateBackend::flush`] after each batch. Checkpoints
-//! (RocksDB checkpoints, savepoints) belong to the `checkpoint` module.
+//! calls [`KeyedStateBackend::flush`] after each batch. The backends take a
+//! local snapshot ([`KeyedStateBackend::snapshot_local`]) and open one
+//! again ([`restore_backend`]); uploading, storage and reference counting
+//! of checkpoint files belong to the `checkpoint` module.
 
 use std::fmt;
 use std::path::Path;
@@ -220,6 +222,15 @@ pub trait KeyedStateBackend: Send {
     /// flushes itself when its write-back buffer passes its size limit.
     /// A no-op for the heap.
     fn flush(&mut self) -> Result<(), StateError>;
+    /// Synchronous part of a checkpoint: flushes buffered writes and writes
+    /// a local snapshot of the whole state into `dir`, which must not exist
+    /// or be empty (its parent is created if missing). RocksDB: a native
+    /// checkpoint (hard links to the immutable SST files, a fresh
+    /// MANIFEST); heap: one serialized file, [`heap::SNAPSHOT_FILE`].
+    /// Cheap for RocksDB; the caller then uploads `dir` asynchronously
+    /// (`checkpoint::snapshot::upload`) and deletes it. Later writes do not
+    /// change the snapshot.
+    fn snapshot_local(&mut self, dir: &Path) -> Result<(), StateError>;
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
 }
@@ -238,6 +249,74 @@ pub struct BackendConfig<'a> {
     pub key_groups: KeyGroupRange,
     /// The number of key groups (`max_parallelism` in the job spec).
     pub max_parallelism: u16,
+}
+
+/// Opens the keyed state of one subtask from a local snapshot in
+/// `from_dir` (written by [`KeyedStateBackend::snapshot_local`], or
+/// downloaded by `checkpoint::snapshot::download`), with processing time
+/// from the system clock.
+///
+/// RocksDB: the snapshot's files are moved (or copied, across filesystems)
+/// into `cfg.dir`, which must not exist or be empty, and opened there as
+/// the working database; `from_dir` is left empty. Heap: the snapshot file
+/// is read; `from_dir` is untouched.
+///
+/// The snapshot must come from a subtask with the same `max_parallelism`
+/// and key groups (restoring with another parallelism is not supported
+/// yet; the heap backend checks it, the RocksDB one does not).
+pub fn restore_backend(
+    cfg: BackendConfig<'_>,
+    from_dir: &Path,
+) -> Result<Box<dyn KeyedStateBackend>, StateError> {
+    restore_backend_with_clock(cfg, from_dir, Arc::new(SystemClock))
+}
+
+/// [`restore_backend`] with `clock` as processing time for TTL.
+pub fn restore_backend_with_clock(
+    cfg: BackendConfig<'_>,
+    from_dir: &Path,
+    clock: Arc<dyn Clock>,
+) -> Result<Box<dyn KeyedStateBackend>, StateError> {
+    let schema = layout::Schema::new(cfg.states, cfg.key_groups, cfg.max_parallelism, clock)?;
+    Ok(match cfg.kind {
+        BackendKind::RocksDb => {
+            rocksdb::move_snapshot_into(from_dir, cfg.dir)?;
+            Box::new(rocksdb::RocksDbBackend::open(cfg.dir, cfg.states, schema)?)
+        }
+        BackendKind::Heap => Box::new(heap::HeapBackend::restore(
+            schema,
+            &from_dir.join(heap::SNAPSHOT_FILE),
+        )?),
+    })
+}
+
+/// Makes `dir` ready to receive a snapshot: absent, with its parent
+/// present. An existing empty `dir` is removed; a non-empty one is an error
+/// (a snapshot never overwrites files).
+pub(crate) fn prepare_snapshot_dir(dir: &Path) -> Result<(), StateError> {
+    let err = |what: &str, e: std::io::Error| {
+        StateError::Backend(format!(
+            "snapshot dir {}: cannot {what}: {e}",
+            dir.display()
+        ))
+    };
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(StateError::Backend(format!(
+                    "snapshot dir {} is not empty",
+                    dir.display()
+                )));
+            }
+            std::fs::remove_dir(dir).map_err(|e| err("remove empty dir", e))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err("list", e)),
+    }
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| err("create parent", e))?;
+    }
+    Ok(())
 }
 
 /// Opens the keyed state of one subtask, with processing time from the

@@ -44,10 +44,13 @@
 //! * If a flush fails, the buffer is emptied and its writes are lost; the
 //!   error fails the task, which restarts from the last checkpoint.
 //!
-//! # Durability
-//! The write-ahead log is disabled: durability comes from checkpoints (a
-//! RocksDB checkpoint of this directory, taken by the `checkpoint` module
-//! after a flush), not from the WAL. RocksDB still writes its memtables to
+//! # Durability and snapshots
+//! The write-ahead log is disabled: durability comes from checkpoints, not
+//! from the WAL. [`KeyedStateBackend::snapshot_local`] flushes the buffer
+//! and takes a RocksDB checkpoint (which flushes the memtables to SST
+//! files, then hard-links the SST files and writes a fresh MANIFEST,
+//! CURRENT and OPTIONS); the `checkpoint` module uploads it. A restore
+//! moves such a directory into place and opens it ([`move_snapshot_into`]). RocksDB still writes its memtables to
 //! SST files on a clean close, so flushed state survives closing and
 //! reopening the same directory; after a crash, the state is restored from a
 //! checkpoint instead. Unflushed writes are dropped with the backend.
@@ -91,6 +94,23 @@ pub const WRITE_BUFFER_BYTES: usize = 8 << 20;
 /// Bound on all memtables of one subtask's database together, however many
 /// states it declares (RocksDB flushes the largest when it is reached).
 pub const DB_WRITE_BUFFER_BYTES: usize = 64 << 20;
+
+/// Level-0 files per column family that start a compaction (RocksDB's
+/// default is 4); writes slow down at twice and stop at three times as many.
+///
+/// Every checkpoint flushes the memtables into a new level-0 file, and keyed
+/// state is spread over the whole key space (keys are prefixed by their key
+/// group, a hash), so a level-0 compaction overlaps — and rewrites — nearly
+/// every file of the column family. An incremental checkpoint after such a
+/// compaction uploads almost the whole state again. Compacting after 20
+/// level-0 files instead of 4 makes that happen about every 16 checkpoints
+/// instead of every 4 (benches/README.md, "Incremental checkpoints": a mean
+/// upload of 6% instead of about 20% of the state per checkpoint with 1%
+/// of the keys changing). The cost: a point read that misses the buffer and
+/// the memtable may probe up to 20 level-0 files (their bloom filters are
+/// pinned in the block cache) before the sorted levels, and up to 20 small
+/// files' worth of stale versions wait longer for compaction.
+pub const L0_COMPACTION_TRIGGER: i32 = 20;
 
 /// The buffer flushes itself once this many bytes (estimated) were written
 /// since the last flush, even if the driver has not called `flush` yet.
@@ -421,6 +441,9 @@ fn cf_options(cache: &Cache, kind: Option<StateKind>) -> Options {
     opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
     opts.set_compression_type(DBCompressionType::Lz4);
     opts.set_level_compaction_dynamic_level_bytes(true);
+    opts.set_level_zero_file_num_compaction_trigger(L0_COMPACTION_TRIGGER);
+    opts.set_level_zero_slowdown_writes_trigger(2 * L0_COMPACTION_TRIGGER);
+    opts.set_level_zero_stop_writes_trigger(3 * L0_COMPACTION_TRIGGER);
     if matches!(kind, Some(StateKind::List) | None) {
         opts.set_merge_operator_associative(LIST_MERGE_OPERATOR, concat_lists);
     }
@@ -528,6 +551,21 @@ impl RocksDbBackend {
         self.write_back_limit = write_back;
         self.buffer_limit = buffer;
         self
+    }
+
+    /// Flushes, then compacts every declared state's column family into
+    /// new files now (synchronously), so that tests can drop SST files
+    /// without waiting for RocksDB's own compactions.
+    #[cfg(test)]
+    pub(crate) fn compact_all(&mut self) -> Result<(), StateError> {
+        self.flush()?;
+        for state in 0..self.store.cf_names.len() {
+            let cf = self.store.cf(state)?;
+            self.store
+                .db
+                .compact_range_cf::<&[u8], &[u8]>(cf, None, None);
+        }
+        Ok(())
     }
 
     /// Reads the point entry (value or map entry) at `key_buf`: buffer
@@ -754,7 +792,62 @@ impl KeyedStateBackend for RocksDbBackend {
         Ok(())
     }
 
+    fn snapshot_local(&mut self, dir: &Path) -> Result<(), StateError> {
+        self.flush()?;
+        super::prepare_snapshot_dir(dir)?;
+        // With `log_size_for_flush` 0 the checkpoint flushes every column
+        // family's memtable first: with the WAL off, that is the only way
+        // the writes since the last memtable flush get into the snapshot.
+        ::rocksdb::checkpoint::Checkpoint::new(&self.store.db)
+            .and_then(|cp| cp.create_checkpoint(dir))
+            .map_err(|e| {
+                StateError::Backend(format!(
+                    "RocksDB checkpoint into {}: {}",
+                    dir.display(),
+                    e.into_string()
+                ))
+            })
+    }
+
     fn kind(&self) -> BackendKind {
         BackendKind::RocksDb
     }
+}
+
+/// Moves the files of a local snapshot (a RocksDB checkpoint directory)
+/// from `from` into the working directory `to`, which must not exist or be
+/// empty: renamed where possible, copied across filesystems.
+pub(crate) fn move_snapshot_into(from: &Path, to: &Path) -> Result<(), StateError> {
+    let err = |what: String, e: std::io::Error| StateError::Backend(format!("{what}: {e}"));
+    if !from.join("CURRENT").is_file() {
+        return Err(StateError::Backend(format!(
+            "{} is not a RocksDB snapshot (no CURRENT file)",
+            from.display()
+        )));
+    }
+    if std::fs::read_dir(to).is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(StateError::Backend(format!(
+            "cannot restore into {}: the state directory is not empty",
+            to.display()
+        )));
+    }
+    std::fs::create_dir_all(to)
+        .map_err(|e| err(format!("cannot create state directory {}", to.display()), e))?;
+    let entries = std::fs::read_dir(from)
+        .map_err(|e| err(format!("cannot list snapshot {}", from.display()), e))?;
+    for entry in entries {
+        let entry =
+            entry.map_err(|e| err(format!("cannot list snapshot {}", from.display()), e))?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if std::fs::rename(&src, &dst).is_err() {
+            std::fs::copy(&src, &dst).map_err(|e| {
+                err(
+                    format!("cannot copy {} to {}", src.display(), dst.display()),
+                    e,
+                )
+            })?;
+            let _ = std::fs::remove_file(&src);
+        }
+    }
+    Ok(())
 }

@@ -114,6 +114,9 @@ impl KeyedStateBackend for FlushEveryWrite {
     fn flush(&mut self) -> Result<(), StateError> {
         self.0.flush()
     }
+    fn snapshot_local(&mut self, dir: &std::path::Path) -> Result<(), StateError> {
+        self.0.snapshot_local(dir)
+    }
     fn kind(&self) -> BackendKind {
         self.0.kind()
     }

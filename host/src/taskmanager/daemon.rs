@@ -21,7 +21,7 @@
 //!
 //! This module must not decide placement or job state: the JobManager does.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,15 +31,18 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch};
 
-use super::{Abort, JobMetrics, Message, TaskError};
+use super::{Abort, FINISHED, JobMetrics, Message, TakenSnapshot, TaskError};
+use crate::checkpoint::snapshot::StateHandle;
+use crate::checkpoint::storage::{CheckpointStorage, DirStorage, StoragePath};
 use crate::job::{JobGraph, ModuleRef, TaskSpec, VertexKind};
 use crate::jobmanager::modules::ModuleStore;
+use crate::local::{CheckpointSetup, DeployOptions, SubtaskRestore};
 use crate::local::{Exchange, LocalCluster};
 use crate::net::tls::{NodeIdentity, SERVER_NAME};
 use crate::net::{ChannelOptions, DataPlane, InputKey, NetConfig};
 use crate::rpc::{
-    Deployment, FetchModule, JobReport, ModuleHeader, SlotRef, TaskState, ToJobManager,
-    ToTaskManager, VertexReport, read_frame, write_frame,
+    Deployment, FetchModule, JobReport, ModuleHeader, RestorePoint, SlotRef, SubtaskCheckpoint,
+    TaskState, ToJobManager, ToTaskManager, VertexReport, read_frame, write_frame,
 };
 use crate::wasm::Runtime;
 
@@ -110,6 +113,10 @@ impl RunningTaskManager {
 }
 
 struct LocalJob {
+    /// The job id (the map's key adds the attempt).
+    job: String,
+    /// Checkpoint events for this attempt.
+    events: mpsc::UnboundedSender<JobEvent>,
     abort: Abort,
     canceled: Arc<AtomicBool>,
     metrics: Arc<JobMetrics>,
@@ -129,8 +136,13 @@ struct Inner {
     cluster: LocalCluster,
     store: ModuleStore,
     jobs: Mutex<HashMap<String, LocalJob>>,
-    /// Jobs canceled before (or while) they were deployed.
+    /// Attempts (`job#attempt`) canceled before (or while) they were deployed.
     canceled: Mutex<HashSet<String>>,
+    /// The latest attempt of each job deployed here.
+    deploying: Mutex<HashMap<String, u32>>,
+    /// Checkpoint events of each deployment (`job#attempt`), from the
+    /// moment its deployment arrives (events queue while it deploys).
+    events: Mutex<HashMap<String, mpsc::UnboundedSender<JobEvent>>>,
     /// The current control connection's outbox.
     outbox: Mutex<Option<mpsc::UnboundedSender<ToJobManager>>>,
     work_dir: PathBuf,
@@ -151,6 +163,7 @@ impl Inner {
     fn report(
         &self,
         job: &str,
+        attempt: u32,
         task: usize,
         subtask: u32,
         state: TaskState,
@@ -158,6 +171,7 @@ impl Inner {
     ) {
         self.send(ToJobManager::TaskState {
             job: job.to_owned(),
+            attempt,
             task: task as u32,
             subtask,
             state,
@@ -165,14 +179,42 @@ impl Inner {
         });
     }
 
+    /// Cancels every attempt of `job` here, including one still being
+    /// deployed.
     fn cancel(&self, job: &str) {
-        self.canceled
+        if let Some(attempt) = self
+            .deploying
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(job.to_owned());
-        if let Some(j) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(job) {
+            .get(job)
+        {
+            self.canceled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(format!("{job}#{attempt}"));
+        }
+        for j in self
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|j| j.job == job)
+        {
             j.canceled.store(true, Ordering::Relaxed);
             j.abort.trigger();
+            let _ = j.events.send(JobEvent::Stop);
+        }
+    }
+
+    /// Passes a checkpoint event to attempt `attempt` of `job`.
+    fn job_event(&self, job: &str, attempt: u32, event: JobEvent) {
+        if let Some(events) = self
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&format!("{job}#{attempt}"))
+        {
+            let _ = events.send(event);
         }
     }
 
@@ -181,8 +223,8 @@ impl Inner {
             .jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
+            .values()
+            .map(|j| j.job.clone())
             .collect();
         for job in jobs {
             self.cancel(&job);
@@ -191,8 +233,8 @@ impl Inner {
 
     fn job_reports(&self) -> Vec<JobReport> {
         let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        jobs.iter()
-            .map(|(id, j)| {
+        jobs.values()
+            .map(|j| {
                 let mut vertices: Vec<VertexReport> = j
                     .metrics
                     .vertices
@@ -215,7 +257,7 @@ impl Inner {
                     v.busy_ms = (wall * u64::from(*n)).saturating_sub(idle + bp);
                 }
                 JobReport {
-                    job: id.clone(),
+                    job: j.job.clone(),
                     vertices,
                 }
             })
@@ -261,6 +303,8 @@ pub async fn start(
         store,
         jobs: Mutex::new(HashMap::new()),
         canceled: Mutex::new(HashSet::new()),
+        deploying: Mutex::new(HashMap::new()),
+        events: Mutex::new(HashMap::new()),
         outbox: Mutex::new(None),
         work_dir,
     });
@@ -394,11 +438,43 @@ async fn session(
     let result = loop {
         match read_frame::<_, ToTaskManager>(&mut recv).await {
             Ok(Some(ToTaskManager::Deploy(deployment))) => {
+                inner
+                    .deploying
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(deployment.job.clone(), deployment.attempt);
+                let (events_tx, events_rx) = mpsc::unbounded_channel();
+                inner
+                    .events
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(
+                        format!("{}#{}", deployment.job, deployment.attempt),
+                        events_tx,
+                    );
                 let inner = inner.clone();
                 let conn = conn.clone();
-                tokio::spawn(async move { run_job(inner, conn, *deployment).await });
+                tokio::spawn(async move { run_job(inner, conn, *deployment, events_rx).await });
             }
             Ok(Some(ToTaskManager::Cancel { job })) => inner.cancel(&job),
+            Ok(Some(ToTaskManager::TriggerCheckpoint {
+                job,
+                attempt,
+                checkpoint,
+            })) => inner.job_event(&job, attempt, JobEvent::Trigger(checkpoint)),
+            Ok(Some(ToTaskManager::CheckpointComplete {
+                job,
+                attempt,
+                checkpoint,
+            })) => inner.job_event(&job, attempt, JobEvent::Complete(checkpoint)),
+            Ok(Some(ToTaskManager::CheckpointAborted {
+                job,
+                attempt,
+                checkpoint,
+            })) => inner.job_event(&job, attempt, JobEvent::Aborted(checkpoint)),
+            Ok(Some(ToTaskManager::JobFinished { job, attempt })) => {
+                inner.job_event(&job, attempt, JobEvent::JobFinished)
+            }
             Ok(Some(other)) => tracing::debug!("ignoring {other:?}"),
             Ok(None) => break Err("the JobManager closed the connection".to_owned()),
             Err(e) => break Err(format!("connection lost: {e}")),
@@ -456,13 +532,23 @@ impl Exchange for NetExchange<'_> {
     }
 }
 
-async fn run_job(inner: Arc<Inner>, conn: quinn::Connection, deployment: Deployment) {
+async fn run_job(
+    inner: Arc<Inner>,
+    conn: quinn::Connection,
+    deployment: Deployment,
+    events_rx: mpsc::UnboundedReceiver<JobEvent>,
+) {
     let Deployment {
         job,
         mut graph,
         placement,
         peers,
+        attempt,
+        checkpoints,
+        restore,
     } = deployment;
+    let key = format!("{job}#{attempt}");
+    let _events_guard = EventsGuard(inner.clone(), key.clone());
     let tasks: Vec<TaskSpec> = crate::job::chain(&graph);
     let local: Vec<(usize, u32)> = placement
         .iter()
@@ -477,17 +563,57 @@ async fn run_job(inner: Arc<Inner>, conn: quinn::Connection, deployment: Deploym
         .collect();
     let fail_all = |error: String| {
         for (t, s) in &local {
-            inner.report(&job, *t, *s, TaskState::Failed, Some(error.clone()));
+            inner.report(
+                &job,
+                attempt,
+                *t,
+                *s,
+                TaskState::Failed,
+                Some(error.clone()),
+            );
         }
     };
     if let Err(e) = fetch_modules(&inner, &conn, &mut graph).await {
         fail_all(e);
         return;
     }
+    let job_dir = inner.work_dir.join(&key);
+    let storage: Option<Arc<dyn CheckpointStorage>> = checkpoints
+        .as_ref()
+        .map(|c| Arc::new(DirStorage::new(c.storage.clone())) as Arc<dyn CheckpointStorage>);
+    // Download what the local subtasks restore.
+    let restored = match (&restore, &storage) {
+        (Some(point), Some(storage)) => {
+            let storage = storage.clone();
+            let point = point.clone();
+            let local = local.clone();
+            let dir = job_dir.join("restore");
+            let downloaded = tokio::task::spawn_blocking(move || {
+                download_restore(&point, &local, storage.as_ref(), &dir)
+            })
+            .await;
+            match downloaded {
+                Ok(Ok(r)) => Some(r),
+                Ok(Err(e)) => {
+                    fail_all(format!("cannot restore checkpoint: {e}"));
+                    return;
+                }
+                Err(e) => {
+                    fail_all(format!("restore panicked: {e}"));
+                    return;
+                }
+            }
+        }
+        _ => None,
+    };
+    let (taken_tx, taken_rx) = mpsc::unbounded_channel();
     let deployed = {
         let inner = inner.clone();
-        let job = job.clone();
+        let key = key.clone();
         let graph = graph.clone();
+        let job_dir = job_dir.clone();
+        let restored = restored.clone();
+        let with_checkpoints = storage.is_some();
         tokio::task::spawn_blocking(move || {
             let modules = inner.cluster.load_modules(&graph)?;
             let options = ChannelOptions {
@@ -496,27 +622,39 @@ async fn run_job(inner: Arc<Inner>, conn: quinn::Connection, deployment: Deploym
             };
             let exchange = NetExchange {
                 me: &inner.id,
-                job: &job,
+                job: &key,
                 placement: &placement,
                 peers: &peers,
                 data: &inner.data,
                 options,
             };
-            inner
-                .cluster
-                .deploy(&graph, &modules, inner.work_dir.join(&job), &exchange)
+            let restore_map = restored.as_ref().map(|r| &r.subtasks);
+            let deploy_options = DeployOptions {
+                checkpoints: with_checkpoints.then(|| CheckpointSetup {
+                    local_dir: job_dir.join("snapshots"),
+                    taken: taken_tx,
+                }),
+                restore: restore_map,
+            };
+            inner.cluster.deploy(
+                &graph,
+                &modules,
+                job_dir.join("state"),
+                &exchange,
+                &deploy_options,
+            )
         })
         .await
     };
     let deployed = match deployed {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => {
-            inner.data.unregister_job(&job);
+            inner.data.unregister_job(&key);
             fail_all(e.to_string());
             return;
         }
         Err(e) => {
-            inner.data.unregister_job(&job);
+            inner.data.unregister_job(&key);
             fail_all(format!("deployment panicked: {e}"));
             return;
         }
@@ -526,28 +664,64 @@ async fn run_job(inner: Arc<Inner>, conn: quinn::Connection, deployment: Deploym
     for s in &deployed.subtasks {
         *heads.entry(tasks[s.task].head()).or_default() += 1;
     }
+    let events_tx = inner
+        .events
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .cloned()
+        .unwrap_or_else(|| mpsc::unbounded_channel().0);
     inner.jobs.lock().unwrap_or_else(|p| p.into_inner()).insert(
-        job.clone(),
+        key.clone(),
         LocalJob {
+            job: job.clone(),
             abort: deployed.abort.clone(),
             canceled: canceled.clone(),
             metrics: deployed.metrics.clone(),
             started: deployed.started,
             heads: heads.into_iter().collect(),
             vertices: graph.vertices.len(),
+            events: events_tx,
         },
     );
     if inner
         .canceled
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .contains(&job)
+        .contains(&key)
     {
         canceled.store(true, Ordering::Relaxed);
         deployed.abort.trigger();
     }
+    // Checkpoint bookkeeping of this attempt, on its own task.
+    let checkpointer = storage.map(|storage| {
+        let ctx = JobCheckpoints {
+            inner: inner.clone(),
+            job: job.clone(),
+            attempt,
+            storage,
+            backend: match graph.settings.state_backend {
+                crate::job::StateBackendKind::RocksDb => crate::state::BackendKind::RocksDb,
+                crate::job::StateBackendKind::Heap => crate::state::BackendKind::Heap,
+            },
+            triggers: deployed.triggers.clone(),
+            finished: restored
+                .as_ref()
+                .map(|r| r.finished.clone())
+                .unwrap_or_default(),
+            previous: restored
+                .as_ref()
+                .map(|r| r.previous.clone())
+                .unwrap_or_default(),
+            last_trigger: 0,
+            acked: HashMap::new(),
+            pending_commits: BTreeMap::new(),
+            uploaded: BTreeMap::new(),
+        };
+        tokio::spawn(ctx.run(taken_rx, events_rx))
+    });
     for s in &deployed.subtasks {
-        inner.report(&job, s.task, s.subtask, TaskState::Running, None);
+        inner.report(&job, attempt, s.task, s.subtask, TaskState::Running, None);
     }
     let mut waits = Vec::new();
     for s in deployed.subtasks {
@@ -579,24 +753,348 @@ async fn run_job(inner: Arc<Inner>, conn: quinn::Connection, deployment: Deploym
                     jobs: vec![report],
                 });
             }
-            inner.report(&job, s.task, s.subtask, state, error);
+            inner.report(&job, attempt, s.task, s.subtask, state, error);
         }));
     }
     for w in waits {
         let _ = w.await;
     }
+    // Keep the checkpoint task until the JobManager says the job finished
+    // (final commits) or cancels it; an ended attempt has nothing to do.
+    let events = inner
+        .jobs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .map(|j| j.events.clone());
+    if let (Some(checkpointer), Some(events)) = (checkpointer, events) {
+        if canceled.load(Ordering::Relaxed) || deployed.abort.is_set() {
+            let _ = events.send(JobEvent::Stop);
+        }
+        let _ = checkpointer.await;
+    }
     inner
         .jobs
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(&job);
+        .remove(&key);
     inner
         .canceled
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(&job);
-    inner.data.unregister_job(&job);
-    let _ = std::fs::remove_dir_all(&deployed.work_dir);
+        .remove(&key);
+    inner.data.unregister_job(&key);
+    let _ = std::fs::remove_dir_all(&job_dir);
+}
+
+/// Forgets a deployment's event queue when its `run_job` ends, however it ends.
+struct EventsGuard(Arc<Inner>, String);
+
+impl Drop for EventsGuard {
+    fn drop(&mut self) {
+        self.0
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.1);
+    }
+}
+
+/// What a TaskManager restores for its subtasks of one deployment.
+#[derive(Debug, Clone, Default)]
+struct Restored {
+    subtasks: HashMap<(usize, u32), SubtaskRestore>,
+    /// Subtasks that had finished, with their (already committed) part.
+    finished: HashMap<(u32, u32), SubtaskCheckpoint>,
+    /// The restored state handles: the base of the next incremental upload.
+    previous: HashMap<(usize, u32), StateHandle>,
+}
+
+fn download_restore(
+    point: &RestorePoint,
+    local: &[(usize, u32)],
+    storage: &dyn CheckpointStorage,
+    dir: &std::path::Path,
+) -> Result<Restored, String> {
+    let mut out = Restored::default();
+    for ((t, s), part) in &point.subtasks {
+        let (t, s) = (*t as usize, *s);
+        if !local.contains(&(t, s)) {
+            continue;
+        }
+        let mut restore = SubtaskRestore {
+            finished: part.finished,
+            source: part.source.clone(),
+            sink: part.sink.clone(),
+            ..SubtaskRestore::default()
+        };
+        if part.finished {
+            out.finished.insert(
+                (t as u32, s),
+                SubtaskCheckpoint {
+                    finished: true,
+                    source: part.source.clone(),
+                    ..SubtaskCheckpoint::default()
+                },
+            );
+        }
+        for (vertex, handle) in &part.states {
+            let to = dir.join(format!("{t}-{s}-{vertex}"));
+            crate::checkpoint::snapshot::download(handle, storage, &to)
+                .map_err(|e| e.to_string())?;
+            restore.states.insert(*vertex, to);
+            out.previous.insert((*vertex, s), handle.clone());
+        }
+        if let Some(path) = &part.timers {
+            let bytes = storage.get_bytes(path).map_err(|e| e.to_string())?;
+            let timers: Vec<(usize, super::Timers)> =
+                serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.as_str()))?;
+            restore.timers = timers.into_iter().collect();
+        }
+        out.subtasks.insert((t, s), restore);
+    }
+    Ok(out)
+}
+
+/// Events of one deployment's checkpoints, in order.
+#[derive(Debug)]
+enum JobEvent {
+    Trigger(u64),
+    Complete(u64),
+    Aborted(u64),
+    /// Every subtask of the job finished: commit everything pending.
+    JobFinished,
+    /// The attempt ended without finishing: drop everything.
+    Stop,
+}
+
+/// The outcome of one background upload: (checkpoint, task, subtask, the
+/// part to acknowledge, alignment, the handles uploaded), or why it failed.
+type Uploaded = Result<
+    (
+        u64,
+        u32,
+        u32,
+        SubtaskCheckpoint,
+        Duration,
+        Vec<(usize, StateHandle)>,
+    ),
+    (u64, u32, u32, String),
+>;
+
+/// Uploads snapshots, acknowledges them, commits sinks.
+struct JobCheckpoints {
+    inner: Arc<Inner>,
+    job: String,
+    attempt: u32,
+    storage: Arc<dyn CheckpointStorage>,
+    backend: crate::state::BackendKind,
+    triggers: HashMap<(usize, u32), Arc<std::sync::atomic::AtomicU64>>,
+    /// Finished subtasks' last part: it answers every later checkpoint.
+    finished: HashMap<(u32, u32), SubtaskCheckpoint>,
+    /// The state handles of the last completed checkpoint, per (vertex, subtask).
+    previous: HashMap<(usize, u32), StateHandle>,
+    last_trigger: u64,
+    /// The newest checkpoint each subtask acknowledged.
+    acked: HashMap<(u32, u32), u64>,
+    /// Sink committables by checkpoint.
+    pending_commits: BTreeMap<u64, Vec<serde_json::Value>>,
+    /// Handles uploaded by checkpoint, until it completes or aborts.
+    uploaded: BTreeMap<u64, HashMap<(usize, u32), StateHandle>>,
+}
+
+impl JobCheckpoints {
+    async fn run(
+        mut self,
+        mut taken: mpsc::UnboundedReceiver<TakenSnapshot>,
+        mut events: mpsc::UnboundedReceiver<JobEvent>,
+    ) {
+        let (uploaded_tx, mut uploaded_rx) = mpsc::unbounded_channel();
+        loop {
+            tokio::select! {
+                Some(snapshot) = taken.recv() => self.on_taken(snapshot, &uploaded_tx),
+                Some(done) = uploaded_rx.recv() => self.on_uploaded(done),
+                event = events.recv() => match event {
+                    Some(JobEvent::Trigger(id)) => self.on_trigger(id),
+                    Some(JobEvent::Complete(id)) => self.on_complete(id),
+                    Some(JobEvent::Aborted(id)) => {
+                        self.pending_commits.remove(&id);
+                        self.uploaded.remove(&id);
+                    }
+                    Some(JobEvent::JobFinished) => {
+                        self.commit_up_to(u64::MAX);
+                        for part in self.finished.values() {
+                            if let Some(sink) = &part.sink {
+                                self.commit(sink);
+                            }
+                        }
+                        return;
+                    }
+                    Some(JobEvent::Stop) | None => return,
+                },
+            }
+        }
+    }
+
+    fn ack(&mut self, id: u64, t: u32, s: u32, snapshot: SubtaskCheckpoint, alignment: Duration) {
+        if let Some(sink) = &snapshot.sink {
+            self.pending_commits
+                .entry(id)
+                .or_default()
+                .push(sink.clone());
+        }
+        self.acked.insert((t, s), id);
+        self.inner.send(ToJobManager::Ack {
+            job: self.job.clone(),
+            attempt: self.attempt,
+            checkpoint: id,
+            task: t,
+            subtask: s,
+            snapshot,
+            alignment_ms: alignment.as_millis() as u64,
+        });
+    }
+
+    fn on_trigger(&mut self, id: u64) {
+        self.last_trigger = self.last_trigger.max(id);
+        for trigger in self.triggers.values() {
+            trigger.fetch_max(id, Ordering::AcqRel);
+        }
+        let finished: Vec<((u32, u32), SubtaskCheckpoint)> =
+            self.finished.iter().map(|(k, v)| (*k, v.clone())).collect();
+        for ((t, s), part) in finished {
+            self.ack(id, t, s, part, Duration::ZERO);
+        }
+    }
+
+    fn on_taken(&mut self, snapshot: TakenSnapshot, uploaded: &mpsc::UnboundedSender<Uploaded>) {
+        let (t, s) = (snapshot.task, snapshot.subtask);
+        if snapshot.checkpoint == FINISHED {
+            let part = SubtaskCheckpoint {
+                finished: true,
+                source: snapshot.source,
+                sink: snapshot.sink,
+                ..SubtaskCheckpoint::default()
+            };
+            // A checkpoint triggered while it was finishing gets this part.
+            if self.last_trigger > self.acked.get(&(t, s)).copied().unwrap_or(0) {
+                self.ack(self.last_trigger, t, s, part.clone(), Duration::ZERO);
+            }
+            self.finished.insert((t, s), part);
+            return;
+        }
+        let storage = self.storage.clone();
+        let job = self.job.clone();
+        let backend = self.backend;
+        let previous: HashMap<usize, StateHandle> = snapshot
+            .states
+            .iter()
+            .filter_map(|(v, _)| self.previous.get(&(*v, s)).map(|h| (*v, h.clone())))
+            .collect();
+        let uploaded = uploaded.clone();
+        tokio::task::spawn_blocking(move || {
+            let id = snapshot.checkpoint;
+            let result = upload_snapshot(&snapshot, storage.as_ref(), &job, backend, &previous);
+            let message = match result {
+                Ok((part, handles)) => Ok((id, t, s, part, snapshot.alignment, handles)),
+                Err(e) => Err((id, t, s, e)),
+            };
+            // The local snapshot (hard links) is no longer needed.
+            if let Some(dir) = snapshot.states.first().and_then(|(_, d)| d.parent()) {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            let _ = uploaded.send(message);
+        });
+    }
+
+    fn on_uploaded(&mut self, done: Uploaded) {
+        match done {
+            Ok((id, t, s, part, alignment, handles)) => {
+                let entry = self.uploaded.entry(id).or_default();
+                for (v, h) in handles {
+                    entry.insert((v, s), h);
+                }
+                self.ack(id, t, s, part, alignment);
+            }
+            Err((id, t, s, reason)) => self.inner.send(ToJobManager::Decline {
+                job: self.job.clone(),
+                attempt: self.attempt,
+                checkpoint: id,
+                task: t,
+                subtask: s,
+                reason,
+            }),
+        }
+    }
+
+    fn on_complete(&mut self, id: u64) {
+        self.commit_up_to(id);
+        let done: Vec<u64> = self.uploaded.range(..=id).map(|(k, _)| *k).collect();
+        for k in done {
+            if let Some(handles) = self.uploaded.remove(&k) {
+                self.previous.extend(handles);
+            }
+        }
+    }
+
+    fn commit_up_to(&mut self, id: u64) {
+        let ids: Vec<u64> = self.pending_commits.range(..=id).map(|(k, _)| *k).collect();
+        for k in ids {
+            for sink in self.pending_commits.remove(&k).unwrap_or_default() {
+                self.commit(&sink);
+            }
+        }
+    }
+
+    fn commit(&self, sink: &serde_json::Value) {
+        if let Err(e) = crate::connectors::commit(sink) {
+            // The data stays pending; a restore commits it again.
+            tracing::error!(job = %self.job, "sink commit failed: {e}");
+        }
+    }
+}
+
+/// Uploads one subtask's synchronous snapshot: state, timers.
+fn upload_snapshot(
+    snapshot: &TakenSnapshot,
+    storage: &dyn CheckpointStorage,
+    job: &str,
+    backend: crate::state::BackendKind,
+    previous: &HashMap<usize, StateHandle>,
+) -> Result<(SubtaskCheckpoint, Vec<(usize, StateHandle)>), String> {
+    let e = |e: crate::checkpoint::CheckpointError| e.to_string();
+    let (t, s, id) = (snapshot.task, snapshot.subtask, snapshot.checkpoint);
+    let private = StoragePath::new(format!("{job}/chk-{id}/{t}-{s}")).map_err(e)?;
+    let shared = StoragePath::new(format!("{job}/shared")).map_err(e)?;
+    let mut states = Vec::new();
+    for (vertex, dir) in &snapshot.states {
+        let handle = crate::checkpoint::snapshot::upload(
+            dir,
+            storage,
+            &private.join(&vertex.to_string()).map_err(e)?,
+            &shared,
+            previous.get(vertex),
+            backend,
+        )
+        .map_err(e)?;
+        states.push((*vertex, handle));
+    }
+    let timers = if snapshot.timers.is_empty() {
+        None
+    } else {
+        let path = private.join("timers.json").map_err(e)?;
+        let bytes = serde_json::to_vec(&snapshot.timers).map_err(|e| e.to_string())?;
+        storage.put_bytes(&path, &bytes).map_err(e)?;
+        Some(path)
+    };
+    let part = SubtaskCheckpoint {
+        finished: false,
+        states: states.clone(),
+        timers,
+        source: snapshot.source.clone(),
+        sink: snapshot.sink.clone(),
+    };
+    Ok((part, states))
 }
 
 /// Makes every operator module of `graph` a local file: fetches the ones not

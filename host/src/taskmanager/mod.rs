@@ -55,7 +55,12 @@ pub const WATERMARK_INTERVAL: Duration = Duration::from_millis(200);
 #[derive(Debug)]
 pub enum Message {
     /// A batch of records.
-    Records(Batch),
+    Records {
+        /// The input channel index at the receiver.
+        channel: u32,
+        /// The records.
+        batch: Batch,
+    },
     /// The sender's watermark advanced.
     Watermark {
         /// The input channel index at the receiver.
@@ -63,11 +68,31 @@ pub enum Message {
         /// The new watermark.
         watermark: i64,
     },
+    /// Checkpoint barrier: every record before it on this channel belongs
+    /// to checkpoint `checkpoint`, every record after it to the next.
+    Barrier {
+        /// The input channel index at the receiver.
+        channel: u32,
+        /// The checkpoint id.
+        checkpoint: u64,
+    },
     /// The sender has no more records for this channel.
     End {
         /// The input channel index at the receiver.
         channel: u32,
     },
+}
+
+impl Message {
+    /// The input channel it arrived on, at the receiver.
+    pub fn channel(&self) -> u32 {
+        match self {
+            Message::Records { channel, .. }
+            | Message::Watermark { channel, .. }
+            | Message::Barrier { channel, .. }
+            | Message::End { channel } => *channel,
+        }
+    }
 }
 
 /// Why a subtask failed.
@@ -242,7 +267,60 @@ pub enum Head {
         /// Number of input channels (senders that will each send `End`).
         channels: u32,
     },
+    /// Restored from a checkpoint taken after this subtask had finished:
+    /// it only ends its outputs (its results were already committed) and
+    /// drains the `End`s of its inputs.
+    Finished {
+        /// Its input channels, if it has any.
+        rx: Option<mpsc::Receiver<Message>>,
+        /// How many `End`s to wait for.
+        channels: u32,
+    },
 }
+
+/// A subtask's part in checkpoints.
+pub struct Checkpointing {
+    /// Sources: the newest checkpoint the coordinator asked for (0: none
+    /// yet); the source injects its barrier between two batches.
+    pub requested: Arc<AtomicU64>,
+    /// Scratch directory for the synchronous part of snapshots.
+    pub local_dir: std::path::PathBuf,
+    /// Where snapshots go once their synchronous part is done (the
+    /// TaskManager uploads them and acknowledges).
+    pub taken: mpsc::UnboundedSender<TakenSnapshot>,
+    /// This subtask's task index.
+    pub task: u32,
+    /// This subtask's index.
+    pub subtask: u32,
+}
+
+/// The synchronous part of one subtask's snapshot.
+#[derive(Debug)]
+pub struct TakenSnapshot {
+    /// Checkpoint id; [`FINISHED`] for the snapshot a subtask leaves when
+    /// it finishes (it stands for every later checkpoint).
+    pub checkpoint: u64,
+    /// Task index.
+    pub task: u32,
+    /// Subtask index.
+    pub subtask: u32,
+    /// Keyed state: (vertex, directory holding the backend's local snapshot).
+    pub states: Vec<(usize, std::path::PathBuf)>,
+    /// Event-time timers per chained operator (vertex) that has any.
+    pub timers: Vec<(usize, Timers)>,
+    /// The head source's position.
+    pub source: Option<serde_json::Value>,
+    /// The tail sink's pre-committed output.
+    pub sink: Option<serde_json::Value>,
+    /// From the first barrier of this checkpoint to the last (inputs only).
+    pub alignment: Duration,
+}
+
+/// Event-time timers of one operator: (time, key), in firing order.
+pub type Timers = Vec<(i64, Vec<u8>)>;
+
+/// The checkpoint id of a finished subtask's last snapshot.
+pub const FINISHED: u64 = u64::MAX;
 
 /// A sink chained at the tail.
 pub struct TailSink {
@@ -279,6 +357,8 @@ pub struct Subtask {
     pub abort: Abort,
     /// Tokio handle, to wait on channels from this blocking thread.
     pub handle: tokio::runtime::Handle,
+    /// Set when the job takes checkpoints.
+    pub checkpointing: Option<Checkpointing>,
 }
 
 impl Subtask {
@@ -314,9 +394,18 @@ impl Subtask {
                 let mut watermark = i64::MIN;
                 let mut emitted = i64::MIN;
                 let mut emitted_at: Option<Instant> = None;
+                let mut barrier = 0u64;
                 while !self.stop.load(Ordering::Relaxed) {
                     if self.abort.is_set() {
                         return Err(TaskError::Aborted);
+                    }
+                    if let Some(c) = &self.checkpointing {
+                        let requested = c.requested.load(Ordering::Acquire);
+                        if requested > barrier {
+                            barrier = requested;
+                            let position = Some(source.position());
+                            self.checkpoint(barrier, position, Duration::ZERO)?;
+                        }
                     }
                     let batch = source.next_batch(self.batch_size).map_err(|source| {
                         TaskError::Connector {
@@ -343,15 +432,67 @@ impl Subtask {
                         self.watermark(watermark)?;
                     }
                 }
+                let position = source.position();
+                return self.finish(Some(position));
+            }
+            Head::Finished { rx, channels } => {
+                self.broadcast(|channel| Message::End { channel })?;
+                if let Some(mut rx) = rx {
+                    let mut ended = 0;
+                    while ended < channels {
+                        if let Message::End { .. } = self.recv(&mut rx)? {
+                            ended += 1;
+                        }
+                    }
+                }
+                return Ok(());
             }
             Head::Input { mut rx, channels } => {
                 let mut marks = vec![i64::MIN; channels as usize];
                 let mut ended = vec![false; channels as usize];
                 let mut open = channels;
                 let mut current = i64::MIN;
+                // Barrier alignment: a channel that delivered the barrier of
+                // `aligning` is blocked: its later messages are held back,
+                // in order, until every open channel has delivered it. Held
+                // messages are bounded by what upstream sends meanwhile
+                // (typically a few batches: alignment is short).
+                let mut aligning: Option<(u64, Instant)> = None;
+                let mut last_checkpoint = 0u64;
+                let mut blocked = vec![false; channels as usize];
+                let mut held: std::collections::VecDeque<Message> = Default::default();
                 while open > 0 {
-                    match self.recv(&mut rx)? {
-                        Message::Records(batch) => self.push(0, batch)?,
+                    let next_held = held
+                        .iter()
+                        .position(|m| aligning.is_none() || !blocked[m.channel() as usize]);
+                    let message = match next_held.and_then(|i| held.remove(i)) {
+                        Some(m) => m,
+                        None => self.recv(&mut rx)?,
+                    };
+                    let c = message.channel() as usize;
+                    if aligning.is_some() && blocked[c] {
+                        held.push_back(message);
+                        continue;
+                    }
+                    match message {
+                        Message::Barrier { checkpoint, .. } => {
+                            if checkpoint <= last_checkpoint {
+                                continue;
+                            }
+                            match aligning {
+                                Some((id, _)) if checkpoint < id => continue,
+                                Some((id, _)) if checkpoint > id => {
+                                    // A newer barrier overtook an alignment
+                                    // (the older checkpoint was abandoned).
+                                    blocked.iter_mut().for_each(|b| *b = false);
+                                    aligning = Some((checkpoint, Instant::now()));
+                                }
+                                Some(_) => {}
+                                None => aligning = Some((checkpoint, Instant::now())),
+                            }
+                            blocked[c] = true;
+                        }
+                        Message::Records { batch, .. } => self.push(0, batch)?,
                         Message::Watermark { channel, watermark } => {
                             let c = channel as usize;
                             marks[c] = marks[c].max(watermark);
@@ -367,6 +508,7 @@ impl Subtask {
                                 ended[c] = true;
                                 open -= 1;
                             }
+                            blocked[c] = false;
                             let min = min_open(&marks, &ended);
                             if open > 0 && min > current {
                                 current = min;
@@ -374,29 +516,120 @@ impl Subtask {
                             }
                         }
                     }
+                    if let Some((id, started)) = aligning
+                        && (0..blocked.len()).all(|c| blocked[c] || ended[c])
+                    {
+                        aligning = None;
+                        last_checkpoint = id;
+                        blocked.iter_mut().for_each(|b| *b = false);
+                        self.checkpoint(id, None, started.elapsed())?;
+                    }
                 }
             }
         }
-        self.finish()
+        self.finish(None)
+    }
+
+    /// Takes the synchronous part of checkpoint `id`: flushes and snapshots
+    /// every chained operator's state, records timers, the source position
+    /// and the sink's pre-committed output, hands it to the TaskManager, and
+    /// forwards the barrier downstream.
+    fn checkpoint(
+        &mut self,
+        id: u64,
+        source: Option<serde_json::Value>,
+        alignment: Duration,
+    ) -> Result<(), TaskError> {
+        let Some(c) = &self.checkpointing else {
+            return Ok(());
+        };
+        let (task, subtask) = (c.task, c.subtask);
+        let dir = c.local_dir.join(id.to_string());
+        let mut states = Vec::new();
+        let mut timers = Vec::new();
+        for op in &mut self.operators {
+            let state_dir = dir.join(op.vertex.to_string());
+            if op.instance.snapshot_state(&state_dir)? {
+                states.push((op.vertex, state_dir));
+            }
+            let t = op.instance.timers();
+            if !t.is_empty() {
+                timers.push((op.vertex, t));
+            }
+        }
+        let sink = match &mut self.sink {
+            Some(tail) => tail
+                .sink
+                .pre_commit(id)
+                .map_err(|source| TaskError::Connector {
+                    vertex: tail.id.clone(),
+                    source,
+                })?,
+            None => None,
+        };
+        // Records emitted before the barrier go first.
+        self.flush_outputs()?;
+        self.broadcast(|channel| Message::Barrier {
+            channel,
+            checkpoint: id,
+        })?;
+        if let Some(c) = &self.checkpointing {
+            let _ = c.taken.send(TakenSnapshot {
+                checkpoint: id,
+                task,
+                subtask,
+                states,
+                timers,
+                source,
+                sink,
+                alignment,
+            });
+        }
+        Ok(())
     }
 
     /// End of input: final watermark, close every operator (its output goes
     /// down the rest of the chain), flush the sink, end every output channel.
-    fn finish(&mut self) -> Result<(), TaskError> {
+    fn finish(&mut self, source: Option<serde_json::Value>) -> Result<(), TaskError> {
         self.watermark(i64::MAX)?;
         for i in 0..self.operators.len() {
             let emitted = self.operators[i].instance.close()?;
             self.operators[i].instance.flush_state()?;
             self.route(i, emitted)?;
         }
+        let mut sink = None;
         if let Some(tail) = &mut self.sink {
-            tail.sink.finish().map_err(|source| TaskError::Connector {
+            let connector = |source| TaskError::Connector {
                 vertex: tail.id.clone(),
                 source,
-            })?;
+            };
+            tail.sink.finish().map_err(connector)?;
+            if self.checkpointing.is_some() {
+                // The last output is committed with the first checkpoint
+                // (or the job's end) that sees this subtask finished.
+                sink = tail
+                    .sink
+                    .pre_commit(FINISHED)
+                    .map_err(|source| TaskError::Connector {
+                        vertex: tail.id.clone(),
+                        source,
+                    })?;
+            }
         }
         self.flush_outputs()?;
         self.broadcast(|channel| Message::End { channel })?;
+        if let Some(c) = &self.checkpointing {
+            let _ = c.taken.send(TakenSnapshot {
+                checkpoint: FINISHED,
+                task: c.task,
+                subtask: c.subtask,
+                states: Vec::new(),
+                timers: Vec::new(),
+                source,
+                sink,
+                alignment: Duration::ZERO,
+            });
+        }
         Ok(())
     }
 
@@ -508,7 +741,14 @@ impl Subtask {
                     continue;
                 }
                 let batch = std::mem::take(&mut self.outputs[o].pending[t]);
-                self.send(&self.outputs[o].targets[t], Message::Records(batch))?;
+                let target = &self.outputs[o].targets[t];
+                self.send(
+                    target,
+                    Message::Records {
+                        channel: target.channel,
+                        batch,
+                    },
+                )?;
             }
         }
         Ok(())

@@ -217,6 +217,32 @@ impl OperatorInstance {
         Ok(())
     }
 
+    /// The synchronous part of a checkpoint: flushes buffered state and
+    /// writes the backend's local snapshot into `dir`. `false` when the
+    /// instance has no keyed state.
+    pub fn snapshot_state(&mut self, dir: &std::path::Path) -> Result<bool, OperatorError> {
+        let operator = self.config.operator.clone();
+        let Some(state) = self.store.data_mut().state.as_mut() else {
+            return Ok(false);
+        };
+        let host = |e: crate::state::StateError| {
+            OperatorError::new(&operator, FailureKind::Host, format!("checkpoint: {e}"))
+        };
+        state.flush().map_err(host)?;
+        state.snapshot_local(dir).map_err(host)?;
+        Ok(true)
+    }
+
+    /// Registered event-time timers, in firing order (for checkpoints).
+    pub fn timers(&self) -> Vec<(i64, Vec<u8>)> {
+        self.store.data().timers.iter().cloned().collect()
+    }
+
+    /// Restores timers from a checkpoint.
+    pub fn restore_timers(&mut self, timers: Vec<(i64, Vec<u8>)>) {
+        self.store.data_mut().timers.extend(timers);
+    }
+
     /// The guest's counters (from the `metrics` interface).
     pub fn counters(&self) -> &BTreeMap<String, u64> {
         &self.store.data().counters

@@ -142,6 +142,8 @@ pub struct Cluster {
     pub tms: Vec<Daemon>,
     agent: ureq::Agent,
     next_tm: usize,
+    /// The command line of each TaskManager (to restart it).
+    tm_args: Vec<(String, Vec<String>)>,
 }
 
 impl Cluster {
@@ -188,6 +190,7 @@ impl Cluster {
             tms: Vec::new(),
             agent,
             next_tm: 0,
+            tm_args: Vec::new(),
         };
         for _ in 0..taskmanagers {
             cluster.add_taskmanager(slots, &[]);
@@ -225,7 +228,23 @@ impl Cluster {
         let mut tm = Daemon::spawn(self.dir.path(), &format!("tm-{n}"), &args);
         tm.wait_line("registered with");
         self.tms.push(tm);
+        self.tm_args.push((format!("tm-{n}"), args));
         self.tms.len() - 1
+    }
+
+    /// Starts TaskManager `i` again (same id, data dir and options) after
+    /// it was killed, and waits for its registration.
+    pub fn restart_taskmanager(&mut self, i: usize) {
+        self.tms[i].kill();
+        let (name, args) = self.tm_args[i].clone();
+        let restarts = self.tm_args.iter().filter(|(n, _)| *n == name).count();
+        let mut tm = Daemon::spawn(
+            self.dir.path(),
+            &format!("{name}-restart-{restarts}-{}", self.tms[i].pid()),
+            &args,
+        );
+        tm.wait_line("registered with");
+        self.tms[i] = tm;
     }
 
     /// GET a REST path; (status, JSON).

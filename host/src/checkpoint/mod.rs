@@ -1,0 +1,89 @@
+//! Checkpoints: state snapshots, checkpoint storage and the shared-file
+//! registry.
+//!
+//! This module owns the storage layer of checkpoints — what the barrier
+//! aligner, the checkpoint coordinator and failover call:
+//! * [`storage`]: [`StoragePath`] (relative paths that cannot escape the
+//!   storage root), the [`CheckpointStorage`] trait and [`DirStorage`] (a
+//!   local or shared directory), with atomic writes.
+//! * [`snapshot`]: one subtask's keyed state in a checkpoint. The
+//!   synchronous part is [`crate::state::KeyedStateBackend::snapshot_local`]
+//!   (a RocksDB checkpoint of hard links, or a heap snapshot file);
+//!   [`snapshot::upload`] is the asynchronous part and yields a
+//!   [`StateHandle`]; [`snapshot::download`] and
+//!   [`crate::state::restore_backend`] bring it back.
+//! * [`coordinator`]: the checkpoint coordinator, a pure state machine
+//!   (its own module docs say what it owns).
+//! * [`registry`]: [`SharedStateRegistry`], the JobManager's reference
+//!   counts of shared files (RocksDB SST files referenced by several
+//!   checkpoints), which says what to delete when checkpoints are subsumed
+//!   or aborted.
+//!
+//! # Incremental checkpoints
+//! RocksDB SST files are immutable and their names (`000012.sst`) are
+//! unique within one database lineage (a database and the databases
+//! restored from its checkpoints: a restored database continues the file
+//! numbering recorded in its MANIFEST). So an SST file that the previous
+//! checkpoint of the same subtask already uploaded is referenced again, not
+//! uploaded: a checkpoint uploads only the SST files created since, plus its
+//! small private files (MANIFEST, CURRENT, OPTIONS).
+//!
+//! # Invariants
+//! * Storage paths never escape the storage root; storage writes are atomic.
+//! * A [`StateHandle`] lists every file needed to restore, with sizes; a
+//!   download checks them.
+//! * Shared files are deleted only when the registry says no registered
+//!   checkpoint references them.
+//!
+//! # Must not touch
+//! Barrier alignment, sinks and failover live with the tasks and the
+//! JobManager. The storage layer ([`storage`], [`snapshot`], [`registry`])
+//! does no networking and spawns no threads: the caller runs
+//! [`snapshot::upload`] wherever its asynchronous part belongs.
+
+use crate::state::StateError;
+
+pub mod coordinator;
+pub mod registry;
+pub mod snapshot;
+pub mod storage;
+
+#[cfg(test)]
+mod tests;
+
+pub use registry::SharedStateRegistry;
+pub use snapshot::{FileHandle, StateHandle, download, upload};
+pub use storage::{CheckpointStorage, DirStorage, StoragePath};
+
+/// Why a checkpoint storage, upload, download or restore step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// A path that could escape the storage root, or is otherwise invalid.
+    #[error("invalid storage path `{path}`: {reason}")]
+    InvalidPath {
+        /// The rejected path.
+        path: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A file that should be in checkpoint storage is not.
+    #[error("checkpoint file `{0}` not found in checkpoint storage")]
+    NotFound(StoragePath),
+    /// Reading or writing a file (in storage or locally) failed.
+    #[error("cannot {op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The local path involved.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A checkpoint's files do not match its handle (size, name, format).
+    #[error("corrupt checkpoint: {0}")]
+    Corrupt(String),
+    /// The state backend failed (snapshot or restore).
+    #[error(transparent)]
+    State(#[from] StateError),
+}

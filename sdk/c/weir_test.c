@@ -1,0 +1,595 @@
+/*
+ * weir_test.c: a native stand-in for the Weir host, for unit tests (see
+ * weir_test.h). Implements the WIT imports that bindings/operator.h
+ * declares, in memory, and drives weir.c's exports.
+ *
+ * State is a flat array of cells, searched linearly: tests hold a handful
+ * of keys. A value is one cell; a list is one cell per element in insertion
+ * order; a map is one cell per user key. Declared kinds come from
+ * weir_operator.states, so a wrong kind or an unknown id fails as it would
+ * on the host.
+ */
+#include "weir_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "operator.h"
+
+int weir_test_passed, weir_test_failed;
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n == 0 ? 1 : n);
+    if (p == NULL) {
+        abort();
+    }
+    return p;
+}
+
+/* A copy the SDK may free: empty copies are NULL, as the host's are unallocated. */
+static operator_list_u8_t copy_bytes(const uint8_t *ptr, size_t len) {
+    operator_list_u8_t out = {NULL, len};
+    if (len != 0) {
+        out.ptr = xmalloc(len);
+        memcpy(out.ptr, ptr, len);
+    }
+    return out;
+}
+
+static bool same(const operator_list_u8_t *a, const uint8_t *ptr, size_t len) {
+    return a->len == len && (len == 0 || memcmp(a->ptr, ptr, len) == 0);
+}
+
+/* ---------------------------------------------------------------- state */
+
+typedef struct {
+    uint32_t state;
+    operator_list_u8_t key;
+    operator_list_u8_t user_key; /* maps only */
+    operator_list_u8_t value;
+} cell_t;
+
+static cell_t *cells;
+static size_t num_cells, cap_cells;
+
+static void cell_free(cell_t *c) {
+    free(c->key.ptr);
+    free(c->user_key.ptr);
+    free(c->value.ptr);
+}
+
+static void state_reset(void) {
+    for (size_t i = 0; i < num_cells; i++) {
+        cell_free(&cells[i]);
+    }
+    num_cells = 0;
+}
+
+static void cell_push(uint32_t state, const operator_list_u8_t *key, const operator_list_u8_t *user_key,
+                      const operator_list_u8_t *value) {
+    if (num_cells == cap_cells) {
+        cap_cells = cap_cells == 0 ? 64 : cap_cells * 2;
+        cells = realloc(cells, cap_cells * sizeof(cell_t));
+        if (cells == NULL) {
+            abort();
+        }
+    }
+    cell_t *c = &cells[num_cells++];
+    c->state = state;
+    c->key = copy_bytes(key->ptr, key->len);
+    c->user_key = user_key != NULL ? copy_bytes(user_key->ptr, user_key->len) : copy_bytes(NULL, 0);
+    c->value = copy_bytes(value->ptr, value->len);
+}
+
+static void cell_remove(size_t i) {
+    cell_free(&cells[i]);
+    memmove(&cells[i], &cells[i + 1], (num_cells - i - 1) * sizeof(cell_t));
+    num_cells--;
+}
+
+/* The first cell of (state, key[, user_key]) at or after `from`; num_cells if none. */
+static size_t cell_find(size_t from, uint32_t state, const operator_list_u8_t *key,
+                        const operator_list_u8_t *user_key) {
+    for (size_t i = from; i < num_cells; i++) {
+        if (cells[i].state == state && same(&cells[i].key, key->ptr, key->len) &&
+            (user_key == NULL || same(&cells[i].user_key, user_key->ptr, user_key->len))) {
+            return i;
+        }
+    }
+    return num_cells;
+}
+
+static bool check_kind(uint32_t state, weir_state_kind_t kind, weir_operator_state_state_error_t *err) {
+    if (state >= weir_operator.num_states) {
+        err->tag = WEIR_OPERATOR_STATE_STATE_ERROR_UNKNOWN_STATE;
+        err->val.unknown_state = state;
+        return false;
+    }
+    if (weir_operator.states[state].kind != kind) {
+        err->tag = WEIR_OPERATOR_STATE_STATE_ERROR_WRONG_KIND;
+        err->val.wrong_kind = state;
+        return false;
+    }
+    return true;
+}
+
+bool weir_operator_state_value_get(weir_operator_state_state_id_t state, operator_list_u8_t *key,
+                                   operator_option_list_u8_t *ret, weir_operator_state_state_error_t *err) {
+    if (!check_kind(state, WEIR_STATE_VALUE, err)) {
+        return false;
+    }
+    size_t i = cell_find(0, state, key, NULL);
+    ret->is_some = i < num_cells;
+    if (ret->is_some) {
+        ret->val = copy_bytes(cells[i].value.ptr, cells[i].value.len);
+    }
+    return true;
+}
+
+bool weir_operator_state_value_set(weir_operator_state_state_id_t state, operator_list_u8_t *key,
+                                   operator_list_u8_t *value, weir_operator_state_state_error_t *err) {
+    if (!check_kind(state, WEIR_STATE_VALUE, err)) {
+        return false;
+    }
+    size_t i = cell_find(0, state, key, NULL);
+    if (i < num_cells) {
+        free(cells[i].value.ptr);
+        cells[i].value = copy_bytes(value->ptr, value->len);
+    } else {
+        cell_push(state, key, NULL, value);
+    }
+    return true;
+}
+
+bool weir_operator_state_list_get(weir_operator_state_state_id_t state, operator_list_u8_t *key,
+                                  operator_list_list_u8_t *ret, weir_operator_state_state_error_t *err) {
+    if (!check_kind(state, WEIR_STATE_LIST, err)) {
+        return false;
+    }
+    ret->len = 0;
+    ret->ptr = NULL;
+    for (size_t i = cell_find(0, state, key, NULL); i < num_cells; i = cell_find(i + 1, state, key, NULL)) {
+        ret->ptr = realloc(ret->ptr, (ret->len + 1) * sizeof(operator_list_u8_t));
+        if (ret->ptr == NULL) {
+            abort();
+        }
+        ret->ptr[ret->len++] = copy_bytes(cells[i].value.ptr, cells[i].value.len);
+    }
+    return true;
+}
+
+bool weir_operator_state_list_add(weir_operator_state_state_id_t state, operator_list_u8_t *key,
+                                  operator_list_u8_t *element, weir_operator_state_state_error_t *err) {
+    if (!check_kind(state, WEIR_STATE_LIST, err)) {
+        return false;
+    }
+    cell_push(state, key, NULL, element);
+    return true;
+}
+
+bool weir_operator_state_map_get(weir_operator_state_state_id_t state, operator_list_u8_t *key,
+                                 operator_list_u8_t *user_key, operator_option_list_u8_t *ret,
+                                 weir_operator_state_state_error_t *err) {
+    if (!check_kind(state, WEIR_STATE_MAP, err)) {
+        return false;
+    }
+    size_t i = cell_find(0, state, key, user_key);
+    ret->is_some = i < num_cells;
+    if (ret->is_some) {
+        ret->val = copy_bytes(cells[i].value.ptr, cells[i].value.len);
+    }
+    return true;
+}
+
+bool weir_operator_state_map_put(weir_operator_state_state_id_t state, operator_list_u8_t *key,
+                                 operator_list_u8_t *user_key, operator_list_u8_t *value,
+                                 weir_operator_state_state_error_t *err) {
+    if (!check_kind(state, WEIR_STATE_MAP, err)) {
+        return false;
+    }
+    size_t i = cell_find(0, state, key, user_key);
+    if (i < num_cells) {
+        free(cells[i].value.ptr);
+        cells[i].value = copy_bytes(value->ptr, value->len);
+    } else {
+        cell_push(state, key, user_key, value);
+    }
+    return true;
+}
+
+bool weir_operator_state_map_remove(weir_operator_state_state_id_t state, operator_list_u8_t *key,
+                                    operator_list_u8_t *user_key, weir_operator_state_state_error_t *err) {
+    if (!check_kind(state, WEIR_STATE_MAP, err)) {
+        return false;
+    }
+    size_t i = cell_find(0, state, key, user_key);
+    if (i < num_cells) {
+        cell_remove(i);
+    }
+    return true;
+}
+
+static int compare_user_keys(const void *a, const void *b) {
+    const operator_tuple2_list_u8_list_u8_t *x = a, *y = b;
+    size_t n = x->f0.len < y->f0.len ? x->f0.len : y->f0.len;
+    int c = n == 0 ? 0 : memcmp(x->f0.ptr, y->f0.ptr, n);
+    if (c != 0) {
+        return c;
+    }
+    return (x->f0.len > y->f0.len) - (x->f0.len < y->f0.len);
+}
+
+bool weir_operator_state_map_entries(weir_operator_state_state_id_t state, operator_list_u8_t *key,
+                                     operator_list_tuple2_list_u8_list_u8_t *ret,
+                                     weir_operator_state_state_error_t *err) {
+    if (!check_kind(state, WEIR_STATE_MAP, err)) {
+        return false;
+    }
+    ret->len = 0;
+    ret->ptr = NULL;
+    for (size_t i = cell_find(0, state, key, NULL); i < num_cells; i = cell_find(i + 1, state, key, NULL)) {
+        ret->ptr = realloc(ret->ptr, (ret->len + 1) * sizeof(*ret->ptr));
+        if (ret->ptr == NULL) {
+            abort();
+        }
+        ret->ptr[ret->len].f0 = copy_bytes(cells[i].user_key.ptr, cells[i].user_key.len);
+        ret->ptr[ret->len].f1 = copy_bytes(cells[i].value.ptr, cells[i].value.len);
+        ret->len++;
+    }
+    if (ret->len > 1) {
+        qsort(ret->ptr, ret->len, sizeof(*ret->ptr), compare_user_keys);
+    }
+    return true;
+}
+
+bool weir_operator_state_clear(weir_operator_state_state_id_t state, operator_list_u8_t *key,
+                               weir_operator_state_state_error_t *err) {
+    if (state >= weir_operator.num_states) {
+        err->tag = WEIR_OPERATOR_STATE_STATE_ERROR_UNKNOWN_STATE;
+        err->val.unknown_state = state;
+        return false;
+    }
+    for (size_t i = cell_find(0, state, key, NULL); i < num_cells; i = cell_find(i, state, key, NULL)) {
+        cell_remove(i);
+    }
+    return true;
+}
+
+bool weir_test_state_value(weir_state_id_t state, weir_bytes_t key, weir_bytes_t *value) {
+    operator_list_u8_t k = {(uint8_t *)key.ptr, key.len};
+    size_t i = cell_find(0, state, &k, NULL);
+    if (i == num_cells) {
+        return false;
+    }
+    value->ptr = cells[i].value.ptr;
+    value->len = cells[i].value.len;
+    return true;
+}
+
+void weir_test_set_state_value(weir_state_id_t state, weir_bytes_t key, weir_bytes_t value) {
+    operator_list_u8_t k = {(uint8_t *)key.ptr, key.len};
+    operator_list_u8_t v = {(uint8_t *)value.ptr, value.len};
+    weir_operator_state_state_error_t err;
+    if (!weir_operator_state_value_set(state, &k, &v, &err)) {
+        fprintf(stderr, "weir_test_set_state_value: state %u is not a declared value state\n", (unsigned)state);
+        abort();
+    }
+}
+
+/* --------------------------------------------------------------- timers */
+
+typedef struct {
+    operator_list_u8_t key;
+    int64_t time;
+} timer_t_;
+
+static timer_t_ *timers;
+static size_t num_timers, cap_timers;
+static int64_t watermark = INT64_MIN;
+
+static size_t timer_find(const operator_list_u8_t *key, int64_t time) {
+    for (size_t i = 0; i < num_timers; i++) {
+        if (timers[i].time == time && same(&timers[i].key, key->ptr, key->len)) {
+            return i;
+        }
+    }
+    return num_timers;
+}
+
+static void timer_remove(size_t i) {
+    free(timers[i].key.ptr);
+    memmove(&timers[i], &timers[i + 1], (num_timers - i - 1) * sizeof(timer_t_));
+    num_timers--;
+}
+
+bool weir_operator_timers_register_event_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time,
+                                               weir_operator_timers_state_error_t *err) {
+    (void)err;
+    if (timer_find(key, time) < num_timers) {
+        return true;
+    }
+    if (num_timers == cap_timers) {
+        cap_timers = cap_timers == 0 ? 64 : cap_timers * 2;
+        timers = realloc(timers, cap_timers * sizeof(timer_t_));
+        if (timers == NULL) {
+            abort();
+        }
+    }
+    timers[num_timers].key = copy_bytes(key->ptr, key->len);
+    timers[num_timers].time = time;
+    num_timers++;
+    return true;
+}
+
+bool weir_operator_timers_delete_event_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time,
+                                             weir_operator_timers_state_error_t *err) {
+    (void)err;
+    size_t i = timer_find(key, time);
+    if (i < num_timers) {
+        timer_remove(i);
+    }
+    return true;
+}
+
+weir_operator_timers_timestamp_t weir_operator_timers_current_watermark(void) { return watermark; }
+
+size_t weir_test_timer_count(void) { return num_timers; }
+
+/* ---------------------------------------------------------- log, metrics */
+
+void weir_operator_log_log(weir_operator_log_level_t level, operator_string_t *message) {
+    static const char *const names[] = {"TRACE", "DEBUG", "INFO", "WARN", "ERROR"};
+    fprintf(stderr, "[%s] %.*s\n", level < 5 ? names[level] : "?", (int)message->len,
+            (const char *)message->ptr);
+}
+
+void weir_operator_metrics_counter_add(operator_string_t *name, uint64_t delta) {
+    (void)name;
+    (void)delta;
+}
+
+void weir_operator_metrics_gauge_set(operator_string_t *name, double value) {
+    (void)name;
+    (void)value;
+}
+
+/* --------------------------------------------------------------- driving */
+
+static char *last_error;
+
+const char *weir_test_error(void) { return last_error != NULL ? last_error : ""; }
+
+static bool failed(operator_string_t *err) {
+    free(last_error);
+    last_error = xmalloc(err->len + 1);
+    if (err->len != 0) {
+        memcpy(last_error, err->ptr, err->len);
+        free(err->ptr);
+    }
+    last_error[err->len] = '\0';
+    return false;
+}
+
+static void push_record(weir_test_output_t *out, int64_t timestamp, int32_t key_len, const uint8_t *key,
+                        const uint8_t *value, size_t value_len, const operator_string_t *tag) {
+    out->records = realloc(out->records, (out->len + 1) * sizeof(weir_test_record_t));
+    if (out->records == NULL) {
+        abort();
+    }
+    weir_test_record_t *r = &out->records[out->len++];
+    r->timestamp = timestamp;
+    r->has_key = key_len >= 0;
+    operator_list_u8_t k = copy_bytes(key, key_len >= 0 ? (size_t)key_len : 0);
+    operator_list_u8_t v = copy_bytes(value, value_len);
+    r->key.ptr = k.ptr;
+    r->key.len = k.len;
+    r->value.ptr = v.ptr;
+    r->value.len = v.len;
+    r->tag = NULL;
+    if (tag != NULL) {
+        r->tag = xmalloc(tag->len + 1);
+        memcpy(r->tag, tag->ptr, tag->len);
+        r->tag[tag->len] = '\0';
+    }
+}
+
+/* Copies a returned batch into `out` and frees it, as post-return would. */
+static void take_batch(weir_operator_types_batch_t *b, const operator_string_t *tag, weir_test_output_t *out) {
+    size_t offset = 0;
+    for (size_t i = 0; i < b->timestamps.len; i++) {
+        int32_t key_len = b->key_lens.ptr[i];
+        size_t key_bytes = key_len < 0 ? 0 : (size_t)key_len;
+        push_record(out, b->timestamps.ptr[i], key_len, b->data.ptr + offset, b->data.ptr + offset + key_bytes,
+                    b->value_lens.ptr[i], tag);
+        offset += key_bytes + b->value_lens.ptr[i];
+    }
+    if (offset != b->data.len) {
+        fprintf(stderr, "weir_test: bad output batch: lengths add up to %zu, data is %zu bytes\n", offset,
+                b->data.len);
+        abort();
+    }
+    if (b->timestamps.len != 0) {
+        free(b->timestamps.ptr);
+        free(b->key_lens.ptr);
+        free(b->value_lens.ptr);
+    }
+    if (b->data.len != 0) {
+        free(b->data.ptr);
+    }
+}
+
+static void take_emitted(weir_operator_types_emitted_t *e, weir_test_output_t *out) {
+    take_batch(&e->main, NULL, out);
+    for (size_t i = 0; i < e->side.len; i++) {
+        take_batch(&e->side.ptr[i].records, &e->side.ptr[i].tag, out);
+        if (e->side.ptr[i].tag.len != 0) {
+            free(e->side.ptr[i].tag.ptr);
+        }
+    }
+    if (e->side.len != 0) {
+        free(e->side.ptr);
+    }
+}
+
+bool weir_test_open(const char *const *config) {
+    state_reset();
+    while (num_timers > 0) {
+        timer_remove(num_timers - 1);
+    }
+    watermark = INT64_MIN;
+
+    /* describe, as the host calls it first; its result is freed as post-return would. */
+    weir_operator_types_operator_info_t info;
+    exports_weir_operator_operator_describe(&info);
+    free(info.name.len ? info.name.ptr : NULL);
+    free(info.version.len ? info.version.ptr : NULL);
+    for (size_t i = 0; i < info.states.len; i++) {
+        free(info.states.ptr[i].name.len ? info.states.ptr[i].name.ptr : NULL);
+    }
+    free(info.states.len ? info.states.ptr : NULL);
+
+    /* The open context, owned by the callee as the host would pass it. */
+    size_t n = 0;
+    while (config != NULL && config[2 * n] != NULL) {
+        n++;
+    }
+    weir_operator_types_open_context_t ctx;
+    operator_list_u8_t id = copy_bytes((const uint8_t *)"test", 4);
+    ctx.operator_id.ptr = id.ptr;
+    ctx.operator_id.len = id.len;
+    ctx.subtask_index = 0;
+    ctx.parallelism = 1;
+    ctx.max_parallelism = 128;
+    ctx.config.len = n;
+    ctx.config.ptr = n != 0 ? xmalloc(n * sizeof(*ctx.config.ptr)) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        operator_list_u8_t k = copy_bytes((const uint8_t *)config[2 * i], strlen(config[2 * i]));
+        operator_list_u8_t v = copy_bytes((const uint8_t *)config[2 * i + 1], strlen(config[2 * i + 1]));
+        ctx.config.ptr[i].f0.ptr = k.ptr;
+        ctx.config.ptr[i].f0.len = k.len;
+        ctx.config.ptr[i].f1.ptr = v.ptr;
+        ctx.config.ptr[i].f1.len = v.len;
+    }
+    operator_string_t err;
+    if (!exports_weir_operator_operator_open(&ctx, &err)) {
+        return failed(&err);
+    }
+    return true;
+}
+
+weir_record_t weir_test_record(const char *key, const char *value, int64_t timestamp) {
+    weir_record_t r;
+    r.timestamp = timestamp;
+    r.has_key = key != NULL;
+    r.key = key != NULL ? weir_cstr(key) : weir_cstr("");
+    r.value = weir_cstr(value);
+    return r;
+}
+
+bool weir_test_process(const weir_record_t *records, size_t len, weir_test_output_t *out) {
+    /* Pack the records into one columnar batch the callee owns. */
+    size_t data_len = 0;
+    for (size_t i = 0; i < len; i++) {
+        data_len += (records[i].has_key ? records[i].key.len : 0) + records[i].value.len;
+    }
+    weir_operator_types_batch_t batch;
+    batch.timestamps.len = batch.key_lens.len = batch.value_lens.len = len;
+    batch.timestamps.ptr = len != 0 ? xmalloc(len * sizeof(int64_t)) : NULL;
+    batch.key_lens.ptr = len != 0 ? xmalloc(len * sizeof(int32_t)) : NULL;
+    batch.value_lens.ptr = len != 0 ? xmalloc(len * sizeof(uint32_t)) : NULL;
+    batch.data.len = data_len;
+    batch.data.ptr = data_len != 0 ? xmalloc(data_len) : NULL;
+    size_t offset = 0;
+    for (size_t i = 0; i < len; i++) {
+        const weir_record_t *r = &records[i];
+        batch.timestamps.ptr[i] = r->timestamp;
+        batch.key_lens.ptr[i] = r->has_key ? (int32_t)r->key.len : -1;
+        batch.value_lens.ptr[i] = (uint32_t)r->value.len;
+        if (r->has_key && r->key.len != 0) {
+            memcpy(batch.data.ptr + offset, r->key.ptr, r->key.len);
+        }
+        offset += r->has_key ? r->key.len : 0;
+        if (r->value.len != 0) {
+            memcpy(batch.data.ptr + offset, r->value.ptr, r->value.len);
+        }
+        offset += r->value.len;
+    }
+    weir_operator_types_emitted_t emitted;
+    operator_string_t err;
+    if (!exports_weir_operator_operator_process(&batch, &emitted, &err)) {
+        return failed(&err);
+    }
+    take_emitted(&emitted, out);
+    return true;
+}
+
+bool weir_test_watermark(int64_t to, weir_test_output_t *out) {
+    if (to > watermark) {
+        watermark = to;
+    }
+    for (;;) {
+        /* The earliest due timer (registration order among equal times). */
+        size_t next = num_timers;
+        for (size_t i = 0; i < num_timers; i++) {
+            if (timers[i].time <= watermark && (next == num_timers || timers[i].time < timers[next].time)) {
+                next = i;
+            }
+        }
+        if (next == num_timers) {
+            break;
+        }
+        operator_list_u8_t key = timers[next].key; /* handed over: the callee frees it */
+        int64_t time = timers[next].time;
+        memmove(&timers[next], &timers[next + 1], (num_timers - next - 1) * sizeof(timer_t_));
+        num_timers--;
+        if (key.len == 0) {
+            key.ptr = NULL;
+        }
+        weir_operator_types_emitted_t emitted;
+        operator_string_t err;
+        if (!exports_weir_operator_operator_on_timer(&key, time, &emitted, &err)) {
+            return failed(&err);
+        }
+        take_emitted(&emitted, out);
+    }
+    weir_operator_types_emitted_t emitted;
+    operator_string_t err;
+    if (!exports_weir_operator_operator_on_watermark(watermark, &emitted, &err)) {
+        return failed(&err);
+    }
+    take_emitted(&emitted, out);
+    return true;
+}
+
+bool weir_test_finish(weir_test_output_t *out) {
+    if (!weir_test_watermark(INT64_MAX, out)) {
+        return false;
+    }
+    weir_operator_types_emitted_t emitted;
+    operator_string_t err;
+    if (!exports_weir_operator_operator_close(&emitted, &err)) {
+        return failed(&err);
+    }
+    take_emitted(&emitted, out);
+    return true;
+}
+
+void weir_test_output_free(weir_test_output_t *out) {
+    for (size_t i = 0; i < out->len; i++) {
+        free(out->records[i].key.ptr);
+        free(out->records[i].value.ptr);
+        free(out->records[i].tag);
+    }
+    free(out->records);
+    out->records = NULL;
+    out->len = 0;
+}
+
+bool weir_test_value_is(const weir_test_record_t *record, const char *s) {
+    return weir_bytes_eq(weir_buf_bytes(&record->value), weir_cstr(s));
+}
+
+int weir_test_summary(void) {
+    printf("%d passed, %d failed\n", weir_test_passed, weir_test_failed);
+    return weir_test_failed == 0 ? 0 : 1;
+}

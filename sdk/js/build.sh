@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds a JavaScript (or TypeScript) Weir operator into a Wasm component.
+#
+#   sdk/js/build.sh PROJECT_DIR OUT.wasm
+#
+# PROJECT_DIR holds the operator's entry module: `index.js` or `index.ts`
+# (or the file named by "main" in PROJECT_DIR/package.json), which exports
+# `operator` (what the SDK's keyed()/map()/flatMap()/filter()/operator()
+# return) and imports the SDK by a relative path.
+#
+# Steps, all with the pinned toolchain of sdk/js/tools (installed with
+# `npm ci` into ${WEIR_TOOLS_DIR:-$HOME/.cache/weir/tools}/js when missing
+# or out of date; never globally):
+#   1. write a wrapper entry that imports the four host interfaces of
+#      wit/operator.wit, binds them for the SDK and re-exports `operator`;
+#   2. bundle wrapper + entry + SDK into one ES module with rolldown
+#      (weir:* and wasi:* stay imports);
+#   3. componentize it for the world `stream-operator`.
+#
+# Environment:
+#   WEIR_JS_BACKEND   quickjs (default: componentize-qjs; ~1.9 MB, fast
+#                     host calls) or starlingmonkey (componentize-js;
+#                     ~12 MB, full Web APIs, 3.5x slower on word count and
+#                     needs job.limits.memory_mb = 256). See README.md.
+#   WEIR_WIT_DIR      the contract's WIT folder (default: ../../wit from here).
+#   WEIR_TOOLS_DIR    where toolchains live (default: ~/.cache/weir/tools).
+set -euo pipefail
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 PROJECT_DIR OUT.wasm" >&2
+    exit 2
+fi
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+project="$(cd "$1" && pwd)"
+out="$2"
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
+wit="${WEIR_WIT_DIR:-$here/../../wit}"
+wit="$(cd "$wit" && pwd)"
+tools="${WEIR_TOOLS_DIR:-$HOME/.cache/weir/tools}/js"
+backend="${WEIR_JS_BACKEND:-quickjs}"
+
+command -v node >/dev/null || {
+    echo "error: node (>= 18) is required: apt-get install nodejs npm" >&2
+    exit 1
+}
+
+# 1. The pinned toolchain, reinstalled when the lockfile changes.
+"$here/install-tools.sh" "$tools"
+
+# 2. The entry module.
+entry=""
+if [ -f "$project/package.json" ]; then
+    entry="$(node -e 'const p=require(process.argv[1]); process.stdout.write(p.main||"")' "$project/package.json")"
+fi
+if [ -z "$entry" ]; then
+    for candidate in index.js index.mjs index.ts; do
+        if [ -f "$project/$candidate" ]; then entry="$candidate"; break; fi
+    done
+fi
+if [ -z "$entry" ] || [ ! -f "$project/$entry" ]; then
+    echo "error: no entry module in $project (index.js, index.ts, or \"main\" in package.json)" >&2
+    exit 1
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+case "$backend" in
+    starlingmonkey | sm) backend_tag=sm ;;
+    quickjs | qjs) backend_tag=qjs ;;
+    *)
+        echo "error: WEIR_JS_BACKEND must be starlingmonkey or quickjs, got '$backend'" >&2
+        exit 1
+        ;;
+esac
+
+# The package name and version become the operator's defaults (as Cargo's do in Rust).
+pkg='{}'
+if [ -f "$project/package.json" ]; then
+    pkg="$(node -e 'const p=require(process.argv[1]); process.stdout.write(JSON.stringify({name:p.name,version:p.version}))' "$project/package.json")"
+fi
+
+cat >"$work/wrapper.js" <<EOF
+import * as state from 'weir:operator/state@0.1.0';
+import * as timers from 'weir:operator/timers@0.1.0';
+import * as log from 'weir:operator/log@0.1.0';
+import * as metrics from 'weir:operator/metrics@0.1.0';
+import { operator as userOperator } from $(node -e 'process.stdout.write(JSON.stringify(process.argv[1]))' "$project/$entry");
+globalThis.__weirHost = { backend: '$backend_tag', state, timers, log, metrics, package: $pkg };
+export const operator = userOperator;
+EOF
+
+"$tools/node_modules/.bin/rolldown" "$work/wrapper.js" \
+    --file "$work/bundle.js" --format esm --platform neutral \
+    --external 'weir:operator/state@0.1.0,weir:operator/timers@0.1.0,weir:operator/log@0.1.0,weir:operator/metrics@0.1.0' \
+    >"$work/rolldown.log" 2>&1 || {
+    cat "$work/rolldown.log" >&2
+    exit 1
+}
+
+# 3. Componentize.
+mkdir -p "$(dirname "$out")"
+if [ "$backend_tag" = sm ]; then
+    # wasi:http is not linked by the host; fetch-event is an http export.
+    node "$tools/node_modules/@bytecodealliance/componentize-js/src/cli.js" "$work/bundle.js" \
+        --wit "$wit" --world-name stream-operator --disable http fetch-event -o "$out"
+else
+    # --sync: plain (non-async) component ABI, which wasmtime 48 runs.
+    "$tools/node_modules/.bin/componentize-qjs" --wit "$wit" --js "$work/bundle.js" \
+        --world stream-operator --sync -o "$out" >/dev/null
+fi
+echo "built $out ($(wc -c <"$out") bytes, $backend)"

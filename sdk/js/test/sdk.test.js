@@ -1,0 +1,225 @@
+// Unit tests of the JS SDK itself, against testing.js's fake host:
+// node --test sdk/js
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { Harness } from '../testing.js';
+import {
+  Config,
+  MAX_TIMESTAMP,
+  WeirError,
+  codecs,
+  filter,
+  flatMap,
+  keyed,
+  log,
+  map,
+  metrics,
+  state,
+  utf8,
+} from '../weir-sdk.js';
+
+const b = (...xs) => new Uint8Array(xs);
+
+function roundTrip(codec, value, bytes) {
+  assert.deepEqual(codec.encode(value), bytes, `encoding of ${codec.name} ${value}`);
+  assert.deepEqual(codec.decode(bytes), value);
+}
+
+test('codecs match the shared table of wit/README.md and sdk/src/codec.rs', () => {
+  roundTrip(codecs.u8, 0x12, b(0x12));
+  roundTrip(codecs.u16, 0x1234, b(0x34, 0x12));
+  roundTrip(codecs.u32, 0x12345678, b(0x78, 0x56, 0x34, 0x12));
+  roundTrip(codecs.u64, 1n, b(1, 0, 0, 0, 0, 0, 0, 0));
+  roundTrip(codecs.u64, 0xffffffffffffffffn, b(255, 255, 255, 255, 255, 255, 255, 255));
+  roundTrip(codecs.i8, -1, b(0xff));
+  roundTrip(codecs.i16, -2, b(0xfe, 0xff));
+  roundTrip(codecs.i32, -1, b(0xff, 0xff, 0xff, 0xff));
+  roundTrip(codecs.i64, -9223372036854775808n, b(0, 0, 0, 0, 0, 0, 0, 0x80));
+  roundTrip(codecs.f32, 1.0, b(0, 0, 0x80, 0x3f));
+  roundTrip(codecs.f64, 1.0, b(0, 0, 0, 0, 0, 0, 0xf0, 0x3f));
+  roundTrip(codecs.bool, true, b(1));
+  roundTrip(codecs.bool, false, b(0));
+  roundTrip(codecs.string, 'héllo', b(0x68, 0xc3, 0xa9, 0x6c, 0x6c, 0x6f));
+  roundTrip(codecs.bytes, b(0, 255), b(0, 255));
+  roundTrip(codecs.unit, null, b());
+  assert.deepEqual(codecs.u64.encode(3), b(3, 0, 0, 0, 0, 0, 0, 0), 'numbers are accepted for u64');
+});
+
+test('bad bytes are errors, not crashes', () => {
+  assert.throws(() => codecs.u64.decode(b(1, 2, 3)), { message: 'cannot decode u64: expected 8 bytes, got 3' });
+  assert.throws(() => codecs.bool.decode(b(2)), { message: 'cannot decode bool: invalid byte 2' });
+  assert.throws(() => codecs.bool.decode(b()));
+  assert.throws(() => codecs.string.decode(b(0xff, 0xfe)));
+  assert.throws(() => codecs.unit.decode(b(0)));
+  assert.throws(() => codecs.f64.decode(b(0, 0, 0, 0)));
+  assert.throws(() => codecs.u8.encode(256), /out of range/);
+  assert.throws(() => codecs.u64.encode(-1n), /out of range/);
+});
+
+test('the UTF-8 fallback (QuickJS has no TextEncoder) agrees with TextEncoder', () => {
+  const samples = ['', 'abc', 'héllo wörld', '日本語', '😀 emoji', 'a'.repeat(40) + '€', '\u{10ffff}'];
+  for (const s of samples) {
+    assert.deepEqual(utf8.encode(s), new TextEncoder().encode(s), s);
+    assert.equal(utf8.decode(new TextEncoder().encode(s)), s);
+  }
+  assert.equal(utf8.decode(b(0x61, 0xff, 0x62)), 'a\ufffdb');
+});
+
+test('config getters parse TOML scalars and explain bad values', () => {
+  const c = new Config([
+    ['b', 'true'],
+    ['n', '1_000'],
+    ['h', '0xff'],
+    ['neg', '-5'],
+    ['f', '2.5'],
+    ['s', 'hello'],
+    ['t', '{"a":1}'],
+  ]);
+  assert.equal(c.getBool('b'), true);
+  assert.equal(c.getU64('n'), 1000n);
+  assert.equal(c.getU64('h'), 255n);
+  assert.equal(c.getI64('neg'), -5n);
+  assert.equal(c.getInt('n'), 1000);
+  assert.equal(c.getF64('f'), 2.5);
+  assert.equal(c.getStr('s'), 'hello');
+  assert.deepEqual(c.getJson('t'), { a: 1 });
+  assert.equal(c.getBool('missing'), undefined);
+  assert.throws(() => new Config([['b', 'yes']]).getBool('b'), {
+    message: 'config `b`: expected a bool (true or false), got `yes`',
+  });
+  assert.throws(() => c.requireStr('contains'), { message: 'config `contains` is required but missing' });
+});
+
+test('map, filter and flatMap see every record of a batch and emit in bulk', () => {
+  const upper = map({ map: (r) => r.withValue(r.valueString().toUpperCase()) });
+  let h = Harness.open(upper);
+  let out = h.process([{ value: 'a', timestamp: 1n }, { key: 'k', value: 'bc', timestamp: 2n }]);
+  assert.deepEqual(out.values(), ['A', 'BC']);
+  assert.equal(out.main[0].key, null);
+  assert.equal(out.main[1].keyString(), 'k');
+  assert.equal(out.main[1].timestamp, 2n);
+
+  const keep = filter({
+    open(ctx) {
+      this.needle = ctx.config.requireStr('contains');
+    },
+    filter(r) {
+      return r.valueString().includes(this.needle);
+    },
+  });
+  h = Harness.open(keep, { config: { contains: 'x' } });
+  out = h.process([{ key: 'k1', value: 'axe', timestamp: 5n }, { value: 'no' }, { value: 'x' }]);
+  assert.deepEqual(out.values(), ['axe', 'x']);
+  assert.equal(out.main[0].keyString(), 'k1');
+  assert.equal(out.main[0].timestamp, 5n);
+
+  const words = flatMap({
+    flatMap(r, out) {
+      for (const w of r.valueString().split(' ')) out.collect(w, w, r.timestamp);
+    },
+  });
+  h = Harness.open(words);
+  assert.deepEqual(h.process([{ value: 'a b' }, { value: 'c' }]).values(), ['a', 'b', 'c']);
+});
+
+test('a big batch grows the output buffers', () => {
+  const h = Harness.open(map({ map: (r) => r.withValue('é'.repeat(100)) }));
+  const records = Array.from({ length: 1000 }, (_, i) => ({ value: String(i), timestamp: BigInt(i) }));
+  const out = h.process(records);
+  assert.equal(out.main.length, 1000);
+  assert.equal(out.main[999].valueString(), 'é'.repeat(100));
+});
+
+class Sessions {
+  static states = [state.list('seen'), state.map('per-value'), state.value('total')];
+  open(ctx) {
+    this.seen = ctx.listState('seen', codecs.string);
+    this.perValue = ctx.mapState('per-value', codecs.string, codecs.u32);
+    this.total = ctx.valueState('total', codecs.u64);
+  }
+  processElement(record, ctx) {
+    const v = record.valueString();
+    this.seen.add(ctx, v);
+    this.perValue.put(ctx, v, (this.perValue.get(ctx, v) ?? 0) + 1);
+    this.total.set(ctx, (this.total.get(ctx) ?? 0n) + 1n);
+    if (v === 'late') ctx.output('late', ctx.key, v, record.timestamp);
+    ctx.registerEventTimeTimer(record.timestamp + 10n);
+    log.info('saw', v);
+    metrics.counterAdd('records');
+  }
+  onTimer(time, ctx) {
+    const entries = this.perValue.entries(ctx).map(([k, n]) => `${k}=${n}`);
+    ctx.collect(ctx.key, `${ctx.keyString()}@${time}: ${this.seen.get(ctx).join(',')} | ${entries.join(',')}`, time);
+    this.seen.clear(ctx);
+  }
+}
+
+test('list, map and value state are scoped to the current key; timers fire in order', () => {
+  const h = Harness.open(keyed(Sessions));
+  const out = h.process([
+    { key: 'a', value: 'x', timestamp: 1n },
+    { key: 'b', value: 'late', timestamp: 2n },
+    { key: 'a', value: 'y', timestamp: 3n },
+    { key: 'a', value: 'x', timestamp: 3n },
+  ]);
+  assert.deepEqual(
+    out.side('late').map((r) => r.valueString()),
+    ['late'],
+  );
+  assert.equal(h.timers().length, 3);
+  const fired = h.advanceWatermark(12n);
+  assert.deepEqual(fired.values(), ['a@11: x,y,x | x=2,y=1', 'b@12: late | late=1']);
+  assert.equal(h.valueState('total', 'a', codecs.u64), 3n);
+  assert.equal(h.counter('records'), 4n);
+  assert.equal(h.logs()[0][1], 'saw x');
+  assert.deepEqual(h.finish().values(), ['a@13:  | x=2,y=1'], 'the list was cleared, the map was not');
+});
+
+test('a thrown exception fails the call with its message; records without a key fail keyed operators', () => {
+  const h = Harness.open(
+    keyed({
+      processElement(r) {
+        if (r.valueString() === 'boom') throw new WeirError('boom: refused');
+        if (r.valueString() === 'bug') null.x;
+      },
+    }),
+  );
+  assert.throws(() => h.process([{ key: 'k', value: 'boom' }]), { message: 'boom: refused' });
+  assert.throws(() => h.process([{ key: 'k', value: 'bug' }]), { message: /^TypeError: / });
+  assert.throws(() => h.process([{ value: 'x' }]), {
+    message: 'record 0 of the batch has no key, but this operator runs on a keyed stream',
+  });
+});
+
+test('undeclared state and malformed batches are clear errors', () => {
+  assert.throws(
+    () => Harness.open(keyed({ states: [state.value('count')], open: (ctx) => ctx.valueState('nope', codecs.u64), processElement() {} })),
+    { message: 'state `nope` is not declared (declared: ["count"])' },
+  );
+  assert.throws(
+    () => Harness.open(keyed({ states: [state.value('count')], open: (ctx) => ctx.mapState('count', codecs.u8, codecs.u8), processElement() {} })),
+    { message: 'state `count` is declared as value state, not map state' },
+  );
+  const h = Harness.open(map({ map: (r) => r }));
+  assert.throws(
+    () => h.processBatch({ timestamps: new BigInt64Array(1), keyLens: new Int32Array(1), valueLens: new Uint32Array([5]), data: b(1) }),
+    { message: 'malformed batch: record lengths add up to 5 bytes but data holds 1' },
+  );
+});
+
+test('describe reports name, version, keyed and the declared states', () => {
+  const op = keyed({ name: 'n', version: '1.2.3', states: [state.value('a'), state.list('b', { ttlMs: 1000 })], processElement() {} });
+  const h = Harness.open(op);
+  assert.deepEqual(h.info, {
+    name: 'n',
+    version: '1.2.3',
+    keyed: true,
+    states: [
+      { name: 'a', kind: 'value', ttlMs: undefined },
+      { name: 'b', kind: 'list', ttlMs: 1000n },
+    ],
+  });
+  assert.equal(h.finish().isEmpty(), true);
+  assert.equal(h.currentWatermark(), MAX_TIMESTAMP);
+});

@@ -1,0 +1,395 @@
+// testing.js: run a Weir JS operator in-process under Node, without Wasm.
+//
+// `Harness` binds an in-memory fake of the host interfaces (state, timers,
+// log, metrics) shaped like the StarlingMonkey bindings (bigint for s64/u64,
+// typed arrays for lists, `undefined` for a missing option, errors thrown
+// with a `payload` variant), then drives the exported `operator` object the
+// way the host does: describe, open, process batches, fire timers as the
+// watermark advances (in (time, key bytes) order), close.
+//
+// Mirrors sdk/src/testing.rs. It checks every emitted batch as the host
+// does (three lists of one length, lengths adding up to the data), and
+// copies outputs at once, since the SDK reuses its buffers between calls.
+//
+//   import { Harness } from '../../../sdk/js/testing.js';
+//   const h = Harness.open(operator, { config: { emit: 'updates' } });
+//   const out = h.process([{ key: 'a', value: 'a', timestamp: 1n }]);
+//   out.values(); // ['a\t1']
+
+import { MAX_TIMESTAMP, MIN_TIMESTAMP, errorMessage, utf8 } from './weir-sdk.js';
+
+const HOST_KEY = '__weirHost';
+
+function bytes(v) {
+  if (v === null || v === undefined) return null;
+  if (v instanceof Uint8Array) return v.slice();
+  if (typeof v === 'string') return utf8.encode(v);
+  throw new TypeError(`expected a string or Uint8Array, got ${typeof v}`);
+}
+
+const hex = (b) => Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+const unhex = (s) => new Uint8Array((s.match(/../g) || []).map((x) => parseInt(x, 16)));
+
+function compareBytes(a, b) {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return a[i] - b[i];
+  return a.length - b.length;
+}
+
+/** A state error as the bindings throw it. */
+function stateError(tag, val) {
+  const e = new Error(`state error: ${tag}`);
+  e.payload = val === undefined ? { tag } : { tag, val };
+  return e;
+}
+
+/** One output record, with its bytes copied out of the SDK's buffers. */
+export class OutputRecord {
+  constructor(key, value, timestamp) {
+    /** @type {Uint8Array | null} */
+    this.key = key;
+    /** @type {Uint8Array} */
+    this.value = value;
+    /** @type {bigint} */
+    this.timestamp = timestamp;
+  }
+  keyString() {
+    return this.key === null ? null : utf8.decode(this.key);
+  }
+  valueString() {
+    return utf8.decode(this.value);
+  }
+}
+
+/** Everything emitted by one or more calls. */
+export class Output {
+  constructor() {
+    /** @type {OutputRecord[]} */
+    this.main = [];
+    /** @type {Array<{ tag: string, record: OutputRecord }>} */
+    this.sideRecords = [];
+  }
+  /** The main output's values as strings. */
+  values() {
+    return this.main.map((r) => r.valueString());
+  }
+  /** The records emitted on side output `tag`. */
+  side(tag) {
+    return this.sideRecords.filter((s) => s.tag === tag).map((s) => s.record);
+  }
+  /** True if nothing was emitted. */
+  isEmpty() {
+    return this.main.length === 0 && this.sideRecords.length === 0;
+  }
+  extend(other) {
+    this.main.push(...other.main);
+    this.sideRecords.push(...other.sideRecords);
+  }
+}
+
+/** Copies a `batch` out of the SDK's buffers, checking it as the host does. */
+function readBatch(b, where) {
+  const n = b.timestamps.length;
+  if (b.keyLens.length !== n || b.valueLens.length !== n) {
+    throw new Error(`bad output (${where}): ${n} timestamps, ${b.keyLens.length} key lengths, ${b.valueLens.length} value lengths`);
+  }
+  const out = [];
+  let pos = 0;
+  for (let i = 0; i < n; i++) {
+    const k = b.keyLens[i];
+    if (k < -1) throw new Error(`bad output (${where}): record ${i} has key length ${k}`);
+    const key = k < 0 ? null : b.data.slice(pos, pos + k);
+    pos += Math.max(k, 0);
+    const v = b.valueLens[i];
+    if (pos + v > b.data.length) throw new Error(`bad output (${where}): record ${i} runs past the data`);
+    out.push(new OutputRecord(key, b.data.slice(pos, pos + v), BigInt(b.timestamps[i])));
+    pos += v;
+  }
+  if (pos !== b.data.length) throw new Error(`bad output (${where}): lengths add up to ${pos}, data holds ${b.data.length}`);
+  return out;
+}
+
+/** The in-memory host: keyed state by id, timers, watermark, logs, metrics. */
+class FakeHost {
+  constructor(states) {
+    this.kinds = states.map((s) => s.kind);
+    /** per state id: Map<hex key, value | element[] | Map<hex user key, value>> */
+    this.stores = states.map(() => new Map());
+    /** "time|hexkey" -> [time, key] */
+    this.timerSet = new Map();
+    this.watermark = MIN_TIMESTAMP;
+    this.logs = [];
+    this.counters = new Map();
+    this.gauges = new Map();
+    const self = this;
+    const store = (id, kind) => {
+      if (!(id >= 0 && id < self.stores.length)) throw stateError('unknown-state', id);
+      if (kind && self.kinds[id] !== kind) throw stateError('wrong-kind', id);
+      return self.stores[id];
+    };
+    const k = (key) => {
+      if (!(key instanceof Uint8Array)) throw new TypeError('state key must be a Uint8Array');
+      return hex(key);
+    };
+    this.state = {
+      valueGet: (id, key) => {
+        const v = store(id, 'value').get(k(key));
+        return v === undefined ? undefined : v.slice();
+      },
+      valueSet: (id, key, value) => void store(id, 'value').set(k(key), value.slice()),
+      listGet: (id, key) => (store(id, 'list').get(k(key)) || []).map((e) => e.slice()),
+      listAdd: (id, key, el) => {
+        const s = store(id, 'list');
+        const kk = k(key);
+        if (!s.has(kk)) s.set(kk, []);
+        s.get(kk).push(el.slice());
+      },
+      mapGet: (id, key, uk) => {
+        const m = store(id, 'map').get(k(key));
+        const v = m && m.get(hex(uk));
+        return v === undefined ? undefined : v.slice();
+      },
+      mapPut: (id, key, uk, v) => {
+        const s = store(id, 'map');
+        const kk = k(key);
+        if (!s.has(kk)) s.set(kk, new Map());
+        s.get(kk).set(hex(uk), v.slice());
+      },
+      mapRemove: (id, key, uk) => {
+        const m = store(id, 'map').get(k(key));
+        if (m) m.delete(hex(uk));
+      },
+      mapEntries: (id, key) => {
+        const m = store(id, 'map').get(k(key));
+        if (!m) return [];
+        return [...m.entries()]
+          .map(([uk, v]) => [unhex(uk), v.slice()])
+          .sort((a, b) => compareBytes(a[0], b[0]));
+      },
+      clear: (id, key) => void store(id).delete(k(key)),
+    };
+    this.timers = {
+      registerEventTimer: (key, time) => {
+        if (typeof time !== 'bigint') throw new TypeError('timer time must be a bigint (s64)');
+        self.timerSet.set(`${time}|${hex(key)}`, [time, key.slice()]);
+      },
+      deleteEventTimer: (key, time) => void self.timerSet.delete(`${time}|${hex(key)}`),
+      currentWatermark: () => self.watermark,
+    };
+    this.log = { log: (level, message) => void self.logs.push([level, message]) };
+    this.metrics = {
+      counterAdd: (name, delta) => {
+        if (typeof delta !== 'bigint') throw new TypeError('counter delta must be a bigint (u64)');
+        self.counters.set(name, (self.counters.get(name) || 0n) + delta);
+      },
+      gaugeSet: (name, value) => void self.gauges.set(name, value),
+    };
+  }
+  /** Registered timers as [time, key], in firing order. */
+  sortedTimers() {
+    return [...this.timerSet.values()].sort((a, b) =>
+      a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : compareBytes(a[1], b[1]),
+    );
+  }
+}
+
+/** Packs records `{ key?, value, timestamp? }` (strings or bytes) into the contract's batch. */
+export function packBatch(records) {
+  const n = records.length;
+  const timestamps = new BigInt64Array(n);
+  const keyLens = new Int32Array(n);
+  const valueLens = new Uint32Array(n);
+  const parts = [];
+  let total = 0;
+  records.forEach((r, i) => {
+    const key = bytes(r.key);
+    const value = bytes(r.value ?? new Uint8Array(0));
+    timestamps[i] = BigInt(r.timestamp ?? 0);
+    keyLens[i] = key === null ? -1 : key.length;
+    valueLens[i] = value.length;
+    if (key !== null) parts.push(key);
+    parts.push(value);
+    total += (key ? key.length : 0) + value.length;
+  });
+  const data = new Uint8Array(total);
+  let pos = 0;
+  for (const p of parts) {
+    data.set(p, pos);
+    pos += p.length;
+  }
+  return { timestamps, keyLens, valueLens, data };
+}
+
+/**
+ * Runs an exported `operator` object (what keyed()/map()/... return)
+ * against the fake host. Create with `Harness.open(operator, options)`.
+ */
+export class Harness {
+  constructor(op, host, info) {
+    this.op = op;
+    this.host = host;
+    this.info = info;
+    this.closed = false;
+  }
+
+  /**
+   * Describes and opens `op`. Options: `config` (object or [k, v] pairs;
+   * non-string values are flattened as the host does: scalars in TOML
+   * syntax, tables and arrays as JSON), `operatorId`, `subtaskIndex`,
+   * `parallelism`, `maxParallelism`. Throws (an Error with the guest's
+   * message) if `open` fails.
+   */
+  static open(op, options = {}) {
+    const bootstrap = new FakeHost([]);
+    globalThis[HOST_KEY] = { backend: 'test', ...bootstrap };
+    const info = op.describe();
+    const host = new FakeHost(info.states);
+    const h = new Harness(op, host, info);
+    h._bind();
+    const cfg = options.config || {};
+    const entries = (Array.isArray(cfg) ? cfg : Object.entries(cfg)).map(([k, v]) => [
+      String(k),
+      typeof v === 'string' ? v : typeof v === 'object' ? JSON.stringify(v) : String(v),
+    ]);
+    h._guest(() =>
+      op.open({
+        operatorId: options.operatorId ?? 'op',
+        subtaskIndex: options.subtaskIndex ?? 0,
+        parallelism: options.parallelism ?? 1,
+        maxParallelism: options.maxParallelism ?? 128,
+        config: entries,
+      }),
+    );
+    return h;
+  }
+
+  _bind() {
+    const host = this.host;
+    globalThis[HOST_KEY] = {
+      backend: 'test',
+      state: host.state,
+      timers: host.timers,
+      log: host.log,
+      metrics: host.metrics,
+      package: { name: 'test', version: '0.0.0' },
+    };
+  }
+
+  /** Calls the guest; a thrown string (the contract's err) becomes an Error with that message. */
+  _guest(f) {
+    this._bind();
+    try {
+      return f();
+    } catch (e) {
+      const err = new Error(typeof e === 'string' ? e : errorMessage(e));
+      err.guest = true;
+      throw err;
+    }
+  }
+
+  _call(f) {
+    const emitted = this._guest(f);
+    const out = new Output();
+    out.main.push(...readBatch(emitted.main, 'main'));
+    for (const s of emitted.side) {
+      for (const r of readBatch(s.records, `side ${s.tag}`)) out.sideRecords.push({ tag: s.tag, record: r });
+    }
+    return out;
+  }
+
+  /** Processes records `{ key?, value, timestamp? }` as one batch. */
+  process(records) {
+    const batch = packBatch(records);
+    return this._call(() => this.op.process(batch));
+  }
+
+  /** Processes a batch given in the contract's layout. */
+  processBatch(batch) {
+    return this._call(() => this.op.process(batch));
+  }
+
+  /**
+   * Advances the watermark: fires every timer at or before it (including
+   * those registered while firing) in (time, key) order, then calls
+   * `onWatermark`. Going back is an error; the same watermark is a no-op.
+   */
+  advanceWatermark(watermark) {
+    const wm = BigInt(watermark);
+    if (wm < this.host.watermark) throw new Error(`watermark ${wm} is behind the current watermark ${this.host.watermark}`);
+    const out = new Output();
+    if (wm === this.host.watermark) return out;
+    this.host.watermark = wm;
+    for (;;) {
+      const due = this.host.sortedTimers()[0];
+      if (!due || due[0] > wm) break;
+      this.host.timerSet.delete(`${due[0]}|${hex(due[1])}`);
+      out.extend(this._call(() => this.op.onTimer(due[1], due[0])));
+    }
+    out.extend(this._call(() => this.op.onWatermark(wm)));
+    return out;
+  }
+
+  /** Calls `close`; twice is an error. */
+  close() {
+    if (this.closed) throw new Error('the operator is already closed');
+    this.closed = true;
+    return this._call(() => this.op.close());
+  }
+
+  /** End of bounded input, as the host does it: the final watermark (i64::MAX), then close. */
+  finish() {
+    const out = this.advanceWatermark(MAX_TIMESTAMP);
+    out.extend(this.close());
+    return out;
+  }
+
+  /** The current watermark. */
+  currentWatermark() {
+    return this.host.watermark;
+  }
+
+  /** Registered timers as [time (bigint), key (Uint8Array)], in firing order. */
+  timers() {
+    return this.host.sortedTimers().map(([t, k]) => [t, k.slice()]);
+  }
+
+  _stateId(name) {
+    const id = this.info.states.findIndex((s) => s.name === name);
+    if (id < 0) throw new Error(`state \`${name}\` is not declared`);
+    return id;
+  }
+
+  /** The value state `name` of `key`, decoded with `codec` (undefined if unset). */
+  valueState(name, key, codec) {
+    const v = this.host.stores[this._stateId(name)].get(hex(bytes(key)));
+    return v === undefined ? undefined : codec.decode(v);
+  }
+
+  /** The raw stored bytes of value state `name` for `key`. */
+  rawValueState(name, key) {
+    const v = this.host.stores[this._stateId(name)].get(hex(bytes(key)));
+    return v === undefined ? undefined : v.slice();
+  }
+
+  /** The keys holding anything in state `name`, in byte order. */
+  stateKeys(name) {
+    return [...this.host.stores[this._stateId(name)].keys()].map(unhex).sort(compareBytes);
+  }
+
+  /** Log lines as [level, message]. */
+  logs() {
+    return this.host.logs.slice();
+  }
+
+  /** The counter `name` (0n if never added to). */
+  counter(name) {
+    return this.host.counters.get(name) || 0n;
+  }
+
+  /** The gauge `name`, or undefined. */
+  gauge(name) {
+    return this.host.gauges.get(name);
+  }
+}
+
+export { MAX_TIMESTAMP, MIN_TIMESTAMP };

@@ -1,0 +1,1329 @@
+// weir-sdk.js: write Weir stream operators in JavaScript (or TypeScript).
+//
+// A Weir operator is a WebAssembly component implementing the contract in
+// wit/operator.wit (package weir:operator@0.1.0). This module hides the
+// contract behind Flink's functions -- map, flatMap, filter and a keyed
+// process function -- with typed keyed state, event-time timers, side
+// outputs, logging, metrics and config. It mirrors the Rust SDK (sdk/src).
+//
+// Layout of this file:
+//   - host binding: how calls reach the host (bound by the build wrapper,
+//     or by testing.js in unit tests), and the two backends' value shapes.
+//   - errors: WeirError and how any thrown value becomes the contract's
+//     `err(string)`.
+//   - utf8: encode/decode without relying on TextEncoder (QuickJS lacks it).
+//   - codecs: the byte encoding of state, shared by every Weir SDK
+//     (wit/README.md, sdk/src/codec.rs).
+//   - records and batches: Record (a view into the input batch), the batch
+//     reader, BatchBuilder and Collector (output columns built in bulk).
+//   - config and OpenContext; state descriptors and typed state handles.
+//   - the adapters map / flatMap / filter / keyed / operator, each returning
+//     the object a component exports as `operator`.
+//
+// Invariants: one export call per batch; the input batch is decoded once
+// with plain integer loops over the typed columns, records are views into
+// its `data` buffer (no copies), and outputs are appended to reusable typed
+// arrays that are handed to the host as views. The only per-record host
+// calls are the state and timer calls the contract requires. Any exception
+// thrown by user code fails the call with the contract's `err(message)`.
+//
+// This file must not import anything: the build wraps it (see build.sh),
+// and unit tests run it under plain Node with the fake host of testing.js.
+
+// ---------------------------------------------------------------------------
+// Host binding
+// ---------------------------------------------------------------------------
+
+/** Where the build wrapper (or testing.js) puts the host interfaces. */
+const HOST_KEY = '__weirHost';
+
+/**
+ * The bound host: { backend, state, timers, log, metrics, package }.
+ * Re-read at the start of every export call (one property read per batch),
+ * so tests can swap hosts between harnesses.
+ */
+let H = null;
+/**
+ * True on the QuickJS backend (componentize-qjs), whose bindings pass s64
+ * and u64 as JS numbers and integer lists as plain Arrays; StarlingMonkey
+ * (componentize-js) and the test host use BigInt and typed arrays.
+ */
+let QJS = false;
+
+function bindHost() {
+  const h = globalThis[HOST_KEY];
+  if (h === undefined || h === null) {
+    throw new WeirError(
+      'weir-sdk: no host is bound; build with sdk/js/build.sh, or use testing.js in tests',
+    );
+  }
+  H = h;
+  QJS = h.backend === 'qjs';
+}
+
+/** The largest timestamp: i64::MAX, the host's final watermark at the end of bounded input. */
+export const MAX_TIMESTAMP = 9223372036854775807n;
+/** The smallest timestamp: i64::MIN, the watermark before the first one. */
+export const MIN_TIMESTAMP = -9223372036854775808n;
+
+/** A timestamp from the host as a bigint (QuickJS passes numbers; 2^63 is i64::MAX rounded). */
+function timeIn(t) {
+  if (typeof t === 'bigint') return t;
+  if (t >= 9223372036854775807) return MAX_TIMESTAMP;
+  if (t <= -9223372036854775808) return MIN_TIMESTAMP;
+  return BigInt(t);
+}
+
+/** A user's timestamp (bigint or integer number) as an exact, range-checked bigint. */
+function timeArg(t, what) {
+  if (typeof t === 'bigint') {
+    if (t > MAX_TIMESTAMP || t < MIN_TIMESTAMP) throw new WeirError(`${what}: ${t} is not an i64`);
+    return t;
+  }
+  if (typeof t === 'number' && Number.isInteger(t)) return timeIn(t);
+  throw new WeirError(`${what}: expected a bigint or integer timestamp, got ${describeValue(t)}`);
+}
+
+/** A bigint timestamp in the shape the bound backend's bindings take. */
+function timeOut(t) {
+  return QJS ? Number(t) : t;
+}
+
+/** A u64 argument (bigint or non-negative integer) for the bound backend. */
+function u64Out(v, what) {
+  if (typeof v === 'number') {
+    if (!Number.isInteger(v) || v < 0) throw new WeirError(`${what}: expected a u64, got ${v}`);
+    return QJS ? v : BigInt(v);
+  }
+  if (typeof v === 'bigint') {
+    if (v < 0n || v > 0xffffffffffffffffn) throw new WeirError(`${what}: expected a u64, got ${v}`);
+    return QJS ? Number(v) : v;
+  }
+  throw new WeirError(`${what}: expected a u64, got ${describeValue(v)}`);
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+/**
+ * An operator error: its message is what the host reports (with the
+ * operator uid) when it fails the task. Throw it, or anything else: every
+ * thrown value fails the call the same way.
+ */
+export class WeirError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'WeirError';
+  }
+}
+
+/**
+ * The message the host gets for a thrown value: a WeirError's or Error's
+ * message; other Error subclasses keep their name ("TypeError: ..."),
+ * so a bug reads as one.
+ */
+export function errorMessage(e) {
+  if (e !== null && typeof e === 'object' && typeof e.message === 'string') {
+    const name = e.name;
+    if (name === 'Error' || name === 'WeirError' || !name) return String(e.message);
+    return `${name}: ${e.message}`;
+  }
+  if (typeof e === 'string') return e;
+  return describeValue(e);
+}
+
+/**
+ * True for a Uint8Array from any realm: StarlingMonkey's bindings hand out
+ * Uint8Arrays for which `instanceof Uint8Array` is false.
+ */
+function isBytes(v) {
+  return v !== null && typeof v === 'object' && v[Symbol.toStringTag] === 'Uint8Array';
+}
+
+function describeValue(v) {
+  if (typeof v === 'string') return JSON.stringify(v);
+  if (typeof v === 'bigint') return `${v}n`;
+  try {
+    return String(v);
+  } catch {
+    return Object.prototype.toString.call(v);
+  }
+}
+
+/**
+ * Runs an export: binds the host, and turns any exception into the thrown
+ * string the component bindings map to the contract's `err(string)` (both
+ * backends trap if an Error object is thrown for a `result<_, string>`).
+ */
+function guarded(f) {
+  return function (...args) {
+    try {
+      bindHost();
+      return f.apply(this, args);
+    } catch (e) {
+      throw errorMessage(e);
+    }
+  };
+}
+
+/** Says what a host state (or timer) error means; as the Rust SDK's `explain`. */
+function explain(e) {
+  const p = e !== null && typeof e === 'object' && 'payload' in e ? e.payload : e;
+  if (p !== null && typeof p === 'object' && typeof p.tag === 'string') {
+    switch (p.tag) {
+      case 'unknown-state':
+        return `the host knows no state with id ${p.val}`;
+      case 'wrong-kind':
+        return `state id ${p.val} is of another kind on the host`;
+      case 'key-out-of-range':
+        return 'the key belongs to a key group this subtask does not own';
+      case 'backend':
+        return String(p.val);
+    }
+  }
+  return errorMessage(e);
+}
+
+// ---------------------------------------------------------------------------
+// UTF-8
+// ---------------------------------------------------------------------------
+
+const TE = typeof TextEncoder === 'function' ? new TextEncoder() : null;
+const TD = typeof TextDecoder === 'function' ? new TextDecoder() : null;
+
+/**
+ * Writes `s` as UTF-8 into `buf` at `pos` (the caller guarantees
+ * `s.length * 3` free bytes); returns the new position. Lone surrogates
+ * become U+FFFD, as TextEncoder does.
+ */
+function writeUtf8(s, buf, pos) {
+  const n = s.length;
+  if (TE !== null && n > 16) {
+    return pos + TE.encodeInto(s, buf.subarray(pos)).written;
+  }
+  for (let i = 0; i < n; i++) {
+    let c = s.charCodeAt(i);
+    if (c < 0x80) {
+      buf[pos++] = c;
+    } else if (c < 0x800) {
+      buf[pos++] = 0xc0 | (c >> 6);
+      buf[pos++] = 0x80 | (c & 63);
+    } else {
+      if (c >= 0xd800 && c <= 0xdfff) {
+        const d = i + 1 < n ? s.charCodeAt(i + 1) : 0;
+        if (c <= 0xdbff && d >= 0xdc00 && d <= 0xdfff) {
+          c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
+          i++;
+          buf[pos++] = 0xf0 | (c >> 18);
+          buf[pos++] = 0x80 | ((c >> 12) & 63);
+          buf[pos++] = 0x80 | ((c >> 6) & 63);
+          buf[pos++] = 0x80 | (c & 63);
+          continue;
+        }
+        c = 0xfffd;
+      }
+      buf[pos++] = 0xe0 | (c >> 12);
+      buf[pos++] = 0x80 | ((c >> 6) & 63);
+      buf[pos++] = 0x80 | (c & 63);
+    }
+  }
+  return pos;
+}
+
+/** Decodes UTF-8, replacing invalid sequences with U+FFFD (like Rust's from_utf8_lossy). */
+function readUtf8(b, start, end, fatal) {
+  if (TD !== null && !fatal) return TD.decode(b.subarray(start, end));
+  let out = '';
+  let chunk = [];
+  let i = start;
+  while (i < end) {
+    const c = b[i];
+    let cp = -1;
+    let len = 1;
+    if (c < 0x80) {
+      cp = c;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      if (i + 1 < end && (b[i + 1] & 0xc0) === 0x80) {
+        cp = ((c & 31) << 6) | (b[i + 1] & 63);
+        len = 2;
+      }
+    } else if (c >= 0xe0 && c <= 0xef) {
+      const lo = c === 0xe0 ? 0xa0 : 0x80;
+      const hi = c === 0xed ? 0x9f : 0xbf;
+      if (i + 1 < end && b[i + 1] >= lo && b[i + 1] <= hi) {
+        len = 2;
+        if (i + 2 < end && (b[i + 2] & 0xc0) === 0x80) {
+          cp = ((c & 15) << 12) | ((b[i + 1] & 63) << 6) | (b[i + 2] & 63);
+          len = 3;
+        }
+      }
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      const lo = c === 0xf0 ? 0x90 : 0x80;
+      const hi = c === 0xf4 ? 0x8f : 0xbf;
+      if (i + 1 < end && b[i + 1] >= lo && b[i + 1] <= hi) {
+        len = 2;
+        if (i + 2 < end && (b[i + 2] & 0xc0) === 0x80) {
+          len = 3;
+          if (i + 3 < end && (b[i + 3] & 0xc0) === 0x80) {
+            cp = ((c & 7) << 18) | ((b[i + 1] & 63) << 12) | ((b[i + 2] & 63) << 6) | (b[i + 3] & 63);
+            len = 4;
+          }
+        }
+      }
+    }
+    if (cp < 0) {
+      if (fatal) throw new WeirError(`invalid UTF-8 at byte ${i - start}`);
+      cp = 0xfffd;
+    }
+    if (cp >= 0x10000) {
+      cp -= 0x10000;
+      chunk.push(0xd800 + (cp >> 10), 0xdc00 + (cp & 1023));
+    } else {
+      chunk.push(cp);
+    }
+    if (chunk.length >= 4096) {
+      out += String.fromCharCode.apply(null, chunk);
+      chunk = [];
+    }
+    i += len;
+  }
+  return out + String.fromCharCode.apply(null, chunk);
+}
+
+/** UTF-8 helpers that work on every backend (QuickJS has no TextEncoder). */
+export const utf8 = {
+  /** `s` as UTF-8 bytes. */
+  encode(s) {
+    const buf = new Uint8Array(s.length * 3);
+    return buf.slice(0, writeUtf8(s, buf, 0));
+  },
+  /** `bytes` as a string; invalid UTF-8 becomes U+FFFD unless `fatal`, which throws. */
+  decode(bytes, fatal = false) {
+    return readUtf8(bytes, 0, bytes.length, fatal);
+  },
+};
+
+// ---------------------------------------------------------------------------
+// Codecs: the byte encoding of state values (shared by every Weir SDK)
+// ---------------------------------------------------------------------------
+
+/** A scratch 8-byte buffer with typed views over it, for fixed-width codecs. */
+const SCRATCH = new ArrayBuffer(8);
+const S8 = new Uint8Array(SCRATCH);
+const SDV = new DataView(SCRATCH);
+
+function wrongLength(type, expected, got) {
+  return new WeirError(`cannot decode ${type}: expected ${expected} bytes, got ${got}`);
+}
+
+function fixed(type, width, set, get, check) {
+  return Object.freeze({
+    name: type,
+    encode(v) {
+      check(v);
+      set(v);
+      return S8.slice(0, width);
+    },
+    decode(b) {
+      if (b.length !== width) throw wrongLength(type, width, b.length);
+      S8.set(b);
+      return get();
+    },
+  });
+}
+
+function intCheck(type, min, max) {
+  return (v) => {
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+      throw new WeirError(`cannot encode ${type}: ${describeValue(v)} is out of range`);
+    }
+  };
+}
+
+function bigCheck(type, min, max) {
+  return (v) => {
+    const ok =
+      (typeof v === 'bigint' && v >= min && v <= max) ||
+      (typeof v === 'number' && Number.isSafeInteger(v) && BigInt(v) >= min && BigInt(v) <= max);
+    if (!ok) throw new WeirError(`cannot encode ${type}: ${describeValue(v)} is out of range`);
+  };
+}
+
+const numCheck = (type) => (v) => {
+  if (typeof v !== 'number') throw new WeirError(`cannot encode ${type}: ${describeValue(v)} is not a number`);
+};
+
+/**
+ * The codecs of wit/README.md "State value encoding" (sdk/src/codec.rs is
+ * the reference): integers little-endian fixed width (u64/i64 as bigint,
+ * the others as number), floats IEEE 754 little-endian, bool one byte 0/1,
+ * string UTF-8 without a length prefix, bytes as they are, unit empty.
+ * `json` is a JS convenience (JSON text as a UTF-8 string), not a shared type.
+ */
+export const codecs = Object.freeze({
+  u8: fixed('u8', 1, (v) => SDV.setUint8(0, v), () => SDV.getUint8(0), intCheck('u8', 0, 0xff)),
+  u16: fixed('u16', 2, (v) => SDV.setUint16(0, v, true), () => SDV.getUint16(0, true), intCheck('u16', 0, 0xffff)),
+  u32: fixed('u32', 4, (v) => SDV.setUint32(0, v, true), () => SDV.getUint32(0, true), intCheck('u32', 0, 0xffffffff)),
+  u64: fixed(
+    'u64',
+    8,
+    (v) => SDV.setBigUint64(0, BigInt(v), true),
+    () => SDV.getBigUint64(0, true),
+    bigCheck('u64', 0n, 0xffffffffffffffffn),
+  ),
+  i8: fixed('i8', 1, (v) => SDV.setInt8(0, v), () => SDV.getInt8(0), intCheck('i8', -0x80, 0x7f)),
+  i16: fixed('i16', 2, (v) => SDV.setInt16(0, v, true), () => SDV.getInt16(0, true), intCheck('i16', -0x8000, 0x7fff)),
+  i32: fixed(
+    'i32',
+    4,
+    (v) => SDV.setInt32(0, v, true),
+    () => SDV.getInt32(0, true),
+    intCheck('i32', -0x80000000, 0x7fffffff),
+  ),
+  i64: fixed(
+    'i64',
+    8,
+    (v) => SDV.setBigInt64(0, BigInt(v), true),
+    () => SDV.getBigInt64(0, true),
+    bigCheck('i64', MIN_TIMESTAMP, MAX_TIMESTAMP),
+  ),
+  f32: fixed('f32', 4, (v) => SDV.setFloat32(0, v, true), () => SDV.getFloat32(0, true), numCheck('f32')),
+  f64: fixed('f64', 8, (v) => SDV.setFloat64(0, v, true), () => SDV.getFloat64(0, true), numCheck('f64')),
+  bool: Object.freeze({
+    name: 'bool',
+    encode(v) {
+      if (typeof v !== 'boolean') throw new WeirError(`cannot encode bool: ${describeValue(v)} is not a boolean`);
+      return new Uint8Array([v ? 1 : 0]);
+    },
+    decode(b) {
+      if (b.length !== 1) throw wrongLength('bool', 1, b.length);
+      if (b[0] > 1) throw new WeirError(`cannot decode bool: invalid byte ${b[0]}`);
+      return b[0] === 1;
+    },
+  }),
+  string: Object.freeze({
+    name: 'string',
+    encode(v) {
+      if (typeof v !== 'string') throw new WeirError(`cannot encode string: ${describeValue(v)} is not a string`);
+      return utf8.encode(v);
+    },
+    decode(b) {
+      try {
+        return readUtf8(b, 0, b.length, true);
+      } catch (e) {
+        throw new WeirError(`cannot decode string: ${e.message}`);
+      }
+    },
+  }),
+  bytes: Object.freeze({
+    name: 'bytes',
+    encode(v) {
+      if (!isBytes(v)) throw new WeirError(`cannot encode bytes: expected a Uint8Array`);
+      return v;
+    },
+    decode(b) {
+      return b.slice();
+    },
+  }),
+  unit: Object.freeze({
+    name: 'unit',
+    encode() {
+      return new Uint8Array(0);
+    },
+    decode(b) {
+      if (b.length !== 0) throw wrongLength('unit', 0, b.length);
+      return null;
+    },
+  }),
+  json: Object.freeze({
+    name: 'json',
+    encode(v) {
+      return utf8.encode(JSON.stringify(v));
+    },
+    decode(b) {
+      return JSON.parse(readUtf8(b, 0, b.length, true));
+    },
+  }),
+});
+
+// ---------------------------------------------------------------------------
+// Records and batches
+// ---------------------------------------------------------------------------
+
+/**
+ * One input record: a view into the batch's `data` buffer. `key` and
+ * `value` are created on first access and share the batch's memory, which
+ * the next call reuses: copy (`.slice()`) what you keep across calls.
+ */
+export class Record {
+  constructor(data, keyStart, keyLen, valueStart, valueLen, timestamp) {
+    this._d = data;
+    this._ks = keyStart;
+    this._kl = keyLen;
+    this._vs = valueStart;
+    this._vl = valueLen;
+    this._t = timestamp;
+  }
+  /** The key bytes, or null when the record has none. */
+  get key() {
+    return this._kl < 0 ? null : this._d.subarray(this._ks, this._ks + this._kl);
+  }
+  /** The value bytes. */
+  get value() {
+    return this._d.subarray(this._vs, this._vs + this._vl);
+  }
+  /** Event time in ms since the Unix epoch (bigint, as the contract's s64). */
+  get timestamp() {
+    return timeIn(this._t);
+  }
+  /** The key as a string (invalid UTF-8 becomes U+FFFD), or null. */
+  keyString() {
+    return this._kl < 0 ? null : readUtf8(this._d, this._ks, this._ks + this._kl, false);
+  }
+  /** The value as a string (invalid UTF-8 becomes U+FFFD). */
+  valueString() {
+    return readUtf8(this._d, this._vs, this._vs + this._vl, false);
+  }
+  /** A plain record with this key and timestamp and another value. */
+  withValue(value) {
+    return { key: this.key, value, timestamp: this.timestamp };
+  }
+  /** A plain record with this value and timestamp and another key (null for none). */
+  withKey(key) {
+    return { key, value: this.value, timestamp: this.timestamp };
+  }
+}
+
+/**
+ * Checks an input batch once (as the Rust SDK's `Batch::records`) and
+ * calls `each(record, index)` for every record, in order.
+ */
+function forEachRecord(input, each) {
+  const ts = input.timestamps;
+  const kl = input.keyLens;
+  const vl = input.valueLens;
+  const data = input.data;
+  const n = ts.length;
+  if (kl.length !== n || vl.length !== n) {
+    throw new WeirError(
+      `malformed batch: ${n} timestamps, ${kl.length} key lengths and ${vl.length} value lengths`,
+    );
+  }
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    const k = kl[i];
+    if (k < -1) throw new WeirError(`malformed batch: record ${i} has key length ${k}`);
+    total += (k > 0 ? k : 0) + vl[i];
+  }
+  if (total !== data.length) {
+    throw new WeirError(
+      `malformed batch: record lengths add up to ${total} bytes but data holds ${data.length}`,
+    );
+  }
+  let pos = 0;
+  for (let i = 0; i < n; i++) {
+    const k = kl[i];
+    const ks = pos;
+    if (k > 0) pos += k;
+    const v = vl[i];
+    each(new Record(data, ks, k, pos, v, ts[i]), i);
+    pos += v;
+  }
+}
+
+const INITIAL_RECORDS = 64;
+const INITIAL_BYTES = 4096;
+
+/**
+ * Appends records into one packed batch: growable typed columns plus one
+ * data buffer, reused from call to call. `finish()` hands views of them to
+ * the host, which copies them when the export returns.
+ */
+export class BatchBuilder {
+  constructor() {
+    this.length = 0;
+    this._bytes = 0;
+    this._ts = new BigInt64Array(INITIAL_RECORDS);
+    this._kl = new Int32Array(INITIAL_RECORDS);
+    this._vl = new Uint32Array(INITIAL_RECORDS);
+    this._data = new Uint8Array(INITIAL_BYTES);
+  }
+
+  /** Drops every record, keeping the buffers. */
+  clear() {
+    this.length = 0;
+    this._bytes = 0;
+  }
+
+  _reserveRecord() {
+    if (this.length === this._ts.length) {
+      const cap = this._ts.length * 2;
+      const ts = new BigInt64Array(cap);
+      ts.set(this._ts);
+      this._ts = ts;
+      const kl = new Int32Array(cap);
+      kl.set(this._kl);
+      this._kl = kl;
+      const vl = new Uint32Array(cap);
+      vl.set(this._vl);
+      this._vl = vl;
+    }
+  }
+
+  _reserveBytes(extra) {
+    const need = this._bytes + extra;
+    if (need > this._data.length) {
+      let cap = this._data.length * 2;
+      while (cap < need) cap *= 2;
+      const d = new Uint8Array(cap);
+      d.set(this._data.subarray(0, this._bytes));
+      this._data = d;
+    }
+  }
+
+  /** Appends bytes, a string (as UTF-8) or an array of those; returns the byte count. */
+  _append(part, what) {
+    const start = this._bytes;
+    if (isBytes(part)) {
+      this._reserveBytes(part.length);
+      this._data.set(part, start);
+      this._bytes = start + part.length;
+    } else if (typeof part === 'string') {
+      this._reserveBytes(part.length * 3);
+      this._bytes = writeUtf8(part, this._data, start);
+    } else if (Array.isArray(part)) {
+      for (let i = 0; i < part.length; i++) this._append(part[i], what);
+    } else if (typeof part === 'number' || typeof part === 'bigint') {
+      this._append(String(part), what);
+    } else {
+      throw new WeirError(`${what}: expected a Uint8Array, a string or an array of them, got ${describeValue(part)}`);
+    }
+    return this._bytes - start;
+  }
+
+  /**
+   * Appends one record. `key`: Uint8Array | string | null (no key);
+   * `value`: Uint8Array | string | an array of those (written back to back);
+   * `timestamp`: bigint (or an integer number).
+   */
+  push(key, value, timestamp) {
+    const t = timeArg(timestamp, 'output record timestamp');
+    this._reserveRecord();
+    const i = this.length;
+    const mark = this._bytes;
+    try {
+      this._kl[i] = key === null || key === undefined ? -1 : this._append(key, 'output record key');
+      this._vl[i] = this._append(value, 'output record value');
+    } catch (e) {
+      this._bytes = mark;
+      throw e;
+    }
+    this._ts[i] = t;
+    this.length = i + 1;
+  }
+
+  /** Appends a record object `{ key?, value, timestamp }` (e.g. an input Record). */
+  pushRecord(r) {
+    this.push(r.key ?? null, r.value, r.timestamp);
+  }
+
+  /** The records as the contract's `batch`, shaped for the bound backend. */
+  finish() {
+    const n = this.length;
+    if (QJS) {
+      // componentize-qjs lowers integer lists from plain Arrays of numbers.
+      const ts = new Array(n);
+      for (let i = 0; i < n; i++) ts[i] = Number(this._ts[i]);
+      return {
+        timestamps: ts,
+        keyLens: Array.from(this._kl.subarray(0, n)),
+        valueLens: Array.from(this._vl.subarray(0, n)),
+        data: this._data.subarray(0, this._bytes),
+      };
+    }
+    return {
+      timestamps: this._ts.subarray(0, n),
+      keyLens: this._kl.subarray(0, n),
+      valueLens: this._vl.subarray(0, n),
+      data: this._data.subarray(0, this._bytes),
+    };
+  }
+}
+
+/** Everything one call emits: the main output and side outputs by tag (Flink's Collector + ctx.output). */
+export class Collector {
+  constructor() {
+    this.main = new BatchBuilder();
+    /** @type {Map<string, BatchBuilder>} */
+    this._side = new Map();
+  }
+
+  /** Emits a record on the main output (see BatchBuilder.push for the argument types). */
+  collect(key, value, timestamp) {
+    this.main.push(key, value, timestamp);
+  }
+
+  /** Emits a record on the side output `tag` (edges `from = "<op>:<tag>"`). */
+  output(tag, key, value, timestamp) {
+    let b = this._side.get(tag);
+    if (b === undefined) {
+      if (typeof tag !== 'string') throw new WeirError(`side output tag must be a string, got ${describeValue(tag)}`);
+      b = new BatchBuilder();
+      this._side.set(tag, b);
+    }
+    b.push(key, value, timestamp);
+  }
+
+  _clear() {
+    this.main.clear();
+    for (const b of this._side.values()) b.clear();
+  }
+
+  _emitted() {
+    const side = [];
+    for (const [tag, b] of this._side) {
+      if (b.length > 0) side.push({ tag, records: b.finish() });
+    }
+    return { main: this.main.finish(), side };
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Config and OpenContext
+// ---------------------------------------------------------------------------
+
+function parseU64Text(v) {
+  let s = v.startsWith('+') ? v.slice(1) : v;
+  let radix = 10;
+  const p = s.slice(0, 2);
+  if (p === '0x') radix = 16;
+  else if (p === '0o') radix = 8;
+  else if (p === '0b') radix = 2;
+  if (radix !== 10) s = s.slice(2);
+  if (s === '' || s.startsWith('_') || s.endsWith('_')) return null;
+  s = s.replace(/_/g, '');
+  const digits = { 2: /^[01]+$/, 8: /^[0-7]+$/, 10: /^[0-9]+$/, 16: /^[0-9a-fA-F]+$/ }[radix];
+  if (!digits.test(s)) return null;
+  const prefix = { 2: '0b', 8: '0o', 10: '', 16: '0x' }[radix];
+  const n = BigInt(prefix + s);
+  return n <= 0xffffffffffffffffn ? n : null;
+}
+
+/**
+ * The operator's `config` table from the job spec, as the host flattens it:
+ * strings as they are, other scalars in TOML syntax, tables and arrays as JSON.
+ * Getters return undefined for a missing key and throw for a malformed one.
+ */
+export class Config {
+  constructor(entries = []) {
+    /** @type {Array<[string, string]>} */
+    this._entries = entries.map(([k, v]) => [String(k), String(v)]);
+  }
+  /** The raw string value of `key`, or undefined. */
+  getStr(key) {
+    for (const [k, v] of this._entries) if (k === key) return v;
+    return undefined;
+  }
+  /** The value of `key`, which must be present. */
+  requireStr(key) {
+    const v = this.getStr(key);
+    if (v === undefined) throw new WeirError(`config \`${key}\` is required but missing`);
+    return v;
+  }
+  _parse(key, expected, parse) {
+    const raw = this.getStr(key);
+    if (raw === undefined) return undefined;
+    const v = parse(raw.trim());
+    if (v === null || v === undefined) throw new WeirError(`config \`${key}\`: expected ${expected}, got \`${raw}\``);
+    return v;
+  }
+  /** `key` as a boolean (`true` / `false`). */
+  getBool(key) {
+    return this._parse(key, 'a bool (true or false)', (v) => (v === 'true' ? true : v === 'false' ? false : null));
+  }
+  /** `key` as a u64 bigint (TOML syntax: `1_000`, `0x10`, `0o7`, `0b1`). */
+  getU64(key) {
+    return this._parse(key, 'an unsigned integer', parseU64Text);
+  }
+  /** `key` as an i64 bigint (TOML syntax). */
+  getI64(key) {
+    return this._parse(key, 'an integer', (v) => {
+      const neg = v.startsWith('-');
+      const m = parseU64Text(neg || v.startsWith('+') ? v.slice(1) : v);
+      if (m === null) return null;
+      const n = neg ? -m : m;
+      return n >= MIN_TIMESTAMP && n <= MAX_TIMESTAMP ? n : null;
+    });
+  }
+  /** `key` as a safe-integer number (TOML syntax). */
+  getInt(key) {
+    return this._parse(key, 'an integer', (v) => {
+      const neg = v.startsWith('-');
+      const m = parseU64Text(neg || v.startsWith('+') ? v.slice(1) : v);
+      if (m === null) return null;
+      const n = Number(neg ? -m : m);
+      return Number.isSafeInteger(n) ? n : null;
+    });
+  }
+  /** `key` as a number (TOML syntax: `1.5`, `1e3`, `1_000.0`, `inf`, `nan`; integers accepted). */
+  getF64(key) {
+    return this._parse(key, 'a number', (v) => {
+      const s = v.replace(/_/g, '');
+      if (/^[+-]?inf$/.test(s)) return s.startsWith('-') ? -Infinity : Infinity;
+      if (/^[+-]?nan$/.test(s)) return NaN;
+      if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(s)) return null;
+      return Number(s);
+    });
+  }
+  /** `key` parsed as JSON (tables and arrays arrive as JSON). */
+  getJson(key) {
+    return this._parse(key, 'JSON', (v) => {
+      try {
+        return JSON.parse(v);
+      } catch {
+        return null;
+      }
+    });
+  }
+  /** All entries as [key, value], in the order the host sent them. */
+  entries() {
+    return this._entries.map(([k, v]) => [k, v]);
+  }
+}
+
+const KIND_NAMES = { value: 'value', list: 'list', map: 'map' };
+
+/** What the host tells an operator instance when it opens; where state handles come from. */
+export class OpenContext {
+  constructor(ctx, states) {
+    /** The operator's stable uid from the job spec. */
+    this.operatorId = ctx.operatorId;
+    /** This instance's index among the operator's parallel instances (0-based). */
+    this.subtaskIndex = Number(ctx.subtaskIndex);
+    /** How many parallel instances the operator has. */
+    this.parallelism = Number(ctx.parallelism);
+    /** The number of key groups (`max_parallelism` in the job spec). */
+    this.maxParallelism = Number(ctx.maxParallelism);
+    /** The operator's `config` table. */
+    this.config = new Config(ctx.config);
+    /** The declared states. */
+    this.states = states;
+  }
+  _lookup(name, kind) {
+    const i = this.states.findIndex((s) => s.name === name);
+    if (i < 0) {
+      const declared = this.states.map((s) => JSON.stringify(s.name)).join(', ');
+      throw new WeirError(`state \`${name}\` is not declared (declared: [${declared}])`);
+    }
+    if (this.states[i].kind !== kind) {
+      throw new WeirError(
+        `state \`${name}\` is declared as ${KIND_NAMES[this.states[i].kind]} state, not ${kind} state`,
+      );
+    }
+    return i;
+  }
+  /** A handle on the declared value state `name`, whose values use `codec`. */
+  valueState(name, codec) {
+    return new ValueState(this._lookup(name, 'value'), name, checkCodec(codec, name));
+  }
+  /** A handle on the declared list state `name`. */
+  listState(name, codec) {
+    return new ListState(this._lookup(name, 'list'), name, checkCodec(codec, name));
+  }
+  /** A handle on the declared map state `name`, with codecs for user keys and values. */
+  mapState(name, keyCodec, valueCodec) {
+    const id = this._lookup(name, 'map');
+    return new MapState(id, name, checkCodec(keyCodec, name), checkCodec(valueCodec, name));
+  }
+}
+
+function checkCodec(codec, name) {
+  if (!codec || typeof codec.encode !== 'function' || typeof codec.decode !== 'function') {
+    throw new WeirError(`state \`${name}\`: expected a codec (e.g. codecs.u64), got ${describeValue(codec)}`);
+  }
+  return codec;
+}
+
+// ---------------------------------------------------------------------------
+// Keyed state
+// ---------------------------------------------------------------------------
+
+function descriptor(kind) {
+  return (name, options = {}) => {
+    if (typeof name !== 'string' || name === '') throw new WeirError('a state needs a non-empty name');
+    const ttlMs = options.ttlMs;
+    return Object.freeze({ name, kind, ttlMs: ttlMs === undefined || ttlMs === null ? undefined : ttlMs });
+  };
+}
+
+/**
+ * State descriptors, declared up front in `states` (a state's id is its
+ * index there): `state.value('count')`, `state.list('seen', { ttlMs: 60_000 })`.
+ */
+export const state = Object.freeze({
+  value: descriptor('value'),
+  list: descriptor('list'),
+  map: descriptor('map'),
+});
+
+/** The current key for an access: a KeyedContext, or `explicitKey(bytes)`. */
+function keyOf(scope) {
+  const k = scope !== null && typeof scope === 'object' ? scope.key : undefined;
+  if (!isBytes(k)) {
+    throw new WeirError('state access needs a keyed context (or explicitKey(bytes)) with a current key');
+  }
+  return k;
+}
+
+/** A key scope given explicitly, for operators that walk a batch themselves. */
+export function explicitKey(key) {
+  return { key: typeof key === 'string' ? utf8.encode(key) : key };
+}
+
+class StateHandle {
+  constructor(id, name) {
+    /** The state's id: its index in the declared states. */
+    this.id = id;
+    /** The state's declared name. */
+    this.name = name;
+  }
+  _fail(e) {
+    return new WeirError(`state \`${this.name}\`: ${e instanceof WeirError ? e.message : explain(e)}`);
+  }
+  _decode(codec, bytes) {
+    try {
+      return codec.decode(bytes);
+    } catch (e) {
+      throw new WeirError(`state \`${this.name}\`: ${errorMessage(e)}`);
+    }
+  }
+  _encode(codec, v) {
+    try {
+      return codec.encode(v);
+    } catch (e) {
+      throw new WeirError(`state \`${this.name}\`: ${errorMessage(e)}`);
+    }
+  }
+  /** Removes everything this state holds for the current key. */
+  clear(scope) {
+    try {
+      H.state.clear(this.id, keyOf(scope));
+    } catch (e) {
+      throw this._fail(e);
+    }
+  }
+}
+
+/** One value per key (Flink's ValueState). */
+export class ValueState extends StateHandle {
+  constructor(id, name, codec) {
+    super(id, name);
+    this._c = codec;
+  }
+  /** The current key's value, or undefined. */
+  get(scope) {
+    let b;
+    try {
+      b = H.state.valueGet(this.id, keyOf(scope));
+    } catch (e) {
+      throw this._fail(e);
+    }
+    return b === undefined || b === null ? undefined : this._decode(this._c, b);
+  }
+  /** Sets the current key's value. */
+  set(scope, value) {
+    const b = this._encode(this._c, value);
+    try {
+      H.state.valueSet(this.id, keyOf(scope), b);
+    } catch (e) {
+      throw this._fail(e);
+    }
+  }
+}
+
+/** A list of values per key (Flink's ListState). */
+export class ListState extends StateHandle {
+  constructor(id, name, codec) {
+    super(id, name);
+    this._c = codec;
+  }
+  /** The current key's list, oldest first (empty if none). */
+  get(scope) {
+    let items;
+    try {
+      items = H.state.listGet(this.id, keyOf(scope));
+    } catch (e) {
+      throw this._fail(e);
+    }
+    return Array.from(items, (b) => this._decode(this._c, b));
+  }
+  /** Appends `element` to the current key's list. */
+  add(scope, element) {
+    const b = this._encode(this._c, element);
+    try {
+      H.state.listAdd(this.id, keyOf(scope), b);
+    } catch (e) {
+      throw this._fail(e);
+    }
+  }
+  /** Replaces the current key's list with `elements` (clear, then add each). */
+  update(scope, elements) {
+    this.clear(scope);
+    for (const e of elements) this.add(scope, e);
+  }
+}
+
+/** A map from user keys to values per key (Flink's MapState). */
+export class MapState extends StateHandle {
+  constructor(id, name, keyCodec, valueCodec) {
+    super(id, name);
+    this._k = keyCodec;
+    this._v = valueCodec;
+  }
+  /** The value under `userKey` in the current key's map, or undefined. */
+  get(scope, userKey) {
+    const uk = this._encode(this._k, userKey);
+    let b;
+    try {
+      b = H.state.mapGet(this.id, keyOf(scope), uk);
+    } catch (e) {
+      throw this._fail(e);
+    }
+    return b === undefined || b === null ? undefined : this._decode(this._v, b);
+  }
+  /** True if the current key's map has `userKey`. */
+  contains(scope, userKey) {
+    const uk = this._encode(this._k, userKey);
+    try {
+      const b = H.state.mapGet(this.id, keyOf(scope), uk);
+      return b !== undefined && b !== null;
+    } catch (e) {
+      throw this._fail(e);
+    }
+  }
+  /** Puts `value` under `userKey` in the current key's map. */
+  put(scope, userKey, value) {
+    const uk = this._encode(this._k, userKey);
+    const v = this._encode(this._v, value);
+    try {
+      H.state.mapPut(this.id, keyOf(scope), uk, v);
+    } catch (e) {
+      throw this._fail(e);
+    }
+  }
+  /** Removes `userKey` from the current key's map. */
+  remove(scope, userKey) {
+    const uk = this._encode(this._k, userKey);
+    try {
+      H.state.mapRemove(this.id, keyOf(scope), uk);
+    } catch (e) {
+      throw this._fail(e);
+    }
+  }
+  /** All entries as [userKey, value], ordered by the user keys' encoded bytes. */
+  entries(scope) {
+    let es;
+    try {
+      es = H.state.mapEntries(this.id, keyOf(scope));
+    } catch (e) {
+      throw this._fail(e);
+    }
+    return Array.from(es, ([k, v]) => [this._decode(this._k, k), this._decode(this._v, v)]);
+  }
+  /** True if the current key's map has no entries. */
+  isEmpty(scope) {
+    try {
+      return H.state.mapEntries(this.id, keyOf(scope)).length === 0;
+    } catch (e) {
+      throw this._fail(e);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Logging, metrics, watermark
+// ---------------------------------------------------------------------------
+
+function writeLog(level, parts) {
+  if (H === null) bindHost();
+  H.log.log(level, parts.map((p) => (typeof p === 'string' ? p : describeValue(p))).join(' '));
+}
+
+/** The host's log, tagged with the operator uid and subtask (`weir -v` shows info and up). */
+export const log = Object.freeze({
+  trace: (...m) => writeLog('trace', m),
+  debug: (...m) => writeLog('debug', m),
+  info: (...m) => writeLog('info', m),
+  warn: (...m) => writeLog('warn', m),
+  error: (...m) => writeLog('error', m),
+});
+
+/** Operator metrics, reported beside the host's own. */
+export const metrics = Object.freeze({
+  /** Adds `delta` (a u64: bigint or non-negative integer) to the counter `name`. */
+  counterAdd(name, delta = 1) {
+    if (H === null) bindHost();
+    H.metrics.counterAdd(name, u64Out(delta, `counter \`${name}\``));
+  },
+  /** Sets the gauge `name`. */
+  gaugeSet(name, value) {
+    if (H === null) bindHost();
+    H.metrics.gaugeSet(name, Number(value));
+  },
+});
+
+/** The current event-time watermark of this subtask (MIN_TIMESTAMP before the first). */
+export function currentWatermark() {
+  if (H === null) bindHost();
+  return timeIn(H.timers.currentWatermark());
+}
+
+// ---------------------------------------------------------------------------
+// Adapters: a function definition -> the exported `operator` interface
+// ---------------------------------------------------------------------------
+
+/**
+ * A definition is a plain object or a class. Metadata (`name`, `version`,
+ * `states`) are read from the object, or from the class's static fields;
+ * the instance is the object itself, or `new Class()` at `open`.
+ */
+function instantiate(def) {
+  return typeof def === 'function' ? new def() : def;
+}
+
+function metaOf(def, field, fallback) {
+  const v = def[field];
+  return v === undefined || v === null || v === '' ? fallback : v;
+}
+
+function checkStates(states) {
+  if (!Array.isArray(states)) throw new WeirError('`states` must be an array of state descriptors');
+  states.forEach((s, i) => {
+    if (!s || typeof s.name !== 'string' || !(s.kind in KIND_NAMES)) {
+      throw new WeirError(`states[${i}] is not a state descriptor (use state.value/list/map)`);
+    }
+    if (states.slice(0, i).some((o) => o.name === s.name)) {
+      throw new WeirError(`state \`${s.name}\` is declared twice`);
+    }
+  });
+  return states;
+}
+
+function describeOf(def, keyed) {
+  const pkg = (H && H.package) || {};
+  const states = checkStates(metaOf(def, 'states', []));
+  return {
+    name: String(metaOf(def, 'operatorName', metaOf(def, 'name', pkg.name || 'js-operator'))),
+    version: String(metaOf(def, 'version', pkg.version || '0.0.0')),
+    keyed,
+    states: states.map((s) => ({
+      name: s.name,
+      kind: s.kind,
+      ttlMs: s.ttlMs === undefined ? undefined : u64Out(s.ttlMs, `state \`${s.name}\` ttlMs`),
+    })),
+  };
+}
+
+/**
+ * Builds the exported `operator` object. `hooks.process(inst, input, out)`
+ * handles a batch; optional `hooks.onTimer(inst, key, time, out)`,
+ * `onWatermark(inst, wm, out)` and `close(inst, out)`.
+ */
+function makeOperator(def, keyed, hooks) {
+  if (def === null || (typeof def !== 'object' && typeof def !== 'function')) {
+    throw new TypeError('weir-sdk: expected an operator definition (an object or a class)');
+  }
+  const out = new Collector();
+  let inst = null;
+  const call = (f) =>
+    guarded(function (...args) {
+      if (inst === null) throw new WeirError('operator called before a successful `open`');
+      out._clear();
+      f(inst, out, ...args);
+      return out._emitted();
+    });
+  return {
+    describe: guarded(() => describeOf(def, keyed)),
+    open: guarded((ctx) => {
+      const states = checkStates(metaOf(def, 'states', []));
+      const created = instantiate(def);
+      if (typeof created.open === 'function') created.open(new OpenContext(ctx, states));
+      inst = created;
+    }),
+    process: call((i, o, input) => hooks.process(i, input, o)),
+    onTimer: call((i, o, key, time) => hooks.onTimer && hooks.onTimer(i, key, timeIn(time), o)),
+    onWatermark: call((i, o, wm) => {
+      if (typeof i.onWatermark === 'function') i.onWatermark(timeIn(wm), o);
+    }),
+    close: call((i, o) => {
+      if (typeof i.close === 'function') i.close(o);
+    }),
+  };
+}
+
+function requireMethod(def, name) {
+  const f = typeof def === 'function' ? def.prototype[name] : def[name];
+  if (typeof f !== 'function') throw new TypeError(`weir-sdk: the operator definition needs a \`${name}\` method`);
+}
+
+/**
+ * One record in, one record out (Flink's MapFunction). `map(record)`
+ * returns `{ key?, value, timestamp? }` (a missing timestamp keeps the
+ * input's; `record.withValue(v)` keeps key and timestamp).
+ */
+export function map(def) {
+  requireMethod(def, 'map');
+  return makeOperator(def, false, {
+    process(inst, input, out) {
+      forEachRecord(input, (r) => {
+        const m = inst.map(r);
+        if (m === null || typeof m !== 'object') throw new WeirError('map must return a record { key?, value, timestamp? }');
+        out.main.push(m.key ?? null, m.value, m.timestamp === undefined ? r._t : m.timestamp);
+      });
+    },
+  });
+}
+
+/** One record in, zero or more out (Flink's FlatMapFunction): `flatMap(record, out)`. */
+export function flatMap(def) {
+  requireMethod(def, 'flatMap');
+  return makeOperator(def, false, {
+    process(inst, input, out) {
+      forEachRecord(input, (r) => inst.flatMap(r, out));
+    },
+  });
+}
+
+/** Keeps the records for which `filter(record)` returns true (Flink's FilterFunction). */
+export function filter(def) {
+  requireMethod(def, 'filter');
+  return makeOperator(def, false, {
+    process(inst, input, out) {
+      const b = out.main;
+      forEachRecord(input, (r) => {
+        if (inst.filter(r)) {
+          b._reserveRecord();
+          const i = b.length;
+          b._kl[i] = r._kl;
+          const start = r._kl > 0 ? r._ks : r._vs;
+          const len = r._vs + r._vl - start;
+          b._reserveBytes(len);
+          b._data.set(r._d.subarray(start, start + len), b._bytes);
+          b._bytes += len;
+          b._vl[i] = r._vl;
+          b._ts[i] = timeIn(r._t);
+          b.length = i + 1;
+        }
+      });
+    },
+  });
+}
+
+/**
+ * The current key, time, timers and outputs of a keyed call (Flink's
+ * Context / OnTimerContext). One object is reused for every record of a
+ * call: read from it during the call, do not keep it.
+ */
+export class KeyedContext {
+  constructor(out) {
+    /** The current key: the record's, or the firing timer's. */
+    this.key = null;
+    this._t = 0n;
+    /** The collector (main and side outputs). */
+    this.out = out;
+  }
+  /** The record's timestamp, or the firing timer's time (bigint). */
+  get timestamp() {
+    return timeIn(this._t);
+  }
+  /** The current key as a string (invalid UTF-8 becomes U+FFFD). */
+  keyString() {
+    return readUtf8(this.key, 0, this.key.length, false);
+  }
+  /** The current event-time watermark of this subtask. */
+  currentWatermark() {
+    return timeIn(H.timers.currentWatermark());
+  }
+  /** Registers an event-time timer for the current key; registering it twice is a no-op. */
+  registerEventTimeTimer(time) {
+    const t = timeArg(time, 'register timer');
+    try {
+      H.timers.registerEventTimer(this.key, timeOut(t));
+    } catch (e) {
+      throw new WeirError(`register timer at ${t}: ${explain(e)}`);
+    }
+  }
+  /** Deletes the current key's timer at `time`, if registered. */
+  deleteEventTimeTimer(time) {
+    const t = timeArg(time, 'delete timer');
+    try {
+      H.timers.deleteEventTimer(this.key, timeOut(t));
+    } catch (e) {
+      throw new WeirError(`delete timer at ${t}: ${explain(e)}`);
+    }
+  }
+  /** Emits a record on the main output: collect(key, value, timestamp). */
+  collect(key, value, timestamp) {
+    this.out.main.push(key, value, timestamp);
+  }
+  /** Emits a record on the side output `tag` (Flink's ctx.output). */
+  output(tag, key, value, timestamp) {
+    this.out.output(tag, key, value, timestamp);
+  }
+}
+
+/**
+ * Per-key logic with keyed state and event-time timers (Flink's
+ * KeyedProcessFunction). The definition has `states` and the methods
+ * `open(ctx)`, `processElement(record, ctx)`, and optionally
+ * `onTimer(time, ctx)`, `onWatermark(watermark, out)`, `close(out)`.
+ */
+export function keyed(def) {
+  requireMethod(def, 'processElement');
+  let ctx = null;
+  const context = (out) => {
+    if (ctx === null || ctx.out !== out) ctx = new KeyedContext(out);
+    return ctx;
+  };
+  return makeOperator(def, true, {
+    process(inst, input, out) {
+      const c = context(out);
+      forEachRecord(input, (r, i) => {
+        if (r._kl < 0) {
+          throw new WeirError(`record ${i} of the batch has no key, but this operator runs on a keyed stream`);
+        }
+        c.key = r.key;
+        c._t = r._t;
+        inst.processElement(r, c);
+      });
+    },
+    onTimer(inst, key, time, out) {
+      if (typeof inst.onTimer !== 'function') return;
+      const c = context(out);
+      c.key = key;
+      c._t = time;
+      inst.onTimer(time, c);
+    },
+  });
+}
+
+/**
+ * The low-level interface: `process(records, out)` gets the whole batch as
+ * an array-like of Records (Rust's `Operator`). `keyed: true` in the
+ * definition declares a keyed operator; `onTimer(key, time, out)` then
+ * receives timers.
+ */
+export function operator(def) {
+  requireMethod(def, 'process');
+  return makeOperator(def, !!def.keyed, {
+    process(inst, input, out) {
+      const records = [];
+      forEachRecord(input, (r) => records.push(r));
+      inst.process(records, out);
+    },
+    onTimer(inst, key, time, out) {
+      if (typeof inst.onTimer === 'function') inst.onTimer(key, time, out);
+    },
+  });
+}

@@ -1,0 +1,316 @@
+"""Tests of weir_sdk, natively: `python3 -m unittest discover -s sdk/python/tests`.
+
+They drive operators through the same export a component uses (via
+weir_sdk.testing.Harness), so the batch packing, the state encoding and the
+failure messages are what the host sees.
+"""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import weir_sdk  # noqa: E402
+from weir_sdk import (  # noqa: E402
+    BOOL,
+    BYTES,
+    F32,
+    F64,
+    I8,
+    I16,
+    I32,
+    I64,
+    MAX_TIMESTAMP,
+    STR,
+    U8,
+    U16,
+    U32,
+    U64,
+    UNIT,
+    Config,
+    DecodeError,
+    Error,
+    FilterFunction,
+    KeyedProcessFunction,
+    ListState,
+    MapState,
+    Record,
+    ValueState,
+)
+from weir_sdk.testing import Harness, OperatorFailed  # noqa: E402
+
+
+class CodecTest(unittest.TestCase):
+    """The table of wit/README.md "State value encoding", as sdk/src/codec.rs tests it."""
+
+    def round_trip(self, codec, value, data):
+        self.assertEqual(codec.encode(value), data, f"encoding of {value!r}")
+        self.assertEqual(codec.decode(data), value)
+
+    def test_encodings_match_the_documented_table(self):
+        self.round_trip(U8, 0x12, b"\x12")
+        self.round_trip(U16, 0x1234, b"\x34\x12")
+        self.round_trip(U32, 0x12345678, b"\x78\x56\x34\x12")
+        self.round_trip(U64, 1, b"\x01\0\0\0\0\0\0\0")
+        self.round_trip(I8, -1, b"\xff")
+        self.round_trip(I16, -2, b"\xfe\xff")
+        self.round_trip(I32, -1, b"\xff" * 4)
+        self.round_trip(I64, -(1 << 63), b"\0\0\0\0\0\0\0\x80")
+        self.round_trip(F32, 1.0, b"\0\0\x80\x3f")
+        self.round_trip(F64, 1.0, b"\0\0\0\0\0\0\xf0\x3f")
+        self.round_trip(BOOL, True, b"\x01")
+        self.round_trip(BOOL, False, b"\x00")
+        self.round_trip(STR, "héllo", "héllo".encode())
+        self.round_trip(BYTES, b"\x00\xff", b"\x00\xff")
+        self.round_trip(UNIT, None, b"")
+
+    def test_bad_bytes_are_errors_with_the_rust_messages(self):
+        with self.assertRaises(DecodeError) as e:
+            U64.decode(b"\x01\x02\x03")
+        self.assertEqual(str(e.exception), "cannot decode u64: expected 8 bytes, got 3")
+        with self.assertRaises(DecodeError) as e:
+            BOOL.decode(b"\x02")
+        self.assertEqual(str(e.exception), "cannot decode bool: invalid byte 2")
+        for codec, data in [(BOOL, b""), (STR, b"\xff\xfe"), (UNIT, b"\0"), (F64, b"\0" * 4)]:
+            with self.assertRaises(DecodeError):
+                codec.decode(data)
+
+    def test_out_of_range_values_do_not_encode(self):
+        with self.assertRaises(weir_sdk.EncodeError):
+            U64.encode(-1)
+        with self.assertRaises(weir_sdk.EncodeError):
+            I8.encode(128)
+
+
+class ConfigTest(unittest.TestCase):
+    def test_typed_getters_parse_toml_scalars(self):
+        c = Config(
+            [("b", "true"), ("n", "1_000"), ("h", "0xff"), ("neg", "-5"), ("f", "2.5"),
+             ("i", "3"), ("s", "hello"), ("t", '{"a":[1,2]}')]
+        )  # fmt: skip
+        self.assertIs(c.get_bool("b"), True)
+        self.assertEqual(c.get_int("n"), 1000)
+        self.assertEqual(c.get_int("h"), 255)
+        self.assertEqual(c.get_int("neg"), -5)
+        self.assertEqual(c.get_float("f"), 2.5)
+        self.assertEqual(c.get_float("i"), 3.0)
+        self.assertEqual(c.get_str("s"), "hello")
+        self.assertEqual(c.get_json("t"), {"a": [1, 2]})
+        self.assertIsNone(c.get_bool("missing"))
+        self.assertEqual(c.get_int("missing", 7), 7)
+
+    def test_wrong_types_and_missing_keys_are_clear_errors(self):
+        c = Config([("b", "yes"), ("n", "1.5")])
+        with self.assertRaises(Error) as e:
+            c.get_bool("b")
+        self.assertEqual(str(e.exception), "config `b`: expected a bool (true or false), got `yes`")
+        with self.assertRaises(Error) as e:
+            c.get_int("n")
+        self.assertEqual(str(e.exception), "config `n`: expected an integer, got `1.5`")
+        with self.assertRaises(Error) as e:
+            c.require_str("contains")
+        self.assertEqual(str(e.exception), "config `contains` is required but missing")
+
+
+@weir_sdk.map
+def shout(record):
+    return record.with_value(record.value.upper())
+
+
+@weir_sdk.flat_map
+def split(record, out):
+    for word in record.value.split():
+        out.emit(word, word, record.timestamp)
+        if word.isdigit():
+            out.output("numbers", Record(None, word, record.timestamp))
+
+
+class Contains(FilterFunction):
+    def open(self, ctx):
+        self.needle = ctx.config.require_str("contains").encode()
+
+    def filter(self, record):
+        return self.needle in record.value
+
+
+class StatelessTest(unittest.TestCase):
+    def test_map_keeps_keys_and_timestamps(self):
+        h = Harness(shout)
+        out = h.process([Record(b"k", b"hey", 7), Record(None, "", 8)])
+        self.assertEqual(out.main, [Record(b"k", b"HEY", 7), Record(None, b"", 8)])
+        self.assertEqual(h.info.name, "shout")
+        self.assertFalse(h.info.keyed)
+
+    def test_flat_map_emits_main_and_side_outputs(self):
+        h = Harness(split)
+        out = h.process([Record(None, b"in 1 beginning 2", 3)])
+        self.assertEqual(out.values(), ["in", "1", "beginning", "2"])
+        self.assertEqual([r.value for r in out.side_output("numbers")], [b"1", b"2"])
+        self.assertEqual(out.side_output("numbers")[0].key, None)
+
+    def test_filter_drops_records_and_passes_all_kept_batches_as_they_are(self):
+        h = Harness(Contains, config={"contains": "lord"})
+        out = h.process([(b"a", b"the lord", 1), (None, b"said", 2), (b"c", b"lord god", 3)])
+        self.assertEqual(out.values(), ["the lord", "lord god"])
+        self.assertEqual(out.main[1], Record(b"c", b"lord god", 3))
+        self.assertEqual(h.process([(None, b"lord", 1)]).values(), ["lord"])
+
+    def test_missing_config_fails_open_with_the_message(self):
+        with self.assertRaises(OperatorFailed) as failed:
+            Harness(Contains)
+        self.assertEqual(failed.exception.call, "open")
+        self.assertEqual(failed.exception.message, "config `contains` is required but missing")
+
+
+class Sessions(KeyedProcessFunction):
+    """Exercises list, map and value state, timers, side outputs, log and metrics."""
+
+    NAME = "sessions"
+    VERSION = "2.0.0"
+    events = ListState("events", STR)
+    per_kind = MapState("per-kind", STR, U32)
+    seen = ValueState("seen", BOOL, ttl_ms=60_000)
+
+    def process_element(self, record, ctx):
+        kind = record.value.decode()
+        if kind == "boom":
+            raise RuntimeError("boom in " + record.key_str())
+        self.events.add(ctx, kind)
+        self.per_kind.put(ctx, kind, self.per_kind.get(ctx, kind, 0) + 1)
+        if not self.seen.get(ctx, False):
+            self.seen.set(ctx, True)
+            ctx.register_event_time_timer(record.timestamp + 10)
+            weir_sdk.log.info(f"new key {record.key_str()}")
+        if kind == "cancel":
+            ctx.delete_event_time_timer(record.timestamp + 10)
+            ctx.output("cancelled", record)
+        weir_sdk.metrics.counter_add("events")
+
+    def on_timer(self, time, ctx):
+        events = self.events.get(ctx)
+        counts = dict(self.per_kind.entries(ctx))
+        ctx.emit(ctx.key, f"{ctx.key.decode()}:{events}:{counts}", time)
+        self.events.clear(ctx)
+        self.per_kind.remove(ctx, "click")
+        weir_sdk.metrics.gauge_set("watermark", ctx.current_watermark())
+
+
+class KeyedTest(unittest.TestCase):
+    def test_describe_lists_the_declared_states_in_order(self):
+        h = Harness(Sessions)
+        self.assertEqual((h.info.name, h.info.version, h.info.keyed), ("sessions", "2.0.0", True))
+        self.assertEqual([s.name for s in h.info.states], ["events", "per-kind", "seen"])
+        self.assertEqual([s.ttl_ms for s in h.info.states], [None, None, 60_000])
+
+    def test_state_timers_side_outputs_log_and_metrics(self):
+        h = Harness(Sessions)
+        out = h.process([("u1", "click", 100), ("u2", "view", 101), ("u1", "click", 102)])
+        self.assertTrue(out.is_empty())
+        self.assertEqual(h.timers, [(110, b"u1"), (111, b"u2")])
+        self.assertEqual(h.list_state("events", "u1"), ["click", "click"])
+        self.assertEqual(h.map_state("per-kind", "u1"), {"click": 2})
+        self.assertIs(h.value_state("seen", "u2"), True)
+        self.assertEqual(h.logs, [("info", "new key u1"), ("info", "new key u2")])
+        self.assertEqual(h.counters, {"events": 3})
+
+        out = h.advance_watermark(110)
+        self.assertEqual(out.values(), ["u1:['click', 'click']:{'click': 2}"])
+        self.assertEqual(out.main[0].timestamp, 110)
+        self.assertEqual(h.list_state("events", "u1"), [])
+        self.assertEqual(h.map_state("per-kind", "u1"), {})
+        self.assertEqual(h.gauges, {"watermark": 110.0})
+
+        out = h.process([("u3", "cancel", 200)])
+        self.assertEqual([r.key for r in out.side_output("cancelled")], [b"u3"])
+        self.assertEqual(h.timers, [(111, b"u2")])
+        self.assertEqual(h.finish().values(), ["u2:['view']:{'view': 1}"])
+
+    def test_an_exception_fails_the_call_with_type_message_and_where(self):
+        h = Harness(Sessions)
+        with self.assertRaises(OperatorFailed) as failed:
+            h.process([("u1", "click", 1), ("u9", "boom", 2)])
+        message = failed.exception.message
+        self.assertTrue(message.startswith("RuntimeError: boom in u9 (at "), message)
+        self.assertIn("test_sdk.py:", message)
+        self.assertIn("in process_element", message)
+        self.assertNotIn("weir_sdk", message, "the SDK's own frames are left out")
+        # The failed call's state writes never reach the host.
+        self.assertIsNone(h.value_state("seen", "u1"))
+
+    def test_a_record_without_a_key_is_an_error(self):
+        h = Harness(Sessions)
+        with self.assertRaises(OperatorFailed) as failed:
+            h.process([("u1", "click", 1), (None, "click", 2)])
+        self.assertEqual(
+            failed.exception.message,
+            "record 1 of the batch has no key, but this operator runs on a keyed stream",
+        )
+
+    def test_undecodable_state_names_the_state(self):
+        h = Harness(Sessions)
+        h.set_state_bytes("seen", "u1", b"\x07")
+        with self.assertRaises(OperatorFailed) as failed:
+            h.process([("u1", "click", 1)])
+        self.assertIn("state `seen`: cannot decode bool: invalid byte 7", failed.exception.message)
+
+
+class Counter(KeyedProcessFunction):
+    count = ValueState("count", U64)
+
+    def process_element(self, record, ctx):
+        if record.value == b"reset":
+            self.count.clear(ctx)
+            return
+        self.count.set(ctx, self.count.get(ctx, 0) + 1)
+        ctx.emit(ctx.key, b"%d" % self.count.get(ctx), record.timestamp)
+
+
+class ValueStateCacheTest(unittest.TestCase):
+    """Value state reads and writes are cached within a call and written when
+    it returns: what a function sees must not change."""
+
+    def test_reads_see_the_calls_own_writes_and_clears(self):
+        h = Harness(Counter)
+        out = h.process([("a", "", 1), ("a", "", 2), ("a", "reset", 3), ("a", "", 4)])
+        self.assertEqual(out.values(), ["1", "2", "1"])
+        self.assertEqual(h.value_state("count", "a"), 1)
+        h.process([("a", "reset", 5)])
+        self.assertIsNone(h.state_bytes("count", "a"), "a clear reaches the host")
+
+    def test_every_call_reads_the_host_afresh(self):
+        h = Harness(Counter)
+        h.process([("a", "", 1)])
+        h.set_state_bytes("count", "a", U64.encode(41))  # e.g. restored from a savepoint
+        self.assertEqual(h.process([("a", "", 2)]).values(), ["42"])
+
+    def test_one_host_read_and_write_per_key_and_call(self):
+        h = Harness(Counter)
+        calls = []
+        for name in ("value_get", "value_set"):
+            method = getattr(h.host, name)
+            setattr(h.host, name, lambda *a, _m=method, _n=name: calls.append(_n) or _m(*a))
+        h.process([("a", "", i) for i in range(100)] + [("b", "", 100)])
+        self.assertEqual(sorted(calls), ["value_get", "value_get", "value_set", "value_set"])
+        self.assertEqual(h.value_state("count", "a"), 100)
+
+
+class ExportTest(unittest.TestCase):
+    def test_export_needs_a_function_class(self):
+        with self.assertRaises(TypeError):
+            weir_sdk.export(object)
+
+    def test_duplicate_state_names_are_refused(self):
+        class Twice(KeyedProcessFunction):
+            a = ValueState("n", U64)
+            b = ValueState("n", U64)
+
+        with self.assertRaises(TypeError):
+            weir_sdk.export(Twice)
+
+    def test_max_timestamp_is_i64_max(self):
+        self.assertEqual(MAX_TIMESTAMP, 2**63 - 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,113 @@
+"""weir_sdk: write Weir stream operators in Python.
+
+A Weir operator is a WebAssembly component implementing ``wit/operator.wit``
+(``weir:operator@0.1.0``). This package hides the contract behind Flink's
+function classes, typed keyed state and one ``export`` call, the same shape
+as the Rust SDK (``sdk/src``); componentize-py builds the module into a
+component (see ``sdk/python/README.md``), and ``weir_sdk.testing`` runs the
+same operator natively in plain ``python3 -m unittest``.
+
+Writing an operator
+-------------------
+
+Subclass one function class (or decorate a plain function), then bind the
+export to ``Operator`` at the top level of the module you build:
+
+=========================  ========================================  ======================
+class                      per call                                  decorator
+=========================  ========================================  ======================
+``MapFunction``            ``map(record) -> Record``                 ``@weir_sdk.map``
+``FlatMapFunction``        ``flat_map(record, out)``                 ``@weir_sdk.flat_map``
+``FilterFunction``         ``filter(record) -> bool``                ``@weir_sdk.filter``
+``KeyedProcessFunction``   ``process_element(record, ctx)``,
+                           ``on_timer(time, ctx)``, state, timers
+=========================  ========================================  ======================
+
+Each may define ``open(self, ctx)``: read the config there
+(``ctx.config.get_bool("lowercase", True)``). A complete keyed operator::
+
+    from weir_sdk import KeyedProcessFunction, ValueState, U64, MAX_TIMESTAMP, export
+
+    class CountPerKey(KeyedProcessFunction):
+        count = ValueState("count", U64)        # declared: describe() lists it
+
+        def process_element(self, record, ctx):
+            count = self.count.get(ctx)         # scoped to ctx.key
+            if count is None:
+                ctx.register_event_time_timer(MAX_TIMESTAMP)
+            self.count.set(ctx, (count or 0) + 1)
+
+        def on_timer(self, time, ctx):
+            ctx.emit(ctx.key, b"%s=%d" % (ctx.key, self.count.get(ctx)), time)
+
+    Operator = export(CountPerKey)
+
+Records are :class:`Record` (``key`` bytes or None, ``value`` bytes,
+``timestamp`` ms). Outputs go to a :class:`Collector` (``ctx`` is one):
+``collect(record)``, ``emit(key, value, timestamp)``, and side outputs with
+``output(tag, record)`` / ``emit_to(tag, key, value, timestamp)``.
+
+An exception fails the call: the host fails the task with kind
+``operator error`` and the message (``Type: message (at file:line in fn)``;
+an :class:`Error`'s message as it is).
+
+Layout
+------
+
+- ``operator``: records, collectors, contexts, config, the function classes,
+  the decorators, and ``export`` with the runtime behind it.
+- ``state``: ``ValueState``, ``ListState``, ``MapState`` (declaration and handle).
+- ``codec``: the byte encoding of state values, shared by every Weir SDK.
+- ``log`` and ``metrics``: the host's log and metrics.
+- ``testing``: ``Harness``, the native test harness.
+- ``_host``: the only caller of the host imports (fakes natively).
+"""
+
+from . import log, metrics
+from .codec import (
+    BOOL,
+    BYTES,
+    F32,
+    F64,
+    I8,
+    I16,
+    I32,
+    I64,
+    STR,
+    U8,
+    U16,
+    U32,
+    U64,
+    UNIT,
+    DecodeError,
+    EncodeError,
+)
+from .operator import (
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    Collector,
+    Config,
+    Error,
+    FilterFunction,
+    FlatMapFunction,
+    KeyedContext,
+    KeyedProcessFunction,
+    MapFunction,
+    OpenContext,
+    Record,
+    current_watermark,
+    export,
+    filter,  # noqa: A004 (weir_sdk.filter, as in the Rust SDK)
+    flat_map,
+    map,  # noqa: A004
+)
+from .state import ListState, MapState, StateError, ValueState
+
+__all__ = [
+    "BOOL", "BYTES", "F32", "F64", "I8", "I16", "I32", "I64", "STR", "U8", "U16", "U32",
+    "U64", "UNIT", "DecodeError", "EncodeError", "MAX_TIMESTAMP", "MIN_TIMESTAMP",
+    "Collector", "Config", "Error", "FilterFunction", "FlatMapFunction", "KeyedContext",
+    "KeyedProcessFunction", "MapFunction", "OpenContext", "Record", "current_watermark",
+    "export", "filter", "flat_map", "map", "ListState", "MapState", "StateError",
+    "ValueState", "log", "metrics",
+]  # fmt: skip

@@ -1,0 +1,344 @@
+"""A native test harness: run an operator without Wasm, in plain unittest.
+
+Owns :class:`Harness`, which drives a function class through the very
+export a component uses (``weir_sdk.export``): ``open``, ``process`` with
+packed batches, ``on-timer``, ``on-watermark``, ``close``, against an
+in-memory host (keyed state, timers, log, metrics); :class:`Output`, what
+each call emitted; and :class:`OperatorFailed`, what a failed call raises,
+carrying the message the host would report.
+
+Semantics kept from the host: state is scoped by the key passed with each
+access; undeclared state ids and wrong kinds are errors; a timer fires once,
+when the watermark reaches its time, in time order (then key order), with
+the watermark already advanced; ``on_watermark`` follows the timers it made
+due; emitted batches are checked like the host checks them (columns of one
+length, lengths adding up to the data). Not emulated: key-group ownership
+(``key-out-of-range``), state TTL, and resource limits.
+
+Example::
+
+    h = Harness(WordCount, config={"emit": "updates"})
+    out = h.process([Record(b"a", b"a", 1), Record(b"b", b"b", 2)])
+    assert out.values() == ["a\\t1", "b\\t1"]
+    assert h.value_state("count", "a") == 1
+"""
+
+import json
+
+from . import _host
+from .operator import MAX_TIMESTAMP, MIN_TIMESTAMP, Record, _Buffer, export
+
+
+class OperatorFailed(Exception):
+    """A call of the operator failed; ``message`` is what the host reports."""
+
+    def __init__(self, call, message):
+        super().__init__(f"{call} failed: {message}")
+        self.call = call
+        self.message = message
+
+
+class Output:
+    """What one or more calls emitted: ``main`` (a list of :class:`Record`)
+    and ``side`` (a list of ``(tag, Record)`` in the order sent)."""
+
+    def __init__(self):
+        self.main = []
+        self.side = []
+
+    def values(self):
+        """The main output's values as UTF-8 (invalid bytes replaced)."""
+        return [r.value.decode("utf-8", "replace") for r in self.main]
+
+    def side_output(self, tag):
+        """The records of the side output ``tag``."""
+        return [r for t, r in self.side if t == tag]
+
+    def is_empty(self):
+        """True if nothing was emitted."""
+        return not self.main and not self.side
+
+    def extend(self, other):
+        """Appends ``other`` to this output."""
+        self.main.extend(other.main)
+        self.side.extend(other.side)
+
+    def __repr__(self):
+        return f"Output(main={self.main!r}, side={self.side!r})"
+
+
+def _decode_batch(batch, what):
+    """The records of an emitted ``batch``, checked as the host checks them."""
+    ts, kls, vls, data = batch.timestamps, batch.key_lens, batch.value_lens, batch.data
+    if not isinstance(data, bytes):
+        raise AssertionError(f"{what}: data must be bytes, not {type(data).__name__}")
+    if not len(ts) == len(kls) == len(vls):
+        raise AssertionError(
+            f"{what}: columns differ in length ({len(ts)}, {len(kls)}, {len(vls)})"
+        )
+    records, pos = [], 0
+    for i, (t, kl, vl) in enumerate(zip(ts, kls, vls)):
+        if kl < -1 or vl < 0:
+            raise AssertionError(f"{what}: record {i} has an invalid length")
+        key = None
+        if kl >= 0:
+            key = data[pos : pos + kl]
+            pos += kl
+        records.append(Record(key, data[pos : pos + vl], t))
+        pos += vl
+        if pos > len(data):
+            raise AssertionError(f"{what}: record {i} runs past the end of data")
+    if pos != len(data):
+        raise AssertionError(f"{what}: lengths add up to {pos} bytes, data has {len(data)}")
+    return records
+
+
+def _flatten(value):
+    """A config value as the host passes it: strings as they are, other
+    scalars in TOML syntax, tables and arrays as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _key(key):
+    return key.encode("utf-8") if isinstance(key, str) else bytes(key)
+
+
+class _FakeHost:
+    """The in-memory host: keyed state per declared state, timers, log, metrics."""
+
+    def __init__(self, kinds):
+        self.kinds = kinds  # state id -> "value" | "list" | "map"
+        self.stores = [{} for _ in kinds]
+        self.timers = set()  # (time, key)
+        self.watermark = MIN_TIMESTAMP
+        self.logs = []
+        self.counters = {}
+        self.gauges = {}
+
+    def _store(self, state, kind):
+        if not 0 <= state < len(self.kinds):
+            raise _host.HostError(_host.StateError_UnknownState(state))
+        if self.kinds[state] != kind:
+            raise _host.HostError(_host.StateError_WrongKind(state))
+        return self.stores[state]
+
+    def value_get(self, state, key):
+        return self._store(state, "value").get(bytes(key))
+
+    def value_set(self, state, key, value):
+        self._store(state, "value")[bytes(key)] = bytes(value)
+
+    def list_get(self, state, key):
+        return list(self._store(state, "list").get(bytes(key), ()))
+
+    def list_add(self, state, key, element):
+        self._store(state, "list").setdefault(bytes(key), []).append(bytes(element))
+
+    def map_get(self, state, key, user_key):
+        return self._store(state, "map").get(bytes(key), {}).get(bytes(user_key))
+
+    def map_put(self, state, key, user_key, value):
+        self._store(state, "map").setdefault(bytes(key), {})[bytes(user_key)] = bytes(value)
+
+    def map_remove(self, state, key, user_key):
+        self._store(state, "map").get(bytes(key), {}).pop(bytes(user_key), None)
+
+    def map_entries(self, state, key):
+        return sorted(self._store(state, "map").get(bytes(key), {}).items())
+
+    def clear(self, state, key):
+        if not 0 <= state < len(self.kinds):
+            raise _host.HostError(_host.StateError_UnknownState(state))
+        self.stores[state].pop(bytes(key), None)
+
+    def register_event_timer(self, key, time):
+        self.timers.add((time, bytes(key)))
+
+    def delete_event_timer(self, key, time):
+        self.timers.discard((time, bytes(key)))
+
+    def current_watermark(self):
+        return self.watermark
+
+    def log(self, level, message):
+        self.logs.append((level, message))
+
+    def counter_add(self, name, delta):
+        if not isinstance(delta, int) or delta < 0:
+            raise TypeError(f"counter `{name}`: delta must be a non-negative int (WIT u64)")
+        self.counters[name] = self.counters.get(name, 0) + delta
+
+    def gauge_set(self, name, value):
+        self.gauges[name] = float(value)
+
+
+class Harness:
+    """Runs ``function`` (a function class, or a decorated function) as the
+    host would, opened with ``config`` (a dict; values flattened like the
+    host does) and the given ``operator_id``, ``subtask_index``,
+    ``parallelism`` and ``max_parallelism``.
+
+    Raises :class:`OperatorFailed` if ``open`` fails."""
+
+    def __init__(
+        self,
+        function,
+        config=None,
+        operator_id="op",
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+    ):
+        self._operator = export(function)()
+        runtime = type(self._operator).runtime_
+        self.info = self._operator.describe()
+        self._states = {s.name: s for s in runtime.states}
+        self.host = _FakeHost([s.kind for s in runtime.states])
+        ctx = _OpenContextRecord(
+            operator_id,
+            subtask_index,
+            parallelism,
+            max_parallelism,
+            [(k, _flatten(v)) for k, v in (config or {}).items()],
+        )
+        self._call("open", ctx)
+
+    # -- driving the operator ------------------------------------------------
+
+    def process(self, records):
+        """Processes ``records`` (``Record``s or ``(key, value, timestamp)``
+        tuples; str is encoded as UTF-8) as one batch."""
+        buffer = _Buffer()
+        for r in records:
+            if isinstance(r, Record):
+                buffer.emit(r.key, r.value, r.timestamp)
+            else:
+                buffer.emit(*r)
+        return self._emitted("process", self._call("process", buffer.batch()))
+
+    def advance_watermark(self, watermark):
+        """Advances the watermark: fires the due timers in time order (then
+        key order), then calls ``on_watermark``."""
+        out = Output()
+        self.host.watermark = max(self.host.watermark, watermark)
+        while True:
+            due = sorted(t for t in self.host.timers if t[0] <= self.host.watermark)
+            if not due:
+                break
+            time, key = due[0]
+            self.host.timers.discard(due[0])
+            out.extend(self._emitted("on-timer", self._call("on_timer", key, time)))
+        out.extend(self._emitted("on-watermark", self._call("on_watermark", self.host.watermark)))
+        return out
+
+    def close(self):
+        """Calls ``close``."""
+        return self._emitted("close", self._call("close"))
+
+    def finish(self):
+        """The end of bounded input, as the host does it: the final watermark
+        (``MAX_TIMESTAMP``, firing every timer), then ``close``."""
+        out = self.advance_watermark(MAX_TIMESTAMP)
+        out.extend(self.close())
+        return out
+
+    # -- inspecting and seeding state ----------------------------------------
+
+    def _state(self, name, kind):
+        state = self._states.get(name)
+        if state is None:
+            raise KeyError(f"state `{name}` is not declared (declared: {list(self._states)})")
+        if state.kind != kind:
+            raise KeyError(f"state `{name}` is a {state.kind} state, not a {kind} state")
+        return state, self.host.stores[state.id]
+
+    def value_state(self, name, key):
+        """The value of ``name`` for ``key``, decoded with its codec (None if unset)."""
+        state, store = self._state(name, "value")
+        data = store.get(_key(key))
+        return None if data is None else state.codec.decode(data)
+
+    def set_value_state(self, name, key, value):
+        """Sets the value of ``name`` for ``key`` (encoded with its codec)."""
+        state, store = self._state(name, "value")
+        store[_key(key)] = state.codec.encode(value)
+
+    def list_state(self, name, key):
+        """The list ``name`` for ``key``, decoded."""
+        state, store = self._state(name, "list")
+        return [state.codec.decode(e) for e in store.get(_key(key), ())]
+
+    def map_state(self, name, key):
+        """The map ``name`` for ``key`` as a dict, decoded."""
+        state, store = self._state(name, "map")
+        return {
+            state.key_codec.decode(k): state.value_codec.decode(v)
+            for k, v in store.get(_key(key), {}).items()
+        }
+
+    def state_bytes(self, name, key):
+        """The raw stored bytes of a value state (what the host would store)."""
+        return self._state(name, "value")[1].get(_key(key))
+
+    def set_state_bytes(self, name, key, data):
+        """Stores raw bytes in a value state, e.g. bytes another SDK wrote."""
+        self._state(name, "value")[1][_key(key)] = bytes(data)
+
+    @property
+    def timers(self):
+        """The registered timers as sorted ``(time, key)`` pairs."""
+        return sorted(self.host.timers)
+
+    @property
+    def watermark(self):
+        """The current watermark."""
+        return self.host.watermark
+
+    @property
+    def logs(self):
+        """``(level, message)`` pairs the operator logged."""
+        return self.host.logs
+
+    @property
+    def counters(self):
+        """Counter totals by name."""
+        return self.host.counters
+
+    @property
+    def gauges(self):
+        """Gauge values by name."""
+        return self.host.gauges
+
+    # -- plumbing -------------------------------------------------------------
+
+    def _call(self, method, *args):
+        _host.install(self.host)
+        try:
+            return getattr(self._operator, method)(*args)
+        except _host.HostError as e:
+            raise OperatorFailed(method.replace("_", "-"), e.value) from None
+
+    def _emitted(self, call, emitted):
+        out = Output()
+        out.main = _decode_batch(emitted.main, f"{call}: main output")
+        for side in emitted.side:
+            for record in _decode_batch(side.records, f"{call}: side output `{side.tag}`"):
+                out.side.append((side.tag, record))
+        return out
+
+
+class _OpenContextRecord:
+    """The WIT ``open-context`` record, as the host passes it."""
+
+    def __init__(self, operator_id, subtask_index, parallelism, max_parallelism, config):
+        self.operator_id = operator_id
+        self.subtask_index = subtask_index
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+        self.config = config
