@@ -1051,6 +1051,9 @@ impl JobManager {
                             job.restart_at = None;
                             job.state = JobState::Running;
                             job.reports.clear();
+                            // The next failure is reported as itself.
+                            job.failure = None;
+                            job.failure_is_root = false;
                             if let Some(c) = job.checkpoints.as_mut() {
                                 let from = c.coordinator.latest().map(|l| l.id);
                                 c.coordinator.record_restore(from, now_ms(), job.attempt);
@@ -1061,7 +1064,9 @@ impl JobManager {
                         Err(why) => {
                             // Not enough slots yet: wait for a TaskManager.
                             job.attempt -= 1;
-                            job.restart_at = Some(now + Duration::from_millis(500));
+                            // Ticks are 50 ms apart: a TaskManager that
+                            // registers is used within a tick or two.
+                            job.restart_at = Some(now + Duration::from_millis(100));
                             tracing::debug!(job = %job.id, "restart waits: {why}");
                         }
                     }
