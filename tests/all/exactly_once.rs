@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir_tests::artifacts;
 
@@ -32,14 +32,14 @@ fn committed_lines(path: &Path) -> Vec<String> {
     lines
 }
 
-/// A small random number from the clock (the kill moments; no crate needed).
+/// A random delay below `max_ms` (the kill moments), from std's randomly
+/// keyed hasher: no extra crate.
 fn jitter(max_ms: u64) -> Duration {
-    let nanos = Instant::now().elapsed().as_nanos() as u64
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos() as u64;
-    Duration::from_millis(nanos.wrapping_mul(0x9E37_79B9_7F4A_7C15) % max_ms.max(1))
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    Duration::from_millis(random % max_ms.max(1))
 }
 
 fn completed_checkpoints(cluster: &Cluster, id: &str) -> Vec<u64> {
@@ -74,10 +74,6 @@ fn kill_repeatedly(cluster: &mut Cluster, id: &str, kills: usize) {
             &format!("round {round}: job running with a new checkpoint"),
             || {
                 let (_, job) = cluster.get(&format!("/v1/jobs/{id}"));
-                if std::env::var_os("WEIR_TEST_DEBUG").is_some() {
-                    let (_, c) = cluster.get(&format!("/v1/jobs/{id}/checkpoints"));
-                    eprintln!("{} {c}", job["state"]);
-                }
                 assert_ne!(job["state"], "failed", "the job failed: {job}");
                 assert_ne!(
                     job["state"], "finished",

@@ -42,25 +42,27 @@ pub(crate) fn reference(transactions: &[(String, f64, i64)]) -> Vec<Alert> {
     alerts
 }
 
-#[test]
-fn fraud_alerts_equal_the_reference() {
-    let dir = tempfile::tempdir().unwrap();
-    let raw = dir.path().join("raw.jsonl");
-    let alerts_path = dir.path().join("alerts.jsonl");
-    let spec = dir.path().join("fraud.toml");
-    std::fs::write(
-        &spec,
-        format!(
-            r#"
+/// The fraud job: generated transactions (count, seed 11, 300 accounts) →
+/// `module` keyed by account → alerts; the raw stream also goes to `raw` as
+/// JSON so that the reference can be applied to exactly what the job saw.
+pub(crate) fn fraud_spec(
+    module: &Path,
+    raw: &Path,
+    alerts: &Path,
+    count: u64,
+    parallelism: u32,
+) -> String {
+    format!(
+        r#"
 [job]
 name = "fraud"
-parallelism = 4
+parallelism = {parallelism}
 
 [[source]]
 id = "tx"
 type = "generator"
 kind = "transactions"
-count = 200000
+count = {count}
 seed = 11
 accounts = 300
 parallelism = 1
@@ -95,16 +97,15 @@ to = "fraud"
 from = "fraud"
 to = "alerts"
 "#,
-            module = toml_path(Path::new(artifacts::FRAUD_DETECT)),
-            raw = toml_path(&raw),
-            alerts = toml_path(&alerts_path),
-        ),
+        module = toml_path(module),
+        raw = toml_path(raw),
+        alerts = toml_path(alerts),
     )
-    .unwrap();
-    let result = run_weir(&dir.path().join("cache"), &["run", spec.to_str().unwrap()]);
-    assert!(result.status.success(), "{}", describe(&result));
+}
 
-    let transactions: Vec<(String, f64, i64)> = read_sink(&raw)
+/// (account, amount, timestamp) of every transaction a job wrote to `raw`.
+pub(crate) fn read_transactions(raw: &Path) -> Vec<(String, f64, i64)> {
+    read_sink(raw)
         .iter()
         .map(|line| {
             let rec: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -116,10 +117,12 @@ to = "alerts"
                 rec["timestamp"].as_i64().unwrap(),
             )
         })
-        .collect();
-    assert_eq!(transactions.len(), 200_000);
-    let mut expected = reference(&transactions);
-    let mut got: Vec<Alert> = read_sink(&alerts_path)
+        .collect()
+}
+
+/// The alerts a job wrote to `path`, in file order.
+pub(crate) fn read_alerts(path: &Path) -> Vec<Alert> {
+    read_sink(path)
         .iter()
         .map(|line| {
             let v: serde_json::Value = serde_json::from_str(line)
@@ -131,7 +134,24 @@ to = "alerts"
                 amount: v["amount"].as_f64().unwrap(),
             }
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn fraud_alerts_equal_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("raw.jsonl");
+    let alerts_path = dir.path().join("alerts.jsonl");
+    let spec = dir.path().join("fraud.toml");
+    let module = Path::new(artifacts::FRAUD_DETECT);
+    std::fs::write(&spec, fraud_spec(module, &raw, &alerts_path, 200_000, 4)).unwrap();
+    let result = run_weir(&dir.path().join("cache"), &["run", spec.to_str().unwrap()]);
+    assert!(result.status.success(), "{}", describe(&result));
+
+    let transactions = read_transactions(&raw);
+    assert_eq!(transactions.len(), 200_000);
+    let mut expected = reference(&transactions);
+    let mut got = read_alerts(&alerts_path);
     assert!(
         expected.len() > 100,
         "the stream should raise alerts, got {}",

@@ -24,9 +24,9 @@ use std::sync::{Mutex, OnceLock};
 use weir_sdk::StateCodec;
 use weir_tests::artifacts;
 
-use crate::fraud::{Alert, reference as fraud_reference};
+use crate::fraud::{fraud_spec, read_alerts, read_transactions, reference as fraud_reference};
 use crate::util::{assert_fails_with, describe, kjv, read_sink, toml_path, weir};
-use crate::word_count::expected_counts;
+use crate::word_count::{expected_counts, word_count_spec_with};
 
 /// The repository root.
 fn repo() -> PathBuf {
@@ -140,54 +140,6 @@ fn run_job(spec: &Path) {
 
 // --- word count -------------------------------------------------------------
 
-/// Word count over `input` with the Rust tokenizer and `counter`, at
-/// parallelism 1 (one output file, in the order the counts are emitted).
-fn word_count_spec(input: &Path, counter: &Path, out: &Path) -> String {
-    format!(
-        r#"
-[job]
-name = "word-count"
-parallelism = 1
-
-[[source]]
-id = "lines"
-type = "file"
-path = {input}
-
-[[operator]]
-id = "tokenize"
-module = {tokenize}
-config = {{ lowercase = true }}
-
-[[operator]]
-id = "count"
-module = {counter}
-key_by = "key"
-
-[[sink]]
-id = "out"
-type = "file"
-path = {out}
-
-[[edge]]
-from = "lines"
-to = "tokenize"
-
-[[edge]]
-from = "tokenize"
-to = "count"
-
-[[edge]]
-from = "count"
-to = "out"
-"#,
-        input = toml_path(input),
-        tokenize = toml_path(Path::new(artifacts::TOKENIZE)),
-        counter = toml_path(counter),
-        out = toml_path(out),
-    )
-}
-
 #[test]
 fn word_count_is_byte_identical_in_rust_python_js_and_c() {
     let udfs = repo().join("udfs");
@@ -213,7 +165,7 @@ fn word_count_is_byte_identical_in_rust_python_js_and_c() {
     for (lang, counter) in &counters {
         let out = dir.path().join(format!("{lang}.txt"));
         let spec = dir.path().join(format!("{lang}.toml"));
-        std::fs::write(&spec, word_count_spec(&input, counter, &out)).unwrap();
+        std::fs::write(&spec, word_count_spec_with(&input, counter, &out)).unwrap();
         run_job(&spec);
         outputs.push((*lang, std::fs::read(&out).unwrap()));
     }
@@ -254,56 +206,6 @@ fn word_count_is_byte_identical_in_rust_python_js_and_c() {
 
 // --- fraud detection --------------------------------------------------------
 
-fn fraud_spec(module: &Path, raw: &Path, alerts: &Path) -> String {
-    format!(
-        r#"
-[job]
-name = "fraud"
-parallelism = 1
-
-[[source]]
-id = "tx"
-type = "generator"
-kind = "transactions"
-count = 100000
-seed = 11
-accounts = 300
-
-[[operator]]
-id = "fraud"
-module = {module}
-key_by = "key"
-
-[[sink]]
-id = "raw"
-type = "file"
-path = {raw}
-format = "json"
-
-[[sink]]
-id = "alerts"
-type = "file"
-path = {alerts}
-
-[[edge]]
-from = "tx"
-to = "raw"
-partition = "forward"
-
-[[edge]]
-from = "tx"
-to = "fraud"
-
-[[edge]]
-from = "fraud"
-to = "alerts"
-"#,
-        module = toml_path(module),
-        raw = toml_path(raw),
-        alerts = toml_path(alerts),
-    )
-}
-
 #[test]
 fn fraud_alerts_are_identical_in_rust_python_and_js() {
     let udfs = repo().join("udfs");
@@ -328,30 +230,15 @@ fn fraud_alerts_are_identical_in_rust_python_and_js() {
         let raw = dir.path().join(format!("{lang}-raw.jsonl"));
         let alerts = dir.path().join(format!("{lang}-alerts.jsonl"));
         let spec = dir.path().join(format!("{lang}.toml"));
-        std::fs::write(&spec, fraud_spec(module, &raw, &alerts)).unwrap();
+        std::fs::write(&spec, fraud_spec(module, &raw, &alerts, 100_000, 1)).unwrap();
         run_job(&spec);
         outputs.push((*lang, std::fs::read(&alerts).unwrap()));
     }
 
     // The Rust alerts equal the reference over the stream the job wrote.
-    let transactions: Vec<(String, f64, i64)> = read_sink(&dir.path().join("rust-raw.jsonl"))
-        .iter()
-        .map(|line| {
-            let rec: serde_json::Value = serde_json::from_str(line).unwrap();
-            let value: serde_json::Value =
-                serde_json::from_str(rec["value"].as_str().unwrap()).unwrap();
-            (
-                value["account"].as_str().unwrap().to_string(),
-                value["amount"].as_f64().unwrap(),
-                rec["timestamp"].as_i64().unwrap(),
-            )
-        })
-        .collect();
+    let transactions = read_transactions(&dir.path().join("rust-raw.jsonl"));
     let expected = fraud_reference(&transactions);
-    let got: Vec<Alert> = read_sink(&dir.path().join("rust-alerts.jsonl"))
-        .iter()
-        .map(|line| parse_alert(line))
-        .collect();
+    let got = read_alerts(&dir.path().join("rust-alerts.jsonl"));
     assert!(expected.len() > 50, "the stream raises alerts");
     assert_eq!(got, expected, "the Rust alerts differ from the reference");
 
@@ -363,17 +250,6 @@ fn fraud_alerts_are_identical_in_rust_python_and_js() {
             String::from_utf8_lossy(&rust[..rust.len().min(600)]),
             String::from_utf8_lossy(&bytes[..bytes.len().min(600)]),
         );
-    }
-}
-
-fn parse_alert(line: &str) -> Alert {
-    let v: serde_json::Value =
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("alert {line:?} is not JSON: {e}"));
-    Alert {
-        account: v["account"].as_str().unwrap().to_string(),
-        small_ts: v["small_ts"].as_i64().unwrap(),
-        large_ts: v["large_ts"].as_i64().unwrap(),
-        amount: v["amount"].as_f64().unwrap(),
     }
 }
 

@@ -26,6 +26,11 @@ pub(crate) fn expected_counts(text: &str) -> HashMap<String, u64> {
 
 /// A word-count job spec over `input`, writing to `out`.
 pub fn word_count_spec(input: &Path, out: &Path) -> String {
+    word_count_spec_with(input, Path::new(artifacts::WORD_COUNT), out)
+}
+
+/// The same with `counter` (a component path) as the counting operator.
+pub fn word_count_spec_with(input: &Path, counter: &Path, out: &Path) -> String {
     format!(
         r#"
 [job]
@@ -65,7 +70,7 @@ to = "out"
 "#,
         input = toml_path(input),
         tokenize = toml_path(Path::new(artifacts::TOKENIZE)),
-        count = toml_path(Path::new(artifacts::WORD_COUNT)),
+        count = toml_path(counter),
         out = toml_path(out),
     )
 }

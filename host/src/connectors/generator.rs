@@ -5,9 +5,7 @@
 //! `n ≡ i (mod p)`) and every run produces the same records. Event time is
 //! `BASE_TIME + n * interval_ms`, ascending within an instance.
 
-use std::time::{Duration, Instant};
-
-use super::{ConnectorError, Source};
+use super::{ConnectorError, Source, Throttle};
 use crate::record::Batch;
 
 /// Event time of record 0: 2023-11-14T22:13:20Z.
@@ -61,9 +59,7 @@ pub struct GeneratorSource {
     config: GeneratorConfig,
     next: u64,
     step: u64,
-    produced: u64,
-    started: Instant,
-    rate_per_instance: Option<f64>,
+    throttle: Option<Throttle>,
     scratch: String,
 }
 
@@ -78,14 +74,14 @@ pub fn splitmix64(mut x: u64) -> u64 {
 impl GeneratorSource {
     /// Instance `subtask` of `parallelism`.
     pub fn new(config: GeneratorConfig, subtask: u32, parallelism: u32) -> GeneratorSource {
-        let rate_per_instance = config.rate.map(|r| r / f64::from(parallelism.max(1)));
+        let throttle = config
+            .rate
+            .map(|r| Throttle::new(r / f64::from(parallelism.max(1))));
         GeneratorSource {
             config,
             next: u64::from(subtask),
             step: u64::from(parallelism.max(1)),
-            produced: 0,
-            started: Instant::now(),
-            rate_per_instance,
+            throttle,
             scratch: String::new(),
         }
     }
@@ -144,16 +140,6 @@ impl GeneratorSource {
             }
         }
     }
-
-    fn throttle(&self) {
-        if let Some(rate) = self.rate_per_instance {
-            let due = Duration::from_secs_f64(self.produced as f64 / rate);
-            let elapsed = self.started.elapsed();
-            if due > elapsed {
-                std::thread::sleep(due - elapsed);
-            }
-        }
-    }
 }
 
 impl Source for GeneratorSource {
@@ -173,19 +159,20 @@ impl Source for GeneratorSource {
             })?;
         self.next = next;
         // The rate applies from now on.
-        self.produced = 0;
-        self.started = Instant::now();
+        if let Some(t) = &mut self.throttle {
+            t.restart();
+        }
         Ok(())
     }
 
     fn next_batch(&mut self, max: usize) -> Result<Option<Batch>, ConnectorError> {
         let mut max = max.max(1);
-        if let Some(rate) = self.rate_per_instance {
-            // Keep batches to about 10 ms worth of records so a throttled
-            // stream stays smooth.
-            max = max.min(((rate / 100.0) as usize).max(1));
+        if let Some(t) = &self.throttle {
+            // About 10 ms worth of records per batch keeps a throttled
+            // stream smooth.
+            max = t.batch_limit(max);
+            t.wait();
         }
-        self.throttle();
         let record_bytes = match &self.config.kind {
             GeneratorKind::Sequence {
                 record_bytes: Some(b),
@@ -202,7 +189,9 @@ impl Source for GeneratorSource {
             self.push_record(n, &mut batch);
             self.next += self.step;
         }
-        self.produced += batch.len() as u64;
+        if let Some(t) = &mut self.throttle {
+            t.released(batch.len());
+        }
         Ok(if batch.is_empty() { None } else { Some(batch) })
     }
 }

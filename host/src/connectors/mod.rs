@@ -53,6 +53,51 @@ pub enum ConnectorError {
     Position(String),
 }
 
+/// Paces a source to at most `rate` records per second: batches of about
+/// 10 ms worth of records, each released when the records before it are due.
+#[derive(Debug, Clone)]
+pub struct Throttle {
+    rate: f64,
+    started: std::time::Instant,
+    released: u64,
+}
+
+impl Throttle {
+    /// A throttle starting now.
+    pub fn new(records_per_second: f64) -> Throttle {
+        Throttle {
+            rate: records_per_second,
+            started: std::time::Instant::now(),
+            released: 0,
+        }
+    }
+
+    /// The largest batch to produce next (at most `max`).
+    pub fn batch_limit(&self, max: usize) -> usize {
+        max.min(((self.rate / 100.0) as usize).max(1))
+    }
+
+    /// Blocks until the records released so far are due.
+    pub fn wait(&self) {
+        let due = std::time::Duration::from_secs_f64(self.released as f64 / self.rate);
+        let elapsed = self.started.elapsed();
+        if due > elapsed {
+            std::thread::sleep(due - elapsed);
+        }
+    }
+
+    /// Counts `n` more records as released.
+    pub fn released(&mut self, n: usize) {
+        self.released += n as u64;
+    }
+
+    /// Starts over from now (after a source seeks: the rate applies from there).
+    pub fn restart(&mut self) {
+        self.started = std::time::Instant::now();
+        self.released = 0;
+    }
+}
+
 /// A source of records.
 pub trait Source: Send {
     /// The next batch of at most `max` records, or `None` at the end of input.
@@ -128,8 +173,8 @@ pub struct FileSource {
     line_no: u64,
     /// Bytes consumed so far: where the next line starts.
     offset: u64,
-    /// Lines per second, if throttled; lines read since `started`.
-    rate: Option<(f64, std::time::Instant, u64)>,
+    /// Set to read at most so many lines per second.
+    throttle: Option<Throttle>,
     line: Vec<u8>,
     done: bool,
 }
@@ -147,7 +192,7 @@ impl FileSource {
             format,
             line_no: 0,
             offset: 0,
-            rate: None,
+            throttle: None,
             line: Vec::new(),
             done: false,
         })
@@ -155,7 +200,7 @@ impl FileSource {
 
     /// Reads at most `lines_per_second`.
     pub fn with_rate(mut self, lines_per_second: f64) -> FileSource {
-        self.rate = Some((lines_per_second, std::time::Instant::now(), 0));
+        self.throttle = Some(Throttle::new(lines_per_second));
         self
     }
 
@@ -202,9 +247,8 @@ impl Source for FileSource {
         self.offset = offset;
         self.line_no = line;
         self.done = false;
-        if let Some((_, started, read)) = &mut self.rate {
-            *started = std::time::Instant::now();
-            *read = 0;
+        if let Some(t) = &mut self.throttle {
+            t.restart();
         }
         Ok(())
     }
@@ -214,15 +258,10 @@ impl Source for FileSource {
             return Ok(None);
         }
         let mut max = max;
-        if let Some((rate, started, read)) = &mut self.rate {
-            // About 10 ms worth of lines per batch, at the rate.
-            max = max.min(((*rate / 100.0) as usize).max(1));
-            let due = std::time::Duration::from_secs_f64(*read as f64 / *rate);
-            let elapsed = started.elapsed();
-            if due > elapsed {
-                std::thread::sleep(due - elapsed);
-            }
-            *read += max as u64;
+        if let Some(t) = &mut self.throttle {
+            max = t.batch_limit(max);
+            t.wait();
+            t.released(max);
         }
         let now = now_millis();
         let mut batch = Batch::with_capacity(max, max * 64);

@@ -126,6 +126,37 @@ struct LocalJob {
     vertices: usize,
 }
 
+impl LocalJob {
+    /// Its metrics as the JobManager receives them.
+    fn report(&self) -> JobReport {
+        let mut vertices: Vec<VertexReport> = self
+            .metrics
+            .vertices
+            .iter()
+            .take(self.vertices)
+            .map(|m| VertexReport {
+                records_in: m.records_in.load(Ordering::Relaxed),
+                records_out: m.records_out.load(Ordering::Relaxed),
+                ..VertexReport::default()
+            })
+            .collect();
+        let wall = self.started.elapsed().as_millis() as u64;
+        for (head, n) in &self.heads {
+            let m = &self.metrics.vertices[*head];
+            let idle = m.idle_ns.load(Ordering::Relaxed) / 1_000_000;
+            let bp = m.backpressured_ns.load(Ordering::Relaxed) / 1_000_000;
+            let v = &mut vertices[*head];
+            v.idle_ms = idle;
+            v.backpressured_ms = bp;
+            v.busy_ms = (wall * u64::from(*n)).saturating_sub(idle + bp);
+        }
+        JobReport {
+            job: self.job.clone(),
+            vertices,
+        }
+    }
+}
+
 struct Inner {
     id: String,
     slots: u32,
@@ -233,35 +264,13 @@ impl Inner {
 
     fn job_reports(&self) -> Vec<JobReport> {
         let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        jobs.values()
-            .map(|j| {
-                let mut vertices: Vec<VertexReport> = j
-                    .metrics
-                    .vertices
-                    .iter()
-                    .take(j.vertices)
-                    .map(|m| VertexReport {
-                        records_in: m.records_in.load(Ordering::Relaxed),
-                        records_out: m.records_out.load(Ordering::Relaxed),
-                        ..VertexReport::default()
-                    })
-                    .collect();
-                let wall = j.started.elapsed().as_millis() as u64;
-                for (head, n) in &j.heads {
-                    let m = &j.metrics.vertices[*head];
-                    let idle = m.idle_ns.load(Ordering::Relaxed) / 1_000_000;
-                    let bp = m.backpressured_ns.load(Ordering::Relaxed) / 1_000_000;
-                    let v = &mut vertices[*head];
-                    v.idle_ms = idle;
-                    v.backpressured_ms = bp;
-                    v.busy_ms = (wall * u64::from(*n)).saturating_sub(idle + bp);
-                }
-                JobReport {
-                    job: j.job.clone(),
-                    vertices,
-                }
-            })
-            .collect()
+        jobs.values().map(LocalJob::report).collect()
+    }
+
+    /// The current report of `job` (its live attempt), if it runs here.
+    fn job_report(&self, job: &str) -> Option<JobReport> {
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.values().find(|j| j.job == job).map(LocalJob::report)
     }
 }
 
@@ -747,7 +756,7 @@ async fn run_job(
             };
             // Metrics first, on the same ordered stream: when the
             // JobManager sees the last subtask end, it has the final counts.
-            if let Some(report) = inner.job_reports().into_iter().find(|r| r.job == job) {
+            if let Some(report) = inner.job_report(&job) {
                 inner.send(ToJobManager::Heartbeat {
                     net: inner.data.stats(),
                     jobs: vec![report],
