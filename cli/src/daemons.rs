@@ -359,8 +359,8 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
     let (data_dir, _temp) = match &args.data_dir {
         Some(d) => (d.clone(), None),
         None => {
-            let t = tempfile_dir()?;
-            (t.clone(), Some(TempDir(t)))
+            let t = private_temp_dir()?;
+            (t.path().to_path_buf(), Some(t))
         }
     };
     let ca = ClusterCa::generate().map_err(failed)?;
@@ -405,21 +405,16 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
     })
 }
 
-/// Removes the directory on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tempfile_dir() -> Result<PathBuf, Failure> {
-    let dir = std::env::temp_dir().join(format!("weir-local-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create {}", dir.display()))
-        .map_err(failed)?;
-    Ok(dir)
+/// A fresh folder for `weir local`'s data, removed on exit: a random name
+/// created exclusively with mode 0700, so another user can neither have
+/// made it first nor read or change the keys, modules and compiled code in
+/// it.
+fn private_temp_dir() -> Result<tempfile::TempDir, Failure> {
+    tempfile::Builder::new()
+        .prefix("weir-local-")
+        .tempdir()
+        .context("cannot create a temporary data directory")
+        .map_err(failed)
 }
 
 pub fn cluster(command: ClusterCommand) -> Result<(), Failure> {

@@ -490,6 +490,7 @@ impl LocalCluster {
                                         memory_limit: (limits.memory_mb as usize) << 20,
                                         call_timeout: Duration::from_millis(limits.call_timeout_ms),
                                         max_output: (limits.max_output_mb as usize) << 20,
+                                        cancel: abort.flag(),
                                     },
                                 )?;
                                 if op.key_by.is_some() {

@@ -25,8 +25,8 @@ use super::spec::{
 use super::{
     DEFAULT_BATCH_SIZE, DEFAULT_BUFFER_TIMEOUT_MS, DEFAULT_CALL_TIMEOUT_MS,
     DEFAULT_CHANNEL_CAPACITY, DEFAULT_MAX_OUTPUT_MB, DEFAULT_MAX_PARALLELISM, DEFAULT_MEMORY_MB,
-    DEFAULT_PARALLELISM, DEFAULT_SLOT_SHARING_GROUP, MAX_BATCH_SIZE, MAX_ID_LEN,
-    MAX_MAX_PARALLELISM, MAX_MEMORY_MB, MAX_RECORD_BYTES,
+    DEFAULT_PARALLELISM, DEFAULT_SLOT_SHARING_GROUP, MAX_BATCH_SIZE, MAX_CALL_TIMEOUT_MS,
+    MAX_ID_LEN, MAX_MAX_PARALLELISM, MAX_MEMORY_MB, MAX_RECORD_BYTES,
 };
 use super::{JobError, JobSpec, Problem};
 
@@ -201,7 +201,7 @@ impl Builder {
             "job.limits.call_timeout_ms",
             limits.call_timeout_ms,
             1,
-            u64::MAX,
+            MAX_CALL_TIMEOUT_MS,
         );
         self.check_range(
             "job.limits.max_output_mb",

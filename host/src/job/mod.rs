@@ -189,6 +189,9 @@ pub const MAX_MEMORY_MB: u32 = 4096;
 /// Default CPU deadline of one guest call, in milliseconds: generous for a
 /// batch, short enough that a looping guest fails its task quickly.
 pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 10_000;
+/// Upper bound of `job.limits.call_timeout_ms`: a guest call that runs for
+/// a minute holds a slot's thread and a core; no batch needs that long.
+pub const MAX_CALL_TIMEOUT_MS: u64 = 60_000;
 /// Default cap on the bytes one guest call may emit, in MiB.
 pub const DEFAULT_MAX_OUTPUT_MB: u32 = 16;
 /// Longest vertex id (and job name): ids appear in file names, metric names

@@ -100,7 +100,7 @@ impl Message {
 pub enum TaskError {
     /// An operator failed.
     #[error(transparent)]
-    Operator(#[from] OperatorError),
+    Operator(OperatorError),
     /// A source or sink failed.
     #[error("{vertex}: {source}")]
     Connector {
@@ -124,6 +124,18 @@ pub enum TaskError {
     /// Another subtask failed and the job is being aborted.
     #[error("aborted because another task failed")]
     Aborted,
+}
+
+impl From<OperatorError> for TaskError {
+    /// A guest call interrupted by the job's abort is the abort's
+    /// consequence, not a root cause.
+    fn from(e: OperatorError) -> Self {
+        if e.kind == crate::wasm::FailureKind::Cancelled {
+            TaskError::Aborted
+        } else {
+            TaskError::Operator(e)
+        }
+    }
 }
 
 /// Record counters of one vertex, summed over its subtasks.
@@ -165,6 +177,9 @@ impl JobMetrics {
 pub struct Abort {
     tx: Arc<watch::Sender<bool>>,
     rx: watch::Receiver<bool>,
+    /// The same signal for code that cannot await: guest calls poll it at
+    /// every epoch tick.
+    flag: Arc<AtomicBool>,
 }
 
 impl Abort {
@@ -174,11 +189,18 @@ impl Abort {
         Abort {
             tx: Arc::new(tx),
             rx,
+            flag: Arc::default(),
         }
     }
-    /// Sets it; wakes every blocked channel operation.
+    /// Sets it; wakes every blocked channel operation and interrupts every
+    /// running guest call that was given [`Abort::flag`].
     pub fn trigger(&self) {
+        self.flag.store(true, Ordering::Relaxed);
         self.tx.send_replace(true);
+    }
+    /// The signal as a flag, for [`crate::wasm::InstanceConfig::cancel`].
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        self.flag.clone()
     }
     /// Whether it is set.
     pub fn is_set(&self) -> bool {

@@ -6,10 +6,12 @@
 //! poisoned: wasmtime does not allow re-entering it, and neither do we.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store, Trap};
+use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -23,8 +25,9 @@ use super::{
 use crate::record::Batch;
 use crate::state::{KeyGroupRange, KeyedStateBackend};
 
-/// Largest table an instance may grow (function references); generous for
-/// any compiled language runtime, small enough to bound memory.
+/// Most table elements (function references) over all of an instance's
+/// tables; generous for any compiled language runtime, small enough to bound
+/// memory.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
 /// How to set up one instance.
@@ -46,6 +49,10 @@ pub struct InstanceConfig {
     pub call_timeout: Duration,
     /// Cap on bytes emitted by one call.
     pub max_output: usize,
+    /// Set when the job is cancelled or aborted: a call running at that
+    /// moment is interrupted within one epoch tick and fails with
+    /// [`FailureKind::Cancelled`].
+    pub cancel: Arc<AtomicBool>,
 }
 
 impl InstanceConfig {
@@ -60,38 +67,123 @@ impl InstanceConfig {
             memory_limit: DEFAULT_MEMORY_LIMIT,
             call_timeout: DEFAULT_CALL_TIMEOUT,
             max_output: DEFAULT_MAX_OUTPUT,
+            cancel: Arc::default(),
         }
     }
 }
 
-/// Caps memory and tables, and remembers that the memory cap was hit so the
+/// Most linear memories one instance may create. Compiled components of
+/// every supported language use one or two; the cap exists because each
+/// memory reserves address space and multi-memory lets a tiny module declare
+/// thousands.
+pub const MAX_MEMORIES: usize = 16;
+
+/// Most tables one instance may create (a component has a few per core
+/// module: function tables and the canonical ABI's resource tables).
+pub const MAX_TABLES: usize = 64;
+
+/// Most core instances one instance may create (a component made of many
+/// core modules, as componentize-py's, has tens).
+pub const MAX_CORE_INSTANCES: usize = 256;
+
+/// Bytes charged per table element (a pointer, as wasmtime stores them).
+const TABLE_ELEMENT_BYTES: usize = std::mem::size_of::<usize>();
+
+/// Caps what one instance may allocate: every linear memory and table
+/// counts against **one** budget (`memory_limit` bytes), so declaring more
+/// memories does not buy more memory; also caps how many memories, tables
+/// and core instances exist. Remembers that the budget was hit so the
 /// resulting trap is reported as out-of-memory.
 pub(crate) struct Limiter {
-    memory_limit: usize,
+    pub(crate) memory_limit: usize,
+    /// Bytes of memories and tables granted so far.
+    pub(crate) allocated: usize,
+    /// The growth granted last, taken back if wasmtime then fails it.
+    last_grant: usize,
+    /// Table elements over all tables.
+    table_elements: usize,
     pub(crate) memory_exceeded: Option<usize>,
+}
+
+impl Limiter {
+    pub(crate) fn new(memory_limit: usize) -> Self {
+        Limiter {
+            memory_limit,
+            allocated: 0,
+            last_grant: 0,
+            table_elements: 0,
+            memory_exceeded: None,
+        }
+    }
+
+    /// Grants `delta` more bytes if the budget allows; records the
+    /// would-be total when it does not.
+    fn grant(&mut self, delta: usize) -> bool {
+        let total = self.allocated.saturating_add(delta);
+        if total > self.memory_limit {
+            self.memory_exceeded = Some(total);
+            return false;
+        }
+        self.allocated = total;
+        self.last_grant = delta;
+        true
+    }
+
+    fn take_back(&mut self) {
+        self.allocated -= std::mem::take(&mut self.last_grant);
+    }
 }
 
 impl ResourceLimiter for Limiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory_limit {
-            self.memory_exceeded = Some(desired);
-            return Ok(false);
-        }
-        Ok(true)
+        // A new memory arrives as a growth from 0 to its minimum.
+        Ok(self.grant(desired.saturating_sub(current)))
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.take_back();
+        Ok(())
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
+        let added = desired.saturating_sub(current);
+        if self.table_elements.saturating_add(added) > MAX_TABLE_ELEMENTS {
+            return Ok(false);
+        }
+        if !self.grant(added.saturating_mul(TABLE_ELEMENT_BYTES)) {
+            return Ok(false);
+        }
+        self.table_elements += added;
+        Ok(true)
+    }
+
+    fn table_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        let bytes = std::mem::take(&mut self.last_grant);
+        self.allocated -= bytes;
+        self.table_elements -= bytes / TABLE_ELEMENT_BYTES;
+        Ok(())
+    }
+
+    fn instances(&self) -> usize {
+        MAX_CORE_INSTANCES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
     }
 }
 
@@ -102,6 +194,9 @@ pub(crate) struct InstanceState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) limiter: Limiter,
+    /// Epoch ticks the running call may still use (see [`deadline_tick`]).
+    ticks_left: u64,
+    cancel: Arc<AtomicBool>,
     stderr: MemoryOutputPipe,
     pub(crate) state: Option<Box<dyn KeyedStateBackend>>,
     pub(crate) key_groups: Option<KeyGroupRange>,
@@ -146,38 +241,7 @@ impl OperatorInstance {
         module: &OperatorModule,
         config: InstanceConfig,
     ) -> Result<Self, OperatorError> {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
-        // Nothing of the host is visible: no preopened directories, no
-        // environment, no arguments, no network, stdout discarded.
-        let wasi = WasiCtxBuilder::new()
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
-        let data = InstanceState {
-            operator: config.operator.clone(),
-            subtask_index: config.subtask_index,
-            wasi,
-            table: ResourceTable::new(),
-            limiter: Limiter {
-                memory_limit: config.memory_limit,
-                memory_exceeded: None,
-            },
-            stderr,
-            state: None,
-            key_groups: None,
-            max_parallelism: config.max_parallelism,
-            timers: BTreeSet::new(),
-            watermark: i64::MIN,
-            counters: BTreeMap::new(),
-            gauges: BTreeMap::new(),
-        };
-        let mut store = Store::new(engine, data);
-        store.limiter(|s| &mut s.limiter);
-        let deadline_ticks =
-            (config.call_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1;
-        store.set_epoch_deadline(deadline_ticks);
+        let (mut store, deadline_ticks) = new_store(engine, &config);
         let bindings = module.pre.instantiate(&mut store).map_err(|e| {
             let mut err = classify(&store, &config.operator, e, config.call_timeout);
             if err.kind == FailureKind::Trap {
@@ -270,7 +334,7 @@ impl OperatorInstance {
                 format!("cannot call `{what}`: the instance failed earlier"),
             ));
         }
-        self.store.set_epoch_deadline(self.deadline_ticks);
+        arm_deadline(&mut self.store, self.deadline_ticks);
         let guest = self.bindings.weir_operator_operator();
         match f(guest, &mut self.store) {
             Ok(Ok(v)) => Ok(v),
@@ -368,6 +432,71 @@ impl OperatorInstance {
     }
 }
 
+/// A store with the sandbox of `config`: WASI with nothing of the host
+/// visible, the memory limiter, and the deadline armed for instantiation.
+/// Returns it with the deadline of one call, in epoch ticks.
+fn new_store(engine: &wasmtime::Engine, config: &InstanceConfig) -> (Store<InstanceState>, u64) {
+    let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
+    // Nothing of the host is visible: no preopened directories, no
+    // environment, no arguments, no network, stdout discarded.
+    let wasi = WasiCtxBuilder::new()
+        .stderr(stderr.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build();
+    let data = InstanceState {
+        operator: config.operator.clone(),
+        subtask_index: config.subtask_index,
+        wasi,
+        table: ResourceTable::new(),
+        limiter: Limiter::new(config.memory_limit),
+        ticks_left: 0,
+        cancel: config.cancel.clone(),
+        stderr,
+        state: None,
+        key_groups: None,
+        max_parallelism: config.max_parallelism,
+        timers: BTreeSet::new(),
+        watermark: i64::MIN,
+        counters: BTreeMap::new(),
+        gauges: BTreeMap::new(),
+    };
+    let mut store = Store::new(engine, data);
+    store.limiter(|s| &mut s.limiter);
+    let deadline_ticks =
+        (config.call_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64 + 1;
+    store.epoch_deadline_callback(|mut ctx| deadline_tick(ctx.data_mut()));
+    arm_deadline(&mut store, deadline_ticks);
+    (store, deadline_ticks)
+}
+
+/// The guest was interrupted because its job was cancelled or aborted.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted: the job was cancelled")]
+pub(crate) struct Cancelled;
+
+/// Gives the next call `ticks` epoch ticks. The engine calls
+/// [`deadline_tick`] at every tick while guest code runs, so a cancel is
+/// seen within one tick (10 ms) even under a long deadline.
+fn arm_deadline(store: &mut Store<InstanceState>, ticks: u64) {
+    store.data_mut().ticks_left = ticks;
+    store.set_epoch_deadline(1);
+}
+
+/// Called by wasmtime once per epoch tick of guest execution: interrupts the
+/// call when the job is cancelled or its deadline is used up.
+fn deadline_tick(data: &mut InstanceState) -> wasmtime::Result<UpdateDeadline> {
+    if data.cancel.load(Ordering::Relaxed) {
+        return Err(Cancelled.into());
+    }
+    data.ticks_left = data.ticks_left.saturating_sub(1);
+    if data.ticks_left == 0 {
+        return Ok(UpdateDeadline::Interrupt);
+    }
+    Ok(UpdateDeadline::Continue(1))
+}
+
 /// Turns a wasmtime error from a call into a typed failure.
 fn classify(
     store: &Store<InstanceState>,
@@ -391,10 +520,27 @@ fn classify(
             operator,
             FailureKind::OutOfMemory,
             with_stderr(format!(
-                "tried to grow linear memory to {desired} bytes, over the limit of {} bytes",
+                "tried to grow its memories and tables to {desired} bytes in all, \
+                 over the limit of {} bytes",
                 data.limiter.memory_limit
             )),
         );
+    }
+    // wasmtime's refusal when the limiter's counts (memories, tables,
+    // instances) are exceeded.
+    let text = format!("{err:#}");
+    if text.contains("resource limit exceeded") {
+        return OperatorError::new(
+            operator,
+            FailureKind::OutOfMemory,
+            format!(
+                "{text} (an instance may have at most {MAX_MEMORIES} memories, \
+                 {MAX_TABLES} tables and {MAX_CORE_INSTANCES} core instances)"
+            ),
+        );
+    }
+    if err.downcast_ref::<Cancelled>().is_some() {
+        return OperatorError::new(operator, FailureKind::Cancelled, Cancelled.to_string());
     }
     if let Some(forbidden) = err.downcast_ref::<super::host::Forbidden>() {
         return OperatorError::new(operator, FailureKind::Forbidden, forbidden.to_string());
@@ -437,4 +583,137 @@ fn tail(s: &str, max: usize) -> &str {
         start += 1;
     }
     &s[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use wasm_encoder::{
+        Component, InstanceSection, MemorySection, MemoryType, Module, ModuleArg, ModuleSection,
+    };
+    use wasmtime::component::Linker;
+
+    use super::*;
+    use crate::wasm::{Runtime, RuntimeConfig};
+
+    const MIB: usize = 1 << 20;
+    /// Wasm pages per MiB.
+    const PAGES_PER_MIB: u64 = 16;
+
+    /// A component whose one core module declares `count` memories of
+    /// `mib` MiB each (multi-memory), and instantiates it.
+    fn memories_component(count: u32, mib: u64) -> Vec<u8> {
+        let mut memories = MemorySection::new();
+        for _ in 0..count {
+            memories.memory(MemoryType {
+                minimum: mib * PAGES_PER_MIB,
+                maximum: None,
+                memory64: false,
+                shared: false,
+                page_size_log2: None,
+            });
+        }
+        let mut module = Module::new();
+        module.section(&memories);
+        let mut component = Component::new();
+        component.section(&ModuleSection(&module));
+        let mut instances = InstanceSection::new();
+        instances.instantiate(0, Vec::<(&str, ModuleArg)>::new());
+        component.section(&instances);
+        component.finish()
+    }
+
+    /// Instantiates `bytes` in a sandboxed store capped at `limit` bytes;
+    /// returns the outcome and the limiter's accounting.
+    fn instantiate(bytes: &[u8], limit: usize) -> (Result<(), OperatorError>, usize) {
+        let runtime = Runtime::new(RuntimeConfig { cache_dir: None }).unwrap();
+        let engine = runtime.engine();
+        let component = wasmtime::component::Component::new(engine, bytes).unwrap();
+        let mut config = InstanceConfig::new("bomb");
+        config.memory_limit = limit;
+        let (mut store, _) = new_store(engine, &config);
+        let result = Linker::<InstanceState>::new(engine)
+            .instantiate(&mut store, &component)
+            .map(drop)
+            .map_err(|e| classify(&store, "bomb", e, config.call_timeout));
+        (result, store.data().limiter.allocated)
+    }
+
+    #[test]
+    fn memories_share_one_budget() {
+        // Each memory alone is under the cap; together they are not.
+        let (result, allocated) = instantiate(&memories_component(2, 40), 64 * MIB);
+        let err = result.unwrap_err();
+        assert_eq!(err.kind, FailureKind::OutOfMemory, "{err}");
+        assert!(allocated <= 64 * MIB, "{allocated}");
+        // The same two fit a cap of 80 MiB.
+        let (result, allocated) = instantiate(&memories_component(2, 40), 80 * MIB);
+        result.unwrap();
+        assert_eq!(allocated, 80 * MIB);
+    }
+
+    #[test]
+    fn a_memory_bomb_of_many_memories_is_refused_within_the_cap() {
+        // The finding: 24 memories of 64 MiB each under a 128 MiB cap.
+        let (result, allocated) = instantiate(&memories_component(24, 64), 128 * MIB);
+        let err = result.unwrap_err();
+        assert_eq!(err.kind, FailureKind::OutOfMemory, "{err}");
+        assert!(allocated <= 128 * MIB, "{allocated}");
+        // As many as the count allows: the byte budget stops them.
+        let (result, allocated) = instantiate(&memories_component(16, 64), 128 * MIB);
+        let err = result.unwrap_err();
+        assert_eq!(err.kind, FailureKind::OutOfMemory, "{err}");
+        assert!(err.message.contains("in all"), "{err}");
+        assert_eq!(allocated, 128 * MIB);
+    }
+
+    #[test]
+    fn the_number_of_memories_is_capped() {
+        // Tiny memories, many of them: each reserves address space.
+        let (result, allocated) =
+            instantiate(&memories_component(MAX_MEMORIES as u32 + 1, 0), 64 * MIB);
+        let err = result.unwrap_err();
+        assert_eq!(err.kind, FailureKind::OutOfMemory, "{err}");
+        assert!(err.message.contains("at most 16 memories"), "{err}");
+        assert_eq!(allocated, 0);
+        let (result, _) = instantiate(&memories_component(MAX_MEMORIES as u32, 0), 64 * MIB);
+        result.unwrap();
+    }
+
+    #[test]
+    fn a_cancel_interrupts_a_long_deadline() {
+        // Deadline-only interruption would wait `call_timeout`; the cancel
+        // flag is checked at every tick.
+        let mut data = InstanceConfig::new("spin");
+        data.call_timeout = Duration::from_secs(3600);
+        let runtime = Runtime::new(RuntimeConfig { cache_dir: None }).unwrap();
+        let (mut store, ticks) = new_store(runtime.engine(), &data);
+        arm_deadline(&mut store, ticks);
+        for _ in 0..100 {
+            assert!(matches!(
+                deadline_tick(store.data_mut()),
+                Ok(UpdateDeadline::Continue(1))
+            ));
+        }
+        data.cancel.store(true, Ordering::Relaxed);
+        let Err(err) = deadline_tick(store.data_mut()) else {
+            panic!("a cancelled call went on");
+        };
+        assert!(err.downcast_ref::<Cancelled>().is_some(), "{err:#}");
+        let classified = classify(&store, "spin", err, data.call_timeout);
+        assert_eq!(classified.kind, FailureKind::Cancelled);
+    }
+
+    #[test]
+    fn the_deadline_interrupts_after_its_ticks() {
+        let mut config = InstanceConfig::new("spin");
+        config.call_timeout = EPOCH_TICK * 5;
+        let runtime = Runtime::new(RuntimeConfig { cache_dir: None }).unwrap();
+        let (mut store, ticks) = new_store(runtime.engine(), &config);
+        arm_deadline(&mut store, ticks);
+        let mut continued = 0;
+        while let Ok(UpdateDeadline::Continue(1)) = deadline_tick(store.data_mut()) {
+            continued += 1;
+        }
+        assert_eq!(continued, ticks - 1);
+    }
 }

@@ -111,6 +111,9 @@ pub enum FailureKind {
     Forbidden,
     /// The host failed (state backend, internal error).
     Host,
+    /// The call was interrupted because the job was cancelled or aborted:
+    /// not the operator's fault, and not a root cause.
+    Cancelled,
 }
 
 impl fmt::Display for FailureKind {
@@ -129,6 +132,7 @@ impl fmt::Display for FailureKind {
             FailureKind::Guest => "operator error",
             FailureKind::Forbidden => "forbidden by the sandbox",
             FailureKind::Host => "host error",
+            FailureKind::Cancelled => "cancelled",
         };
         f.write_str(s)
     }
@@ -213,8 +217,13 @@ impl fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Creates the engine, the linker and the epoch ticker.
+    /// Creates the engine, the linker and the epoch ticker. Fails when the
+    /// cache folder cannot be made private (see [`cache`]).
     pub fn new(config: RuntimeConfig) -> Result<Runtime, OperatorError> {
+        if let Some(dir) = &config.cache_dir {
+            cache::prepare_dir(dir)
+                .map_err(|e| OperatorError::new("<cache>", FailureKind::Host, e))?;
+        }
         let mut cfg = Config::new();
         cfg.wasm_component_model(true)
             .epoch_interruption(true)

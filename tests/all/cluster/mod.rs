@@ -2,6 +2,7 @@
 //! processes on 127.0.0.1, jobs submitted with the CLI, results checked
 //! against expectations computed here.
 
+mod cancel;
 pub mod harness;
 
 use std::collections::HashMap;

@@ -355,6 +355,13 @@ fn batch_size_and_channel_capacity_ranges_are_checked() {
         "job.limits.memory_mb",
         &["found 5000", "expected 1..=4096"],
     );
+    // A one-hour deadline would let a spinning guest hold a core that long.
+    let body = format!("[job.limits]\ncall_timeout_ms = 3600000\n{}", with_a(""));
+    assert_problem(
+        &body,
+        "job.limits.call_timeout_ms",
+        &["found 3600000", "expected 1..=60000"],
+    );
 }
 
 #[test]
