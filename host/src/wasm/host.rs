@@ -182,13 +182,14 @@ impl state::Host for InstanceState {
 impl timers::Host for InstanceState {
     fn register_event_timer(&mut self, key: Vec<u8>, time: i64) -> Result<(), state::StateError> {
         self.check_key(&key)?;
-        self.timers.insert((time, key));
-        Ok(())
+        self.timers
+            .insert(&mut self.quota, time, key)
+            .map_err(state::StateError::Backend)
     }
 
     fn delete_event_timer(&mut self, key: Vec<u8>, time: i64) -> Result<(), state::StateError> {
         self.check_key(&key)?;
-        self.timers.remove(&(time, key));
+        self.timers.remove(&mut self.quota, time, key);
         Ok(())
     }
 
@@ -200,6 +201,19 @@ impl timers::Host for InstanceState {
 impl log::Host for InstanceState {
     fn log(&mut self, level: log::Level, message: String) {
         let (op, sub) = (&self.operator, self.subtask_index);
+        let message = match self.quota.admit_log(&message) {
+            Ok(line) => line,
+            Err(first) => {
+                if first {
+                    tracing::warn!(
+                        target: "weir::guest", operator = %op, subtask = sub,
+                        "more than {} bytes of log in one call: the rest of this call's \
+                         log lines are dropped", super::quota::LOG_BYTES_PER_CALL
+                    );
+                }
+                return;
+            }
+        };
         match level {
             log::Level::Trace => {
                 tracing::trace!(target: "weir::guest", operator = %op, subtask = sub, "{message}")
@@ -222,10 +236,20 @@ impl log::Host for InstanceState {
 
 impl metrics::Host for InstanceState {
     fn counter_add(&mut self, name: String, delta: u64) {
-        *self.counters.entry(name).or_default() += delta;
+        if self
+            .quota
+            .admit_metric(&self.counters, self.gauges.len(), &name)
+        {
+            *self.counters.entry(name).or_default() += delta;
+        }
     }
 
     fn gauge_set(&mut self, name: String, value: f64) {
-        self.gauges.insert(name, value);
+        if self
+            .quota
+            .admit_metric(&self.gauges, self.counters.len(), &name)
+        {
+            self.gauges.insert(name, value);
+        }
     }
 }

@@ -5,7 +5,7 @@
 //! an [`OperatorError`] with a [`FailureKind`]. After a trap the instance is
 //! poisoned: wasmtime does not allow re-entering it, and neither do we.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -18,6 +18,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::StreamOperator;
 use super::bindings::exports::weir::operator::operator::Guest;
 use super::bindings::weir::operator::types::{Emitted, OpenContext, OperatorInfo};
+use super::quota::{HostQuota, Timers};
 use super::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY_LIMIT, EPOCH_TICK, FailureKind,
     OperatorError, OperatorModule, STDERR_CAPTURE,
@@ -202,7 +203,9 @@ pub(crate) struct InstanceState {
     pub(crate) key_groups: Option<KeyGroupRange>,
     pub(crate) max_parallelism: u16,
     /// Registered event-time timers, ordered by time.
-    pub(crate) timers: BTreeSet<(i64, Vec<u8>)>,
+    pub(crate) timers: Timers,
+    /// What the host keeps for the guest (timers, metric names, logs).
+    pub(crate) quota: HostQuota,
     pub(crate) watermark: i64,
     pub(crate) counters: BTreeMap<String, u64>,
     pub(crate) gauges: BTreeMap<String, f64>,
@@ -304,7 +307,8 @@ impl OperatorInstance {
 
     /// Restores timers from a checkpoint.
     pub fn restore_timers(&mut self, timers: Vec<(i64, Vec<u8>)>) {
-        self.store.data_mut().timers.extend(timers);
+        let data = self.store.data_mut();
+        data.timers.restore(&mut data.quota, timers);
     }
 
     /// The guest's counters (from the `metrics` interface).
@@ -320,6 +324,19 @@ impl OperatorInstance {
     /// Number of registered timers.
     pub fn pending_timers(&self) -> usize {
         self.store.data().timers.len()
+    }
+
+    /// Bytes the host keeps for this instance (timers, metric names),
+    /// charged against its memory limit.
+    pub fn host_bytes(&self) -> usize {
+        self.store.data().quota.used()
+    }
+
+    /// Log lines and metric updates dropped so far because they were over
+    /// the instance's budgets (see [`super::quota`]).
+    pub fn dropped_logs_and_metrics(&self) -> (u64, u64) {
+        let quota = &self.store.data().quota;
+        (quota.logs_dropped(), quota.metrics_dropped())
     }
 
     fn call<T>(
@@ -396,11 +413,8 @@ impl OperatorInstance {
     }
 
     fn next_due_timer(&mut self, watermark: i64) -> Option<(i64, Vec<u8>)> {
-        let timers = &mut self.store.data_mut().timers;
-        match timers.first() {
-            Some((t, _)) if *t <= watermark => timers.pop_first(),
-            _ => None,
-        }
+        let data = self.store.data_mut();
+        data.timers.pop_due(&mut data.quota, watermark)
     }
 
     /// Calls `close`.
@@ -457,7 +471,8 @@ fn new_store(engine: &wasmtime::Engine, config: &InstanceConfig) -> (Store<Insta
         state: None,
         key_groups: None,
         max_parallelism: config.max_parallelism,
-        timers: BTreeSet::new(),
+        timers: Timers::default(),
+        quota: HostQuota::new(config.memory_limit),
         watermark: i64::MIN,
         counters: BTreeMap::new(),
         gauges: BTreeMap::new(),
@@ -481,6 +496,7 @@ pub(crate) struct Cancelled;
 /// seen within one tick (10 ms) even under a long deadline.
 fn arm_deadline(store: &mut Store<InstanceState>, ticks: u64) {
     store.data_mut().ticks_left = ticks;
+    store.data_mut().quota.new_call();
     store.set_epoch_deadline(1);
 }
 
@@ -715,5 +731,34 @@ mod tests {
             continued += 1;
         }
         assert_eq!(continued, ticks - 1);
+    }
+
+    #[test]
+    fn timers_and_metrics_a_guest_registers_are_charged_to_it() {
+        use crate::wasm::bindings::weir::operator::{metrics, timers};
+        let mut config = InstanceConfig::new("timer-bomb");
+        config.memory_limit = 64 << 10;
+        let runtime = Runtime::new(RuntimeConfig { cache_dir: None }).unwrap();
+        let (mut store, _) = new_store(runtime.engine(), &config);
+        let data = store.data_mut();
+        data.key_groups = Some(crate::state::KeyGroupRange {
+            start: 0,
+            end: data.max_parallelism,
+        });
+        let mut registered = 0u32;
+        let err = loop {
+            let key = registered.to_be_bytes().to_vec();
+            match timers::Host::register_event_timer(data, key, i64::from(registered)) {
+                Ok(()) => registered += 1,
+                Err(e) => break e,
+            }
+            assert!(registered < 100_000, "timers are not bounded");
+        };
+        assert!(format!("{err:?}").contains("at its limit"), "{err:?}");
+        assert!(data.quota.used() <= config.memory_limit);
+        assert_eq!(data.timers.len(), registered as usize);
+        // Metric names share the budget: none fits now.
+        metrics::Host::counter_add(data, "records".into(), 1);
+        assert!(data.counters.is_empty());
     }
 }

@@ -27,9 +27,11 @@
 mod cache;
 mod host;
 mod instance;
+mod quota;
 
 pub use cache::CacheOutcome;
 pub use instance::{InstanceConfig, OperatorInstance};
+pub use quota::{LOG_BYTES_PER_CALL, MAX_LOG_LINE, MAX_METRIC_NAME, MAX_METRICS};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
