@@ -58,60 +58,62 @@ fn graph(dir: &Path, name: &str, spec: &str) -> JobGraph {
 
 struct Case {
     module: &'static str,
-    config: &'static str,
+    config: String,
     kind: FailureKind,
-    needle: &'static str,
+    needle: String,
 }
 
-fn cases() -> Vec<Case> {
+/// Every adversarial operator; `open-socket` aims at `listener`, a port
+/// that is really listening, so a refused connection proves the sandbox.
+fn cases(listener: std::net::SocketAddr) -> Vec<Case> {
     vec![
         Case {
             module: artifacts::SLEEP,
-            config: "",
+            config: "".into(),
             kind: FailureKind::Forbidden,
-            needle: "tried to sleep",
+            needle: "tried to sleep".into(),
         },
         Case {
             module: artifacts::SPIN,
-            config: "",
+            config: "".into(),
             kind: FailureKind::OutOfTime,
-            needle: "deadline of 500 ms",
+            needle: "deadline of 500 ms".into(),
         },
         Case {
             module: artifacts::MEMORY_BOMB,
-            config: "",
+            config: "".into(),
             kind: FailureKind::OutOfMemory,
-            needle: "over the limit of 33554432 bytes",
+            needle: "over the limit of 33554432 bytes".into(),
         },
         Case {
             module: artifacts::DEEP_RECURSION,
-            config: "",
+            config: "".into(),
             kind: FailureKind::StackOverflow,
-            needle: "stack",
+            needle: "stack".into(),
         },
         Case {
             module: artifacts::PANIC,
-            config: "",
+            config: "".into(),
             kind: FailureKind::Panic,
-            needle: "weir-test-panic: boom",
+            needle: "weir-test-panic: boom".into(),
         },
         Case {
             module: artifacts::READ_FILE,
-            config: "",
+            config: "".into(),
             kind: FailureKind::Guest,
-            needle: "cannot read /etc/passwd",
+            needle: "cannot read /etc/passwd".into(),
         },
         Case {
             module: artifacts::OPEN_SOCKET,
-            config: "addr = \"127.0.0.1:9\"",
+            config: format!("addr = \"{listener}\""),
             kind: FailureKind::Guest,
-            needle: "cannot connect to 127.0.0.1:9",
+            needle: format!("cannot connect to {listener}"),
         },
         Case {
             module: artifacts::BIG_OUTPUT,
-            config: "bytes = 20000000",
+            config: "bytes = 20000000".into(),
             kind: FailureKind::BadOutput,
-            needle: "over the limit",
+            needle: "over the limit".into(),
         },
     ]
 }
@@ -137,7 +139,12 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
     );
     let healthy = cluster.submit(&healthy).unwrap();
 
-    for (i, case) in cases().into_iter().enumerate() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    for (i, case) in cases(listener.local_addr().unwrap())
+        .into_iter()
+        .enumerate()
+    {
         let sink = format!(
             "id = \"out\"\ntype = \"file\"\npath = {}",
             toml_path(&dir.path().join(format!("evil-{i}.txt")))
@@ -145,7 +152,7 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
         let g = graph(
             dir.path(),
             &format!("evil-{i}.toml"),
-            &adversarial_spec(case.module, case.config, &sink),
+            &adversarial_spec(case.module, &case.config, &sink),
         );
         let err = rt.block_on(cluster.submit(&g).unwrap().wait()).unwrap_err();
         let op = err
@@ -154,7 +161,7 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
         assert_eq!(op.kind, case.kind, "{}: {err}", case.module);
         assert_eq!(op.operator, "evil");
         assert!(
-            err.to_string().contains(case.needle),
+            err.to_string().contains(&case.needle),
             "{}: {err}",
             case.module
         );
@@ -173,6 +180,15 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
             case.module
         );
     }
+    // Nobody reached the listening port.
+    assert_eq!(
+        listener
+            .accept()
+            .map(|(_, peer)| peer)
+            .map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "an operator connected to a listening port"
+    );
 
     let text = std::fs::read_to_string(crate::util::kjv()).unwrap();
     let text_lines = || text.lines().count() as u64;
