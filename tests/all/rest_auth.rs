@@ -230,7 +230,10 @@ fn rest_insecure_flag_and_refused_settings() {
         args.extend(extra.iter().map(|s| s.to_string()));
         args
     };
-    let cases: Vec<(&str, Vec<String>, Vec<(&str, &str)>, Vec<&str>)> = vec![
+    /// A start that must be refused: its name, arguments, environment and
+    /// what its message must contain.
+    type Refused<'a> = (&'a str, Vec<String>, Vec<(&'a str, &'a str)>, Vec<&'a str>);
+    let cases: Vec<Refused> = vec![
         (
             "jm-empty-token",
             jobmanager(&["--rest", "127.0.0.1:0", "--rest-token", ""]),
