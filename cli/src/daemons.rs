@@ -61,7 +61,8 @@ pub struct JobManagerArgs {
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     rest_read_timeout_ms: u64,
 
-    /// Module store and compiled-component cache [default: ~/.local/share/weir/jobmanager].
+    /// Module store, compiled-component cache and the REST token file
+    /// `rest-token` [default: ~/.local/share/weir/jobmanager].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
 
