@@ -13,7 +13,13 @@
 //! file, malformed spec); 1 the server failed (5xx) or could not be reached.
 //!
 //! Nothing here talks to `weir-host`: the REST contract is the only coupling
-//! to the server.
+//! to the server (and the default token file's place, from `daemons`).
+//!
+//! The token is found without being on the command line ([`ConnectArgs`]):
+//! `--rest-token` / `WEIR_REST_TOKEN`, else the file `--rest-token-file` /
+//! `WEIR_REST_TOKEN_FILE`, else the token file of a JobManager started
+//! without `--data-dir` on this machine
+//! (`~/.local/share/weir/jobmanager/rest-token`), if there is one.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -85,8 +91,9 @@ pub struct ConnectArgs {
     )]
     pub jobmanager: String,
 
-    /// The token the JobManager requires (its `--rest-token`), sent as
-    /// `Authorization: Bearer TOKEN`.
+    /// The token the JobManager requires, sent as `Authorization: Bearer
+    /// TOKEN`. Prefer --rest-token-file: a command line is visible to other
+    /// users of the machine [default: read from --rest-token-file].
     #[arg(
         long,
         value_name = "TOKEN",
@@ -95,15 +102,55 @@ pub struct ConnectArgs {
     )]
     pub rest_token: Option<String>,
 
+    /// A file holding the token (the JobManager's DATA_DIR/rest-token)
+    /// [default: ~/.local/share/weir/jobmanager/rest-token if it exists].
+    #[arg(long, value_name = "FILE", env = "WEIR_REST_TOKEN_FILE")]
+    pub rest_token_file: Option<PathBuf>,
+
     /// Print the server's JSON response (pretty) instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
 impl ConnectArgs {
-    fn rest(&self) -> Rest {
-        Rest::new(&self.jobmanager).with_token(self.rest_token.clone())
+    fn rest(&self) -> Result<Rest, Failure> {
+        Ok(Rest::new(&self.jobmanager).with_token(self.token()?))
     }
+
+    /// The token to send, if any (see the module docs for the order).
+    fn token(&self) -> Result<Option<String>, Failure> {
+        if let Some(token) = &self.rest_token {
+            if token.trim().is_empty() {
+                return Err(Failure::refused(anyhow!(
+                    "--rest-token (or WEIR_REST_TOKEN) is empty"
+                )));
+            }
+            return Ok(Some(token.clone()));
+        }
+        if let Some(file) = &self.rest_token_file {
+            return read_token(file).map(Some);
+        }
+        let default = crate::daemons::default_rest_token_file();
+        if default.exists() {
+            return read_token(&default).map(Some);
+        }
+        Ok(None)
+    }
+}
+
+/// The token in a token file: its first line, trimmed, not empty.
+fn read_token(file: &Path) -> Result<String, Failure> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the REST token file {}", file.display()))
+        .map_err(Failure::refused)?;
+    let token = text.lines().next().unwrap_or("").trim();
+    if token.is_empty() {
+        return Err(Failure::refused(anyhow!(
+            "the REST token file {} is empty",
+            file.display()
+        )));
+    }
+    Ok(token.to_owned())
 }
 
 /// `weir upload`.
@@ -432,7 +479,8 @@ impl Rest {
             let mut message = error_message(status, &text);
             if status == 401 {
                 message.push_str(
-                    "\nhint: pass the JobManager's token with --rest-token or WEIR_REST_TOKEN",
+                    "\nhint: the token is in the JobManager's DATA_DIR/rest-token (`weir local` \
+                     prints the path): point --rest-token-file or WEIR_REST_TOKEN_FILE at it",
                 );
             }
             return Err(if status < 500 {
@@ -506,7 +554,7 @@ fn print_json(v: &Value) {
 // Commands
 
 fn upload(args: UploadArgs) -> Result<(), Failure> {
-    let rest = args.connect.rest();
+    let rest = args.connect.rest()?;
     let name = match args.name {
         Some(n) => n,
         None => module_name_for(&args.module),
@@ -544,7 +592,7 @@ fn module_line(m: &Module) -> String {
 }
 
 fn modules(args: ConnectArgs) -> Result<(), Failure> {
-    let v = args.rest().get("/v1/modules")?;
+    let v = args.rest()?.get("/v1/modules")?;
     if args.json {
         print_json(&v);
         return Ok(());
@@ -582,7 +630,7 @@ fn modules_table(modules: &[Module]) -> String {
 }
 
 fn submit(args: SubmitArgs) -> Result<(), Failure> {
-    let rest = args.connect.rest();
+    let rest = args.connect.rest()?;
     let text = std::fs::read_to_string(&args.job)
         .with_context(|| format!("cannot read the job spec {}", args.job.display()))
         .map_err(Failure::refused)?;
@@ -743,7 +791,7 @@ fn vertex_name(t: &toml::Table, kind: &str, index: usize) -> String {
 }
 
 fn list(args: ConnectArgs) -> Result<(), Failure> {
-    let v = args.rest().get("/v1/jobs")?;
+    let v = args.rest()?.get("/v1/jobs")?;
     if args.json {
         print_json(&v);
         return Ok(());
@@ -785,7 +833,7 @@ fn job_duration(j: &Job, now_ms: u64) -> String {
 }
 
 fn status(args: JobArgs) -> Result<(), Failure> {
-    let rest = args.connect.rest();
+    let rest = args.connect.rest()?;
     let v = rest.get(&format!("/v1/jobs/{}", path_segment(&args.job)))?;
     if args.connect.json {
         print_json(&v);
@@ -882,7 +930,7 @@ fn percent(part: u64, total: u64) -> String {
 }
 
 fn cancel(args: JobArgs) -> Result<(), Failure> {
-    let rest = args.connect.rest();
+    let rest = args.connect.rest()?;
     let v = rest.post_empty(&format!("/v1/jobs/{}/cancel", path_segment(&args.job)))?;
     if args.connect.json {
         print_json(&v);
@@ -894,7 +942,7 @@ fn cancel(args: JobArgs) -> Result<(), Failure> {
 }
 
 fn taskmanagers(args: ConnectArgs) -> Result<(), Failure> {
-    let v = args.rest().get("/v1/taskmanagers")?;
+    let v = args.rest()?.get("/v1/taskmanagers")?;
     if args.json {
         print_json(&v);
         return Ok(());
@@ -905,7 +953,7 @@ fn taskmanagers(args: ConnectArgs) -> Result<(), Failure> {
 }
 
 fn checkpoints(args: JobArgs) -> Result<(), Failure> {
-    let rest = args.connect.rest();
+    let rest = args.connect.rest()?;
     let v = rest.get(&format!("/v1/jobs/{}/checkpoints", path_segment(&args.job)))?;
     if args.connect.json {
         print_json(&v);
@@ -1510,6 +1558,37 @@ to = "tokenize"
             "{msg}"
         );
         assert!(msg.contains("weir jobmanager"), "{msg}");
+    }
+
+    #[test]
+    fn the_token_comes_from_the_option_else_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rest-token");
+        std::fs::write(&file, "from-file\nignored\n").unwrap();
+        let args = |token: Option<&str>, file: Option<&Path>| ConnectArgs {
+            jobmanager: DEFAULT_JOBMANAGER.into(),
+            rest_token: token.map(str::to_owned),
+            rest_token_file: file.map(Path::to_path_buf),
+            json: false,
+        };
+        assert_eq!(
+            args(Some("given"), Some(&file)).token().unwrap().as_deref(),
+            Some("given")
+        );
+        assert_eq!(
+            args(None, Some(&file)).token().unwrap().as_deref(),
+            Some("from-file")
+        );
+        let f = args(Some(" "), None).token().unwrap_err();
+        assert_eq!(f.code, 2);
+        assert!(f.error.to_string().contains("empty"), "{}", f.error);
+        let missing = dir.path().join("missing");
+        let f = args(None, Some(&missing)).token().unwrap_err();
+        assert_eq!(f.code, 2);
+        assert!(f.error.to_string().contains("missing"), "{}", f.error);
+        std::fs::write(&file, "\n").unwrap();
+        let f = args(None, Some(&file)).token().unwrap_err();
+        assert!(f.error.to_string().contains("empty"), "{}", f.error);
     }
 
     #[test]

@@ -4,6 +4,11 @@
 //! Each daemon prints one readiness line on stdout once it can be used
 //! (scripts and tests wait for it instead of sleeping), logs to stderr, and
 //! runs until SIGINT or SIGTERM.
+//!
+//! The REST API of `weir jobmanager` and `weir local` requires a token by
+//! default, generated into the JobManager's data dir (see
+//! `weir_host::jobmanager::rest::auth`); the readiness line names the file,
+//! never the token.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -13,8 +18,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use weir_host::jobmanager::rest::auth::{RestAuth, TOKEN_FILE};
 use weir_host::jobmanager::scheduler::Strategy;
-use weir_host::jobmanager::{self, JobManagerConfig};
+use weir_host::jobmanager::{self, JobManagerConfig, RunningJobManager, StartError};
 use weir_host::net::NetConfig;
 use weir_host::net::tls::{ClusterCa, NodeIdentity, init_cluster_dir};
 use weir_host::taskmanager::daemon::{self, TaskManagerConfig};
@@ -41,21 +47,22 @@ pub struct JobManagerArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6123")]
     rpc: SocketAddr,
 
-    /// Where the REST API listens (HTTP). A non-loopback address needs
-    /// --rest-token.
+    /// Where the REST API listens (HTTP). Every request needs the token
+    /// (see --rest-token), on loopback too.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
     rest: SocketAddr,
 
-    /// Require `Authorization: Bearer TOKEN` on every REST request.
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "WEIR_REST_TOKEN",
-        hide_env_values = true
-    )]
-    rest_token: Option<String>,
+    #[command(flatten)]
+    rest_auth: RestAuthArgs,
 
-    /// Module store and compiled-component cache [default: ~/.local/share/weir/jobmanager].
+    /// How long a REST client may take to send a request's header, or
+    /// stall in its body, before the connection is closed (or the request
+    /// answered 408), in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    rest_read_timeout_ms: u64,
+
+    /// Module store, compiled-component cache and the REST token file
+    /// `rest-token` [default: ~/.local/share/weir/jobmanager].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
 
@@ -84,6 +91,74 @@ pub struct JobManagerArgs {
     /// [default: DATA_DIR/checkpoints].
     #[arg(long, value_name = "DIR")]
     checkpoint_dir: Option<PathBuf>,
+}
+
+/// How the REST API authenticates requests (`weir jobmanager`, `weir local`).
+#[derive(Debug, Args)]
+pub struct RestAuthArgs {
+    /// The token every REST request must send as `Authorization: Bearer
+    /// TOKEN` [default: generated at first start into DATA_DIR/rest-token
+    /// (mode 0600) and reused; the client commands read it from there].
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "WEIR_REST_TOKEN",
+        hide_env_values = true
+    )]
+    rest_token: Option<String>,
+
+    /// Serve REST without a token, as before tokens were required: anyone
+    /// on this machine can then submit jobs. Only with a loopback --rest.
+    #[arg(long)]
+    rest_insecure_loopback: bool,
+}
+
+impl RestAuthArgs {
+    /// The setting, checked against the REST address: an empty token, a
+    /// token with the insecure flag, or the flag off loopback is bad input.
+    fn auth(&self, rest: SocketAddr) -> Result<RestAuth, Failure> {
+        let auth = match (&self.rest_token, self.rest_insecure_loopback) {
+            (Some(_), true) => {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--rest-insecure-loopback serves without a token, but a token is given \
+                     (--rest-token or WEIR_REST_TOKEN): choose one"
+                )));
+            }
+            (Some(t), false) => RestAuth::Token(t.clone()),
+            (None, true) => RestAuth::InsecureLoopback,
+            (None, false) => RestAuth::Generated,
+        };
+        auth.check(rest).map_err(bad_input)?;
+        Ok(auth)
+    }
+}
+
+/// The readiness line's words about the token: where it is, never what.
+fn token_words(jm: &RunningJobManager, auth: &RestAuth) -> String {
+    match (&jm.rest_token_file, auth) {
+        (Some(file), _) => format!("token-file {}", file.display()),
+        (None, RestAuth::InsecureLoopback) => "no token (--rest-insecure-loopback)".to_owned(),
+        (None, _) => "token from --rest-token".to_owned(),
+    }
+}
+
+/// Says once, on stderr, that a token was generated and where it is.
+fn announce_token(jm: &RunningJobManager) {
+    if let (true, Some(file)) = (jm.rest_token_created, &jm.rest_token_file) {
+        eprintln!(
+            "generated a REST token in {} (mode 0600): `weir` commands read it from there \
+             (or WEIR_REST_TOKEN_FILE=FILE); keep it secret",
+            file.display()
+        );
+    }
+}
+
+/// A failed start: REST authentication problems are bad input (exit 2).
+fn start_failure(e: StartError) -> Failure {
+    match e {
+        StartError::RestAuth(_) => bad_input(e),
+        e => failed(e),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -164,8 +239,12 @@ pub struct LocalArgs {
     slots: u32,
 
     /// Where the REST API listens; `weir submit` and friends talk to it.
+    /// Every request needs the token (see --rest-token), on loopback too.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
     rest: SocketAddr,
+
+    #[command(flatten)]
+    rest_auth: RestAuthArgs,
 
     /// Data directories of the JobManager and TaskManagers [default: a
     /// fresh temporary directory, removed on exit].
@@ -194,12 +273,19 @@ pub struct ClusterInitArgs {
     nodes: Vec<String>,
 }
 
-fn default_data_dir(role: &str) -> PathBuf {
+/// Where a daemon keeps its data when not told (`--data-dir`).
+pub(crate) fn default_data_dir(role: &str) -> PathBuf {
     let base = std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
         .unwrap_or_else(std::env::temp_dir);
     base.join("weir").join(role)
+}
+
+/// The REST token file of a JobManager started without `--data-dir`: the
+/// client commands' last resort.
+pub(crate) fn default_rest_token_file() -> PathBuf {
+    default_data_dir("jobmanager").join(TOKEN_FILE)
 }
 
 fn identity(certs: &CertArgs, role: &str) -> Result<NodeIdentity, Failure> {
@@ -253,11 +339,10 @@ fn ready(line: String) {
 }
 
 pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
-    if !args.rest.ip().is_loopback() && args.rest_token.is_none() {
+    let auth = args.rest_auth.auth(args.rest)?;
+    if args.rest_read_timeout_ms == 0 {
         return Err(bad_input(anyhow::anyhow!(
-            "--rest {} is not a loopback address: set --rest-token (or WEIR_REST_TOKEN) so that \
-             only holders of the token can submit jobs",
-            args.rest
+            "--rest-read-timeout-ms must be at least 1"
         )));
     }
     if args.heartbeat_interval_ms == 0 || args.heartbeat_timeout_ms <= args.heartbeat_interval_ms {
@@ -282,14 +367,20 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
         config.heartbeat_timeout = Duration::from_millis(args.heartbeat_timeout_ms);
         config.scheduling = args.scheduling;
         config.max_module_bytes = args.max_module_mb << 20;
-        config.rest_token = args.rest_token;
+        config.rest_auth = auth.clone();
+        config.rest_read_timeout = Duration::from_millis(args.rest_read_timeout_ms);
         config.checkpoint_dir = args
             .checkpoint_dir
             .map(|d| std::path::absolute(&d).unwrap_or(d));
-        let jm = jobmanager::start(config, wasm).await.map_err(failed)?;
+        let jm = jobmanager::start(config, wasm)
+            .await
+            .map_err(start_failure)?;
+        announce_token(&jm);
         ready(format!(
-            "jobmanager ready: rpc {} rest http://{}",
-            jm.rpc_address, jm.rest_address
+            "jobmanager ready: rpc {} rest http://{} {}",
+            jm.rpc_address,
+            jm.rest_address,
+            token_words(&jm, &auth)
         ));
         shutdown_signal().await;
         eprintln!("jobmanager stopping");
@@ -356,6 +447,7 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
         )));
     }
     let net = args.net.config()?;
+    let auth = args.rest_auth.auth(args.rest)?;
     let (data_dir, _temp) = match &args.data_dir {
         Some(d) => (d.clone(), None),
         None => {
@@ -371,10 +463,12 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
     let rt = tokio_runtime()?;
     rt.block_on(async move {
         let rpc: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
-        let config = JobManagerConfig::new(rpc, args.rest, data_dir.join("jobmanager"), jm_id);
+        let mut config = JobManagerConfig::new(rpc, args.rest, data_dir.join("jobmanager"), jm_id);
+        config.rest_auth = auth.clone();
         let jm = jobmanager::start(config, wasm.clone())
             .await
-            .map_err(failed)?;
+            .map_err(start_failure)?;
+        announce_token(&jm);
         let mut tms = Vec::new();
         for i in 0..args.taskmanagers {
             let config = TaskManagerConfig {
@@ -390,10 +484,24 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
             tm.registered(1).await;
             tms.push(tm);
         }
+        let try_submit = match &jm.rest_token_file {
+            Some(file) => format!(
+                "WEIR_REST_TOKEN_FILE={} weir submit JOB.toml --jobmanager http://{}",
+                file.display(),
+                jm.rest_address
+            ),
+            None => format!(
+                "weir submit JOB.toml --jobmanager http://{}",
+                jm.rest_address
+            ),
+        };
         ready(format!(
-            "local cluster ready: rest http://{} ({} taskmanagers x {} slots); \
-             try `weir submit JOB.toml --jobmanager http://{}`; Ctrl-C stops it",
-            jm.rest_address, args.taskmanagers, args.slots, jm.rest_address
+            "local cluster ready: rest http://{} {} ({} taskmanagers x {} slots); \
+             try `{try_submit}`; Ctrl-C stops it",
+            jm.rest_address,
+            token_words(&jm, &auth),
+            args.taskmanagers,
+            args.slots,
         ));
         shutdown_signal().await;
         eprintln!("local cluster stopping");

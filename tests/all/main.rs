@@ -17,6 +17,7 @@ mod exactly_once;
 mod fraud;
 mod polyglot;
 mod rest;
+mod rest_auth;
 mod sandbox;
 mod side_output;
 mod util;

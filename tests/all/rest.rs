@@ -18,15 +18,15 @@ use crate::cluster::harness::{Cluster, READY_TIMEOUT, wait_for};
 const MAX_JOB_BODY: usize = 1 << 20;
 
 /// An HTTP answer: status, `Content-Type` and body bytes.
-struct Reply {
-    status: u16,
-    content_type: String,
-    body: Vec<u8>,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) content_type: String,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Reply {
     /// The body as JSON (panics, showing the body, if it is not).
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
             panic!(
                 "status {}: body is not JSON ({e}): {:?}",
@@ -38,16 +38,26 @@ impl Reply {
 }
 
 /// A REST client for one JobManager, optionally sending a bearer token.
-struct Api {
+pub(crate) struct Api {
     base: String,
-    agent: ureq::Agent,
+    pub(crate) agent: ureq::Agent,
     token: Option<String>,
 }
 
 impl Api {
-    fn new(cluster: &Cluster, token: Option<&str>) -> Api {
+    /// A client sending the cluster's own token.
+    pub(crate) fn of(cluster: &Cluster) -> Api {
+        Api::new(cluster, cluster.token.as_deref())
+    }
+
+    pub(crate) fn new(cluster: &Cluster, token: Option<&str>) -> Api {
+        Api::at(&cluster.rest, token)
+    }
+
+    /// A client for the REST API at `base` (`http://host:port`).
+    pub(crate) fn at(base: &str, token: Option<&str>) -> Api {
         Api {
-            base: cluster.rest.clone(),
+            base: base.to_owned(),
             agent: ureq::Agent::config_builder()
                 .http_status_as_error(false)
                 .build()
@@ -56,7 +66,7 @@ impl Api {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
@@ -67,23 +77,23 @@ impl Api {
         }
     }
 
-    fn get(&self, path: &str) -> Reply {
+    pub(crate) fn get(&self, path: &str) -> Reply {
         read(self.auth(self.agent.get(self.url(path))).call(), path)
     }
 
-    fn delete(&self, path: &str) -> Reply {
+    pub(crate) fn delete(&self, path: &str) -> Reply {
         read(self.auth(self.agent.delete(self.url(path))).call(), path)
     }
 
     /// POST `body` with `Content-Type: content_type`.
-    fn post(&self, path: &str, content_type: &str, body: &[u8]) -> Reply {
+    pub(crate) fn post(&self, path: &str, content_type: &str, body: &[u8]) -> Reply {
         let req = self
             .auth(self.agent.post(self.url(path)))
             .header("Content-Type", content_type);
         read(req.send(body), path)
     }
 
-    fn post_empty(&self, path: &str) -> Reply {
+    pub(crate) fn post_empty(&self, path: &str) -> Reply {
         read(
             self.auth(self.agent.post(self.url(path))).send_empty(),
             path,
@@ -91,7 +101,7 @@ impl Api {
     }
 
     /// `POST /v1/modules?name=..[&version=..]` with `bytes`.
-    fn upload(&self, name: Option<&str>, version: Option<&str>, bytes: &[u8]) -> Reply {
+    pub(crate) fn upload(&self, name: Option<&str>, version: Option<&str>, bytes: &[u8]) -> Reply {
         let mut req = self
             .auth(self.agent.post(self.url("/v1/modules")))
             .header("Content-Type", "application/wasm");
@@ -105,13 +115,16 @@ impl Api {
     }
 
     /// `POST /v1/jobs` with `{"spec": spec}`.
-    fn submit(&self, spec: &str) -> Reply {
+    pub(crate) fn submit(&self, spec: &str) -> Reply {
         let body = serde_json::to_vec(&json!({ "spec": spec })).unwrap();
         self.post("/v1/jobs", "application/json", &body)
     }
 }
 
-fn read(result: Result<ureq::http::Response<ureq::Body>, ureq::Error>, path: &str) -> Reply {
+pub(crate) fn read(
+    result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    path: &str,
+) -> Reply {
     let mut r = result.unwrap_or_else(|e| panic!("{path}: no HTTP answer: {e}"));
     let status = r.status().as_u16();
     let content_type = r
@@ -136,7 +149,7 @@ fn read(result: Result<ureq::http::Response<ureq::Body>, ureq::Error>, path: &st
 /// Asserts an error answer: `status`, a JSON body that is exactly
 /// `{"error": "<message>"}`, and a message containing each of `needles`.
 #[track_caller]
-fn assert_error(reply: &Reply, status: u16, needles: &[&str], what: &str) {
+pub(crate) fn assert_error(reply: &Reply, status: u16, needles: &[&str], what: &str) {
     assert_eq!(
         reply.status,
         status,
@@ -201,7 +214,7 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-fn artifact(path: &str) -> Vec<u8> {
+pub(crate) fn artifact(path: &str) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -292,7 +305,7 @@ fn job_counts(overview: &Value) -> (u64, u64, u64, u64) {
 #[test]
 fn rest_modules_upload_resolve_download_delete() {
     let cluster = Cluster::start(1, 1, &[]);
-    let api = Api::new(&cluster, None);
+    let api = Api::of(&cluster);
     let upper = artifact(artifacts::UPPERCASE);
     let tokenize = artifact(artifacts::TOKENIZE);
     let word_count = artifact(artifacts::WORD_COUNT);
@@ -510,7 +523,7 @@ fn rest_modules_upload_resolve_download_delete() {
 fn rest_jobs_submit_inspect_cancel() {
     const SLOTS: u64 = 2;
     let cluster = Cluster::start(1, SLOTS as u32, &[]);
-    let api = Api::new(&cluster, None);
+    let api = Api::of(&cluster);
     let upper = artifact(artifacts::UPPERCASE);
 
     let o = api.get("/v1/overview");
@@ -766,8 +779,8 @@ fn rest_jobs_submit_inspect_cancel() {
     assert_error(&r, 404, &["endpoint"], "POST to an unknown path");
 }
 
-/// The module size limit, the bearer token, and the refusal to serve a
-/// non-loopback address without one.
+/// The module size limit, a bearer token given with `--rest-token`, and the
+/// refusal to serve a non-loopback address without one.
 #[test]
 fn rest_limits_and_token() {
     let cluster = Cluster::start(0, 1, &["--max-module-mb", "1", "--rest-token", "secret"]);
@@ -830,6 +843,7 @@ fn rest_limits_and_token() {
     let stderr = cluster.dir.path().join("public.stderr");
     let child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["jobmanager", "--rest", "0.0.0.0:0", "--rpc", "127.0.0.1:0"])
+        .arg("--rest-insecure-loopback")
         .arg("--data-dir")
         .arg(cluster.dir.path().join("public"))
         .arg("--certs")
@@ -846,15 +860,15 @@ fn rest_limits_and_token() {
     let text = std::fs::read_to_string(&stderr).unwrap_or_default();
     assert_eq!(status.code(), Some(2), "exit code 2; stderr:\n{text}");
     assert!(
-        text.contains("--rest-token") && text.contains("0.0.0.0"),
-        "the message names the address and --rest-token:\n{text}"
+        text.contains("--rest-insecure-loopback") && text.contains("0.0.0.0"),
+        "the message names the address and the flag:\n{text}"
     );
     assert!(!text.contains("panicked"), "no panic:\n{text}");
 }
 
 /// A child process killed and reaped when dropped (a failing assertion
 /// leaves no daemon behind).
-struct Reaped(Child);
+pub(crate) struct Reaped(pub(crate) Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -864,7 +878,7 @@ impl Drop for Reaped {
 }
 
 /// Polls until `child` exits; panics if it is still running after `limit`.
-fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+pub(crate) fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + limit;
     wait_for("the process to exit by itself", || {
         let status = child.try_wait().expect("try_wait");

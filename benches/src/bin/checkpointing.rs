@@ -156,6 +156,7 @@ impl Daemon {
         let mut child = Command::new(weir)
             .args(args)
             .env("RUST_LOG", "info")
+            .env_remove("WEIR_REST_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr)?)
@@ -220,6 +221,10 @@ struct Cluster {
     weir: PathBuf,
     dir: PathBuf,
     rest: String,
+    /// The JobManager's REST token file (it generates one at start).
+    token_file: PathBuf,
+    /// The token in it, for the bench's own requests.
+    token: String,
     agent: ureq::Agent,
     /// Declared before `jm` so TaskManagers die first.
     tms: Vec<Daemon>,
@@ -274,6 +279,11 @@ impl Cluster {
         };
         let rpc = word_after("rpc")?;
         let rest = word_after("rest")?;
+        let token_file = PathBuf::from(word_after("token-file")?);
+        let token = std::fs::read_to_string(&token_file)
+            .with_context(|| format!("token file {}", token_file.display()))?
+            .trim()
+            .to_owned();
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
@@ -282,6 +292,8 @@ impl Cluster {
             weir: weir.to_owned(),
             dir: dir.to_owned(),
             rest,
+            token_file,
+            token,
             agent,
             tms: Vec::new(),
             tm_args: Vec::new(),
@@ -325,7 +337,11 @@ impl Cluster {
     }
 
     fn get(&self, path: &str) -> anyhow::Result<Value> {
-        let mut r = self.agent.get(format!("{}{path}", self.rest)).call()?;
+        let mut r = self
+            .agent
+            .get(format!("{}{path}", self.rest))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()?;
         let status = r.status().as_u16();
         let v: Value = r.body_mut().read_json()?;
         ensure!(status == 200, "GET {path}: {status} {v}");
@@ -335,6 +351,7 @@ impl Cluster {
     fn cancel(&self, id: &str) -> anyhow::Result<()> {
         self.agent
             .post(format!("{}/v1/jobs/{id}/cancel", self.rest))
+            .header("Authorization", format!("Bearer {}", self.token))
             .send_empty()?;
         self.wait_job(id, |job| {
             matches!(
@@ -353,6 +370,8 @@ impl Cluster {
             .args(["submit", "--json"])
             .arg(&path)
             .env("WEIR_JOBMANAGER", &self.rest)
+            .env("WEIR_REST_TOKEN_FILE", &self.token_file)
+            .env_remove("WEIR_REST_TOKEN")
             .env_remove("RUST_LOG")
             .output()?;
         ensure!(

@@ -5,7 +5,9 @@
 //!
 //! - [`modules`]: the content-addressed module store on disk.
 //! - [`scheduler`]: placing subtasks into slots (pure).
-//! - [`rest`]: the axum router (thin: parses, calls [`JobManager`], maps errors).
+//! - [`rest`]: the axum router (thin: parses, calls [`JobManager`], maps
+//!   errors), its HTTP server with timeouts, and [`rest::auth`]: the token
+//!   (generated into the data dir by default) and the `Host` allow-list.
 //! - this file: [`JobManager`], the state behind one mutex, and the RPC
 //!   server TaskManagers connect to ([`crate::rpc`] protocol over QUIC with
 //!   mutual TLS).
@@ -63,6 +65,7 @@ use crate::rpc::{
 use crate::wasm::Runtime;
 
 use modules::{ModuleInfo, ModuleStore, StoreError};
+use rest::auth::{AuthError, RestAuth};
 use restart::Restarts;
 use scheduler::Strategy;
 
@@ -85,8 +88,12 @@ pub struct JobManagerConfig {
     pub scheduling: Strategy,
     /// Largest module upload, in bytes.
     pub max_module_bytes: usize,
-    /// When set, every REST request must send `Authorization: Bearer <token>`.
-    pub rest_token: Option<String>,
+    /// How REST requests are authenticated: by default with a token
+    /// generated into `<data_dir>/rest-token` (see [`rest::auth`]).
+    pub rest_auth: RestAuth,
+    /// How long a REST client may stall while sending a request's header
+    /// or body.
+    pub rest_read_timeout: Duration,
     /// Checkpoint storage root, a directory every daemon can reach
     /// (default: `<data_dir>/checkpoints`).
     pub checkpoint_dir: Option<PathBuf>,
@@ -109,7 +116,8 @@ impl JobManagerConfig {
             heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
             scheduling: Strategy::Spread,
             max_module_bytes: DEFAULT_MAX_MODULE_MB << 20,
-            rest_token: None,
+            rest_auth: RestAuth::Generated,
+            rest_read_timeout: rest::DEFAULT_READ_TIMEOUT,
             checkpoint_dir: None,
         }
     }
@@ -1414,6 +1422,11 @@ pub struct RunningJobManager {
     pub rpc_address: SocketAddr,
     /// Where the REST API listens.
     pub rest_address: SocketAddr,
+    /// The file holding the REST token, when it was generated (or reused
+    /// from an earlier start) rather than given.
+    pub rest_token_file: Option<PathBuf>,
+    /// Whether this start generated that token.
+    pub rest_token_created: bool,
     endpoint: quinn::Endpoint,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -1423,6 +1436,7 @@ impl std::fmt::Debug for RunningJobManager {
         f.debug_struct("RunningJobManager")
             .field("rpc_address", &self.rpc_address)
             .field("rest_address", &self.rest_address)
+            .field("rest_token_file", &self.rest_token_file)
             .finish_non_exhaustive()
     }
 }
@@ -1461,6 +1475,10 @@ pub enum StartError {
     /// The Wasm runtime could not start.
     #[error("wasm runtime: {0}")]
     Runtime(String),
+    /// REST authentication is misconfigured (an empty token, no token off
+    /// loopback) or its token file is unusable.
+    #[error(transparent)]
+    RestAuth(#[from] AuthError),
 }
 
 /// Starts a JobManager on the current tokio runtime: RPC endpoint, REST
@@ -1470,10 +1488,14 @@ pub async fn start(
     config: JobManagerConfig,
     runtime: Arc<Runtime>,
 ) -> Result<RunningJobManager, StartError> {
+    // Before touching the disk: an empty token or an insecure non-loopback
+    // address is refused whatever else is wrong.
+    config.rest_auth.check(config.rest)?;
     std::fs::create_dir_all(&config.data_dir).map_err(|e| StartError::DataDir {
         path: config.data_dir.clone(),
         message: e.to_string(),
     })?;
+    let auth = config.rest_auth.resolve(config.rest, &config.data_dir)?;
     let store =
         ModuleStore::open(&config.data_dir.join("modules")).map_err(|e| StartError::DataDir {
             path: config.data_dir.clone(),
@@ -1523,12 +1545,19 @@ pub async fn start(
             .unwrap_or_else(|| config.data_dir.join("checkpoints")),
     });
     let mut tasks = Vec::new();
-    let router = rest::router(jm.clone(), config.rest_token.clone());
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router).await {
-            tracing::error!("REST server stopped: {e}");
-        }
-    }));
+    let router = rest::router(
+        jm.clone(),
+        rest::RestOptions {
+            token: auth.token,
+            listen: rest_address,
+            read_timeout: config.rest_read_timeout,
+        },
+    );
+    tasks.push(tokio::spawn(rest::serve(
+        listener,
+        router,
+        config.rest_read_timeout,
+    )));
     let monitor = jm.clone();
     tasks.push(tokio::spawn(async move {
         // Also the checkpoint and restart clock: at most 50 ms late.
@@ -1557,6 +1586,8 @@ pub async fn start(
         jobmanager: jm,
         rpc_address,
         rest_address,
+        rest_token_file: auth.token_file,
+        rest_token_created: auth.created,
         endpoint,
         tasks,
     })

@@ -1,5 +1,5 @@
-//! The JobManager's REST API (axum, JSON). Every endpoint is listed in
-//! `REST.md` next to this file.
+//! The JobManager's REST API (axum, JSON) and its HTTP server. Every
+//! endpoint is listed in `REST.md` next to this file.
 //!
 //! Handlers are thin: extract, call [`JobManager`], map [`ApiError`] to a
 //! status with a `{ "error": ... }` body. Extractor rejections (malformed
@@ -7,21 +7,34 @@
 //! A body over its limit is read to its end (up to [`MAX_DRAIN`]) before
 //! the 413 goes out, so that a client still sending gets the answer rather
 //! than a reset connection.
-//! With a token configured, every request must carry
-//! `Authorization: Bearer <token>`.
+//!
+//! Every request passes a guard first ([`auth`]): the `Host` allow-list on
+//! a loopback listener (403), then `Authorization: Bearer <token>` unless
+//! the server was started with `--rest-insecure-loopback` (401).
+//!
+//! Resources a client holds are bounded: [`serve`] closes a connection
+//! that does not send a complete request header within the read timeout
+//! (also an idle keep-alive one), a body that stalls that long is answered
+//! 408, and at most [`MAX_CONCURRENT_UPLOADS`] module uploads are read and
+//! validated at once (the others wait their turn).
 
+pub mod auth;
+
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
-use axum::extract::{FromRequest, Path, Query, Request, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{FromRef, FromRequest, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
+use tokio::sync::Semaphore;
 
 use super::{ApiError, JobManager};
 
@@ -39,6 +52,37 @@ pub const MAX_DRAIN: usize = 1 << 30;
 /// body matters (no token, unknown path): a client without the token must
 /// not make the server read a gigabyte.
 pub const MAX_DRAIN_REFUSED: usize = 1 << 20;
+
+/// Module uploads read and validated at once; more wait their turn. Each
+/// holds its body (up to `--max-module-mb`) and a compilation in memory, so
+/// this bounds what uploads can take of the JobManager's memory. Two: one
+/// large upload does not block a small one, and a 2-core machine compiles
+/// no more than two at a time anyway.
+pub const MAX_CONCURRENT_UPLOADS: usize = 2;
+
+/// Default of `--rest-read-timeout-ms`: how long a client may take to send
+/// a request's header (counted from the connection's start or its previous
+/// response) and how long its body may stall between two chunks. Long
+/// enough for a slow link, short enough that held-open connections do not
+/// pile up.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long to wait after a failed `accept` (out of file descriptors, most
+/// likely) before trying again: open connections get a chance to close.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How the REST server guards and bounds requests.
+#[derive(Debug, Clone)]
+pub struct RestOptions {
+    /// The token every request must send; `None` only with
+    /// `--rest-insecure-loopback` (see [`auth::RestAuth`]).
+    pub token: Option<String>,
+    /// The address the server listens on, for the `Host` allow-list.
+    pub listen: SocketAddr,
+    /// How long a client may stall while sending a request's header or
+    /// body ([`DEFAULT_READ_TIMEOUT`]).
+    pub read_timeout: Duration,
+}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -74,11 +118,59 @@ impl From<QueryRejection> for ApiError {
 
 type Jm = State<Arc<JobManager>>;
 
-/// The router, with `token` required when given.
-pub fn router(jm: Arc<JobManager>, token: Option<String>) -> Router {
+/// What the handlers share: the JobManager, and the limits on reading
+/// bodies.
+#[derive(Clone)]
+struct AppState {
+    jm: Arc<JobManager>,
+    limits: Arc<Limits>,
+}
+
+impl FromRef<AppState> for Arc<JobManager> {
+    fn from_ref(state: &AppState) -> Self {
+        state.jm.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<Limits> {
+    fn from_ref(state: &AppState) -> Self {
+        state.limits.clone()
+    }
+}
+
+/// Bounds on reading request bodies.
+struct Limits {
+    /// See [`RestOptions::read_timeout`].
+    read_timeout: Duration,
+    /// One permit per upload in progress ([`MAX_CONCURRENT_UPLOADS`]).
+    uploads: Semaphore,
+}
+
+/// What the guard in front of every route checks.
+struct Guard {
+    token: Option<String>,
+    listen: SocketAddr,
+    read_timeout: Duration,
+}
+
+/// The router, with every request guarded as `options` say.
+pub fn router(jm: Arc<JobManager>, options: RestOptions) -> Router {
+    let read_timeout = options.read_timeout;
+    let state = AppState {
+        jm,
+        limits: Arc::new(Limits {
+            read_timeout,
+            uploads: Semaphore::new(MAX_CONCURRENT_UPLOADS),
+        }),
+    };
+    let guard = Arc::new(Guard {
+        token: options.token,
+        listen: options.listen,
+        read_timeout,
+    });
     // The two endpoints with a body read it with `read_body`, which
     // enforces their limits (`DefaultBodyLimit` would not drain).
-    let router = Router::new()
+    Router::new()
         .route("/v1/overview", get(overview))
         .route("/v1/modules", get(list_modules).post(upload_module))
         .route(
@@ -91,37 +183,106 @@ pub fn router(jm: Arc<JobManager>, token: Option<String>) -> Router {
         .route("/v1/jobs/{id}/cancel", post(cancel_job))
         .route("/v1/jobs/{id}/checkpoints", get(job_checkpoints))
         .route("/v1/taskmanagers", get(taskmanagers))
-        .fallback(|req: Request| async {
+        .fallback(move |req: Request| async move {
             // Read any body first: see `MAX_DRAIN`.
-            let _ = read_body(req.into_body(), 0, MAX_DRAIN_REFUSED).await;
+            let _ = read_body(req.into_body(), 0, MAX_DRAIN_REFUSED, read_timeout).await;
             ApiError::not_found("no such endpoint; see GET /v1/overview and the REST reference")
         })
-        .with_state(jm);
-    match token {
-        None => router,
-        Some(token) => router.layer(middleware::from_fn(move |req: Request, next: Next| {
-            let expected = format!("Bearer {token}");
-            async move {
-                let ok = req
-                    .headers()
-                    .get(header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|v| v == expected);
-                if ok {
-                    next.run(req).await
-                } else {
-                    // Read any body first: see `MAX_DRAIN`.
-                    let _ = read_body(req.into_body(), 0, MAX_DRAIN_REFUSED).await;
-                    ApiError {
-                        status: 401,
-                        message: "missing or wrong token: send Authorization: Bearer <token> \
-                                  (the CLI: --rest-token or WEIR_REST_TOKEN)"
-                            .into(),
-                    }
-                    .into_response()
-                }
+        .layer(middleware::from_fn_with_state(guard, guard_request))
+        .with_state(state)
+}
+
+/// The `Host` allow-list, then the token (see [`auth`]).
+async fn guard_request(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    // The authority of an absolute-form URI and every `Host` header: all
+    // must be allowed (a non-UTF-8 `Host` names no allowed host).
+    let uri_host = req.uri().authority().map(|a| a.as_str().to_owned());
+    let header_hosts = req
+        .headers()
+        .get_all(header::HOST)
+        .iter()
+        .map(|v| v.to_str().unwrap_or_default().to_owned());
+    let refused_host = uri_host
+        .into_iter()
+        .chain(header_hosts)
+        .find(|h| !auth::host_allowed(Some(h), guard.listen));
+    let refusal = if let Some(host) = refused_host {
+        let mut shown: String = host.chars().take(100).collect();
+        if shown.len() < host.len() {
+            shown.push('…');
+        }
+        Some((
+            ApiError {
+                status: 403,
+                message: format!(
+                    "Host `{shown}` is not served: on a loopback address the REST API answers \
+                     only requests to localhost, 127.0.0.1 or [::1] (against DNS rebinding)"
+                ),
+            },
+            false,
+        ))
+    } else if let Some(token) = &guard.token
+        && !auth::token_matches(
+            req.headers()
+                .get(header::AUTHORIZATION)
+                .map(|v| v.as_bytes()),
+            token,
+        )
+    {
+        Some((
+            ApiError {
+                status: 401,
+                message: "missing or wrong token: send Authorization: Bearer <token>; the token \
+                          is in the JobManager's DATA_DIR/rest-token (the CLI reads it from \
+                          there, or takes --rest-token-file / WEIR_REST_TOKEN_FILE or \
+                          --rest-token / WEIR_REST_TOKEN)"
+                    .into(),
+            },
+            true,
+        ))
+    } else {
+        None
+    };
+    let Some((error, challenge)) = refusal else {
+        return next.run(req).await;
+    };
+    // Read any body first: see `MAX_DRAIN`.
+    let _ = read_body(req.into_body(), 0, MAX_DRAIN_REFUSED, guard.read_timeout).await;
+    let mut response = error.into_response();
+    if challenge {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+    }
+    response
+}
+
+/// Serves `router` over HTTP/1.1 on `listener` until this future is
+/// dropped. A connection that does not send a complete request header
+/// within `read_timeout` (counted from its start, or from its previous
+/// response when kept alive) is closed: half-sent requests do not pile up
+/// (`axum::serve` sets no timer, so hyper's header timeout would be off).
+pub async fn serve(listener: tokio::net::TcpListener, router: Router, read_timeout: Duration) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!("REST: cannot accept a connection: {e}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
             }
-        })),
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(read_timeout);
+            let io = hyper_util::rt::TokioIo::new(stream);
+            if let Err(e) = http.serve_connection(io, service).await {
+                tracing::debug!("REST connection closed: {e}");
+            }
+        });
     }
 }
 
@@ -141,6 +302,8 @@ enum BodyError {
     TooLarge,
     /// The connection failed mid-body.
     Read(axum::Error),
+    /// No bytes came for this long.
+    Stalled(Duration),
 }
 
 /// The next data chunk of `body` (trailers skipped).
@@ -160,12 +323,24 @@ async fn next_chunk(body: &mut Body) -> Option<Result<Bytes, axum::Error>> {
 
 /// Reads `body` if it has at most `limit` bytes; otherwise reads it on to
 /// its end (at most `drain` more bytes), discarding it, and says it is too
-/// large.
-async fn read_body(mut body: Body, limit: usize, drain: usize) -> Result<Bytes, BodyError> {
-    let mut bytes = Vec::new();
+/// large. Gives up if no bytes come for `timeout`.
+async fn read_body(
+    mut body: Body,
+    limit: usize,
+    drain: usize,
+    timeout: Duration,
+) -> Result<Vec<u8>, BodyError> {
+    // One allocation when the length is announced (and within the limit):
+    // no doubling, no copy.
+    let announced = body.size_hint().exact().unwrap_or(0);
+    let mut bytes = Vec::with_capacity(usize::try_from(announced).unwrap_or(0).min(limit));
     let mut over = 0usize;
-    while let Some(chunk) = next_chunk(&mut body).await {
-        let chunk = chunk.map_err(BodyError::Read)?;
+    loop {
+        let chunk = match tokio::time::timeout(timeout, next_chunk(&mut body)).await {
+            Err(_) => return Err(BodyError::Stalled(timeout)),
+            Ok(None) => break,
+            Ok(Some(chunk)) => chunk.map_err(BodyError::Read)?,
+        };
         if over == 0 && bytes.len() + chunk.len() <= limit {
             bytes.extend_from_slice(&chunk);
             continue;
@@ -181,7 +356,7 @@ async fn read_body(mut body: Body, limit: usize, drain: usize) -> Result<Bytes, 
     if over > 0 {
         Err(BodyError::TooLarge)
     } else {
-        Ok(Bytes::from(bytes))
+        Ok(bytes)
     }
 }
 
@@ -192,21 +367,75 @@ fn body_error(e: BodyError, too_large: impl FnOnce() -> String) -> ApiError {
             message: too_large(),
         },
         BodyError::Read(e) => ApiError::bad_request(format!("cannot read the request body: {e}")),
+        BodyError::Stalled(t) => ApiError {
+            status: 408,
+            message: format!(
+                "the request body stalled: no bytes for {} ms (the JobManager's \
+                 --rest-read-timeout-ms)",
+                t.as_millis()
+            ),
+        },
     }
 }
 
-async fn upload_module(State(jm): Jm, request: Request) -> Result<Response, ApiError> {
+/// Whether the request says its body is `application/wasm` (parameters
+/// after `;` ignored).
+fn is_wasm(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/wasm"))
+}
+
+async fn upload_module(
+    State(jm): Jm,
+    State(limits): State<Arc<Limits>>,
+    request: Request,
+) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
+    // Only as `application/wasm`: a web page cannot make a browser send
+    // that type to another origin without a CORS preflight, which this
+    // server never grants.
+    if !is_wasm(&parts.headers) {
+        let found = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .chars()
+                    .take(100)
+                    .collect()
+            })
+            .unwrap_or_else(|| "none".to_owned());
+        // Read the body first: see `MAX_DRAIN`.
+        let _ = read_body(body, 0, MAX_DRAIN, limits.read_timeout).await;
+        return Err(ApiError {
+            status: 415,
+            message: format!(
+                "a module upload must be sent with Content-Type: application/wasm (found {found})"
+            ),
+        });
+    }
+    // Wait for a turn (see `MAX_CONCURRENT_UPLOADS`); held until the module
+    // is validated and stored.
+    let _turn = limits
+        .uploads
+        .acquire()
+        .await
+        .map_err(|_| ApiError::internal("the JobManager is shutting down"))?;
     // The body first, even if the query is bad: see `MAX_DRAIN`.
     let limit = jm.max_module_bytes();
-    let body = read_body(body, limit, MAX_DRAIN).await.map_err(|e| {
-        body_error(e, || {
-            format!(
-                "module is over the upload limit of {} MiB (the JobManager's --max-module-mb)",
-                limit >> 20
-            )
-        })
-    })?;
+    let body = read_body(body, limit, MAX_DRAIN, limits.read_timeout)
+        .await
+        .map_err(|e| {
+            body_error(e, || {
+                format!(
+                    "module is over the upload limit of {} MiB (the JobManager's --max-module-mb)",
+                    limit >> 20
+                )
+            })
+        })?;
     let Query(params) = Query::<UploadParams>::try_from_uri(&parts.uri)?;
     let name = params.name.ok_or_else(|| {
         ApiError::bad_request("missing query parameter `name` (?name=N[&version=V])")
@@ -216,9 +445,7 @@ async fn upload_module(State(jm): Jm, request: Request) -> Result<Response, ApiE
             "empty body: send the component's bytes",
         ));
     }
-    let (info, created) = jm
-        .upload_module(name, params.version, body.to_vec())
-        .await?;
+    let (info, created) = jm.upload_module(name, params.version, body).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -260,9 +487,13 @@ struct SubmitBody {
     spec: String,
 }
 
-async fn submit_job(State(jm): Jm, request: Request) -> Result<Response, ApiError> {
+async fn submit_job(
+    State(jm): Jm,
+    State(limits): State<Arc<Limits>>,
+    request: Request,
+) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
-    let bytes = read_body(body, MAX_JOB_BODY, MAX_DRAIN)
+    let bytes = read_body(body, MAX_JOB_BODY, MAX_DRAIN, limits.read_timeout)
         .await
         .map_err(|e| {
             body_error(e, || {

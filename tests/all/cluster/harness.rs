@@ -2,6 +2,11 @@
 //! from the `weir` binary on 127.0.0.1 with port 0, readiness awaited from
 //! the lines they print, REST queried over HTTP. Every process is killed
 //! (and reaped) when its handle drops, so a failing test leaves none behind.
+//!
+//! The JobManager requires a REST token (by default the one it generates
+//! into its data dir and names in its readiness line): the harness reads it
+//! from there, sends it with its own requests and points the `weir` client
+//! commands at the file (`WEIR_REST_TOKEN_FILE`), never at the token.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -30,6 +35,8 @@ impl Daemon {
         let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(args)
             .env("RUST_LOG", "info")
+            .env_remove("WEIR_REST_TOKEN")
+            .env_remove("WEIR_REST_TOKEN_FILE")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).expect("stderr file"))
@@ -138,6 +145,12 @@ pub struct Cluster {
     pub rpc: String,
     /// Its REST base URL.
     pub rest: String,
+    /// The token its REST API requires (`None` with
+    /// `--rest-insecure-loopback`).
+    pub token: Option<String>,
+    /// The file it generated the token into (`None` when the token was
+    /// given with `--rest-token`, or there is none).
+    pub token_file: Option<PathBuf>,
     /// TaskManagers, in start order.
     pub tms: Vec<Daemon>,
     agent: ureq::Agent,
@@ -177,7 +190,14 @@ impl Cluster {
         args.extend(jm_args.iter().map(|s| s.to_string()));
         let mut jm = Daemon::spawn(dir.path(), "jobmanager", &args);
         let line = jm.wait_line("jobmanager ready");
-        let (rpc, rest) = parse_ready(&line);
+        let (rpc, rest, token_file) = parse_ready(&line);
+        let token = match &token_file {
+            Some(file) => Some(read_token(file)),
+            None => jm_args
+                .iter()
+                .position(|a| *a == "--rest-token")
+                .map(|i| jm_args[i + 1].to_owned()),
+        };
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
@@ -187,6 +207,8 @@ impl Cluster {
             jm,
             rpc,
             rest,
+            token,
+            token_file,
             tms: Vec::new(),
             agent,
             next_tm: 0,
@@ -247,25 +269,28 @@ impl Cluster {
         self.tms[i] = tm;
     }
 
-    /// GET a REST path; (status, JSON).
+    /// GET a REST path with the token; (status, JSON).
     pub fn get(&self, path: &str) -> (u16, Value) {
-        let mut r = self
-            .agent
-            .get(format!("{}{path}", self.rest))
-            .call()
-            .expect("REST answers");
+        let mut request = self.agent.get(format!("{}{path}", self.rest));
+        if let Some(token) = &self.token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        let mut r = request.call().expect("REST answers");
         let status = r.status().as_u16();
         (status, r.body_mut().read_json().unwrap_or(Value::Null))
     }
 
-    /// `weir args...` against this cluster's REST API.
+    /// `weir args...` against this cluster's REST API, finding the token
+    /// as a user would: in the token file.
     pub fn weir(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(args)
-            .env("WEIR_JOBMANAGER", &self.rest)
-            .env_remove("RUST_LOG")
-            .output()
-            .expect("weir runs")
+        let mut cmd = client_command(self.dir.path());
+        cmd.args(args).env("WEIR_JOBMANAGER", &self.rest);
+        match (&self.token_file, &self.token) {
+            (Some(file), _) => cmd.env("WEIR_REST_TOKEN_FILE", file),
+            (None, Some(token)) => cmd.env("WEIR_REST_TOKEN", token),
+            (None, None) => &mut cmd,
+        };
+        cmd.output().expect("weir runs")
     }
 
     /// Submits a spec file with `weir submit`; returns the job id.
@@ -295,8 +320,38 @@ impl Cluster {
     }
 }
 
-/// `jobmanager ready: rpc ADDR rest URL` → (ADDR, URL).
-fn parse_ready(line: &str) -> (String, String) {
+/// A `weir` client command with no token from the test runner's
+/// environment, and a data home (where the CLI looks for a default token
+/// file) inside `dir`, so that only what a test gives it counts.
+pub fn client_command(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+    cmd.env_remove("RUST_LOG")
+        .env_remove("WEIR_REST_TOKEN")
+        .env_remove("WEIR_REST_TOKEN_FILE")
+        .env("XDG_DATA_HOME", dir.join("xdg-data"));
+    cmd
+}
+
+/// The token in a token file (its only line).
+pub fn read_token(file: &Path) -> String {
+    let text = std::fs::read_to_string(file)
+        .unwrap_or_else(|e| panic!("token file {}: {e}", file.display()));
+    text.trim().to_owned()
+}
+
+/// The word after `key` in a readiness line.
+pub fn word_after(line: &str, key: &str) -> Option<String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    words
+        .iter()
+        .position(|w| *w == key)
+        .and_then(|i| words.get(i + 1))
+        .map(|w| w.to_string())
+}
+
+/// `jobmanager ready: rpc ADDR rest URL [token-file FILE]` → (ADDR, URL,
+/// FILE).
+fn parse_ready(line: &str) -> (String, String, Option<PathBuf>) {
     let words: Vec<&str> = line.split_whitespace().collect();
     let at = |key: &str| {
         words
@@ -306,5 +361,9 @@ fn parse_ready(line: &str) -> (String, String) {
             .unwrap_or_else(|| panic!("no `{key}` in {line:?}"))
             .to_string()
     };
-    (at("rpc"), at("rest"))
+    (
+        at("rpc"),
+        at("rest"),
+        word_after(line, "token-file").map(PathBuf::from),
+    )
 }

@@ -13,7 +13,7 @@ use weir_tests::artifacts;
 
 use crate::util::{describe, kjv, read_sink, toml_path};
 use crate::word_count::{expected_counts, word_count_spec};
-use harness::{Cluster, Daemon, wait_for};
+use harness::{Cluster, Daemon, client_command, read_token, wait_for, word_after};
 
 fn counts_in(out: &Path) -> HashMap<String, u64> {
     let mut got = HashMap::new();
@@ -390,7 +390,15 @@ fn jobmanager_restart_keeps_modules_and_taskmanagers_come_back() {
     .map(str::to_owned)
     .to_vec();
     cluster.jm = Daemon::spawn(cluster.dir.path(), "jobmanager-2", &args);
-    cluster.jm.wait_line("jobmanager ready");
+    let ready = cluster.jm.wait_line("jobmanager ready");
+    // The same REST token: the file of the first start, reused.
+    let file = word_after(&ready, "token-file").expect("a token file");
+    assert_eq!(Some(file.clone().into()), cluster.token_file, "{ready}");
+    assert_eq!(
+        Some(read_token(Path::new(&file))),
+        cluster.token,
+        "the token is reused"
+    );
 
     // The TaskManager printed its first registration already; the second
     // one is the reconnect.
@@ -444,6 +452,11 @@ fn weir_local_runs_a_submitted_job() {
         .find(|w| w.starts_with("http://"))
         .expect("rest url")
         .to_owned();
+    let token_file = word_after(&line, "token-file").expect("the token file in the line");
+    assert!(
+        token_file.starts_with(&dir.path().join("data").display().to_string()),
+        "the token is in the data dir: {line}"
+    );
     let out = dir.path().join("counts.txt");
     let spec = dir.path().join("job.toml");
     let text = word_count_spec(&kjv(), &out).replace(
@@ -452,9 +465,10 @@ fn weir_local_runs_a_submitted_job() {
     );
     std::fs::write(&spec, text).unwrap();
     let weir = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        client_command(dir.path())
             .args(args)
             .env("WEIR_JOBMANAGER", &rest)
+            .env("WEIR_REST_TOKEN_FILE", &token_file)
             .output()
             .unwrap()
     };
