@@ -175,8 +175,8 @@ pub fn load_or_create(path: &Path) -> Result<(String, bool), AuthError> {
     }
 }
 
-/// Refuses a token file that is a symlink, not a regular file, or open to
-/// group or others.
+/// Refuses a token file that is a symlink, not a regular file, owned by
+/// another user, or open to group or others.
 fn check_private(path: &Path) -> Result<(), String> {
     let meta = std::fs::symlink_metadata(path).map_err(|e| format!("cannot read: {e}"))?;
     if !meta.file_type().is_file() {
@@ -184,7 +184,15 @@ fn check_private(path: &Path) -> Result<(), String> {
     }
     #[cfg(unix)]
     {
-        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let me = rustix::process::geteuid().as_raw();
+        if meta.uid() != me {
+            return Err(format!(
+                "is owned by uid {}, not by this user (uid {me}): someone else may have \
+                 planted it; delete it to generate a new token",
+                meta.uid()
+            ));
+        }
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
             return Err(format!(
@@ -433,5 +441,23 @@ mod tests {
         std::os::unix::fs::symlink(&file, &link).unwrap();
         let e = load_or_create(&link).unwrap_err().to_string();
         assert!(e.contains("regular file"), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_token_file_of_another_user_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        if rustix::process::geteuid().as_raw() != 0 {
+            // Only root can give a file away; CI runs as root.
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(TOKEN_FILE);
+        std::fs::write(&file, "planted\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let nobody = rustix::process::Uid::from_raw(65534);
+        rustix::fs::chown(&file, Some(nobody), None).unwrap();
+        let e = load_or_create(&file).unwrap_err().to_string();
+        assert!(e.contains("owned by uid 65534"), "{e}");
     }
 }
