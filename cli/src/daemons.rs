@@ -19,6 +19,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use weir_host::jobmanager::rest::auth::{RestAuth, TOKEN_FILE};
+use weir_host::connectors::AllowedRoots;
 use weir_host::jobmanager::scheduler::Strategy;
 use weir_host::jobmanager::{self, JobManagerConfig, RunningJobManager, StartError};
 use weir_host::net::NetConfig;
@@ -91,6 +92,13 @@ pub struct JobManagerArgs {
     /// [default: DATA_DIR/checkpoints].
     #[arg(long, value_name = "DIR")]
     checkpoint_dir: Option<PathBuf>,
+
+    /// A directory whose files jobs' file sources may read and file sinks
+    /// may write (symlinks resolved; regular files only). Repeatable. None
+    /// by default: a job with a file source or sink is refused at submit.
+    /// Give the same directories to the TaskManagers, which check again.
+    #[arg(long = "allow-path", value_name = "DIR")]
+    allow_paths: Vec<PathBuf>,
 }
 
 /// How the REST API authenticates requests (`weir jobmanager`, `weir local`).
@@ -192,6 +200,12 @@ pub struct TaskManagerArgs {
     #[arg(long)]
     id: Option<String>,
 
+    /// A directory whose files jobs' file sources may read and file sinks
+    /// may write (symlinks resolved; regular files only). Repeatable. None
+    /// by default: a subtask with a file source or sink fails.
+    #[arg(long = "allow-path", value_name = "DIR")]
+    allow_paths: Vec<PathBuf>,
+
     #[command(flatten)]
     certs: CertArgs,
 
@@ -251,6 +265,12 @@ pub struct LocalArgs {
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
 
+    /// A directory whose files jobs' file sources may read and file sinks
+    /// may write (symlinks resolved; regular files only). Repeatable
+    /// [default: the current directory].
+    #[arg(long = "allow-path", value_name = "DIR")]
+    allow_paths: Vec<PathBuf>,
+
     #[command(flatten)]
     net: NetArgs,
 }
@@ -299,6 +319,14 @@ fn identity(certs: &CertArgs, role: &str) -> Result<NodeIdentity, Failure> {
                 certs.certs.display()
             )
         })
+        .map_err(bad_input)
+}
+
+/// The roots a daemon's `--allow-path` flags name; `hint` ends refusals.
+pub fn allowed_roots(dirs: &[PathBuf], hint: &str) -> Result<AllowedRoots, Failure> {
+    AllowedRoots::new(dirs)
+        .map(|roots| roots.with_hint(hint))
+        .context("--allow-path")
         .map_err(bad_input)
 }
 
@@ -352,6 +380,10 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
             args.heartbeat_interval_ms
         )));
     }
+    let roots = allowed_roots(
+        &args.allow_paths,
+        "the JobManager allows only the directories given with --allow-path",
+    )?;
     let id = identity(&args.certs, "jobmanager")?;
     let data_dir = args
         .data_dir
@@ -372,6 +404,7 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
         config.checkpoint_dir = args
             .checkpoint_dir
             .map(|d| std::path::absolute(&d).unwrap_or(d));
+        config.allowed_roots = roots;
         let jm = jobmanager::start(config, wasm)
             .await
             .map_err(start_failure)?;
@@ -393,6 +426,10 @@ pub fn taskmanager(args: TaskManagerArgs) -> Result<(), Failure> {
     if args.slots == 0 {
         return Err(bad_input(anyhow::anyhow!("--slots must be at least 1")));
     }
+    let roots = allowed_roots(
+        &args.allow_paths,
+        "the TaskManager allows only the directories given with --allow-path",
+    )?;
     let id = identity(&args.certs, "taskmanager")?;
     let net = args.net.config()?;
     let data_dir = args
@@ -410,6 +447,7 @@ pub fn taskmanager(args: TaskManagerArgs) -> Result<(), Failure> {
             identity: id,
             bind: args.bind,
             net,
+            allowed_roots: roots,
         };
         let jobmanager = config.jobmanager;
         let slots = config.slots;
@@ -448,6 +486,17 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
     }
     let net = args.net.config()?;
     let auth = args.rest_auth.auth(args.rest)?;
+    let roots = if args.allow_paths.is_empty() {
+        allowed_roots(
+            &[PathBuf::from(".")],
+            "weir local allows its working directory, or the directories given with --allow-path",
+        )?
+    } else {
+        allowed_roots(
+            &args.allow_paths,
+            "weir local allows only the directories given with --allow-path",
+        )?
+    };
     let (data_dir, _temp) = match &args.data_dir {
         Some(d) => (d.clone(), None),
         None => {
@@ -465,6 +514,7 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
         let rpc: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
         let mut config = JobManagerConfig::new(rpc, args.rest, data_dir.join("jobmanager"), jm_id);
         config.rest_auth = auth.clone();
+        config.allowed_roots = roots.clone();
         let jm = jobmanager::start(config, wasm.clone())
             .await
             .map_err(start_failure)?;
@@ -479,6 +529,7 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
                 identity: tm_id.clone(),
                 bind: "127.0.0.1:0".parse().expect("valid address"),
                 net,
+                allowed_roots: roots.clone(),
             };
             let mut tm = daemon::start(config, wasm.clone()).await.map_err(failed)?;
             tm.registered(1).await;

@@ -16,7 +16,7 @@ mod scaffold;
 mod toolchain;
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -128,6 +128,12 @@ struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+
+    /// Another directory whose files the job's file sources may read and
+    /// file sinks may write, besides the job spec's folder and the current
+    /// directory (symlinks resolved; regular files only). Repeatable.
+    #[arg(long = "allow-path", value_name = "DIR")]
+    allow_paths: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -254,11 +260,26 @@ fn run(args: RunArgs) -> Result<(), Failure> {
     let graph = load_graph(&args.spec)?;
     let wasm = runtime(&args.spec.cache)?;
     let rt = tokio_runtime()?;
+    // The spec's folder and the current directory, and what --allow-path adds.
+    let mut dirs = vec![
+        graph
+            .origin
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .to_path_buf(),
+        PathBuf::from("."),
+    ];
+    dirs.extend(args.allow_paths.iter().cloned());
+    let roots = daemons::allowed_roots(
+        &dirs,
+        "weir run allows the job spec's folder, the current directory and the directories given with --allow-path",
+    )?;
     let cluster = LocalCluster::new(
         wasm.clone(),
         args.work_dir.clone().unwrap_or_else(default_work_dir),
         rt.handle().clone(),
-    );
+    )
+    .with_allowed_roots(roots);
     let operators = graph
         .vertices
         .iter()

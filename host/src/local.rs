@@ -15,6 +15,11 @@
 //!    them, stops the sources on request, and reports the first root cause if
 //!    any fails.
 //!
+//! File sources and sinks are confined to the cluster's [`AllowedRoots`]
+//! (default: none): [`check_file_connectors`] refuses a job whose paths lie
+//! elsewhere before any subtask starts, and every file is opened through the
+//! roots again.
+//!
 //! It must not contain operator logic, connector logic or channel protocol:
 //! those live in [`crate::wasm`], [`crate::connectors`] and
 //! [`crate::taskmanager`].
@@ -28,8 +33,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use crate::connectors::{
-    BlackholeSink, FileFormat, FileSink, FileSource, GeneratorConfig, GeneratorKind as GenKind,
-    GeneratorSource, OutputFormat, Sink, Source, StdoutSink, TransactionalFileSink,
+    AllowedRoots, BlackholeSink, FileFormat, FileSink, FileSource, GeneratorConfig,
+    GeneratorKind as GenKind, GeneratorSource, OutputFormat, Sink, Source, StdoutSink,
+    TransactionalFileSink,
 };
 use crate::job::{
     GeneratorKind, JobGraph, KeySelector, ModuleRef, Partitioner, SinkFormat, SinkSpec,
@@ -226,23 +232,39 @@ impl JobHandle {
     }
 }
 
-/// The embedded cluster: a Wasm runtime, a work directory and a tokio runtime.
+/// The embedded cluster: a Wasm runtime, a work directory, a tokio runtime
+/// and the directories file connectors may use.
 #[derive(Debug, Clone)]
 pub struct LocalCluster {
     runtime: Arc<Runtime>,
     work_dir: PathBuf,
     handle: tokio::runtime::Handle,
+    roots: AllowedRoots,
 }
 
 impl LocalCluster {
     /// A cluster running subtasks on `handle`, keeping RocksDB state of each
-    /// job under `work_dir/<job>-<n>` (removed when the job ends).
+    /// job under `work_dir/<job>-<n>` (removed when the job ends). It allows
+    /// no file source or sink until given roots
+    /// ([`with_allowed_roots`](Self::with_allowed_roots)).
     pub fn new(runtime: Arc<Runtime>, work_dir: PathBuf, handle: tokio::runtime::Handle) -> Self {
         LocalCluster {
             runtime,
             work_dir,
             handle,
+            roots: AllowedRoots::none(),
         }
+    }
+
+    /// The same cluster, letting file sources and sinks use `roots`.
+    pub fn with_allowed_roots(mut self, roots: AllowedRoots) -> Self {
+        self.roots = roots;
+        self
+    }
+
+    /// Where file sources and sinks may read and write.
+    pub fn allowed_roots(&self) -> &AllowedRoots {
+        &self.roots
     }
 
     /// The Wasm runtime.
@@ -318,6 +340,7 @@ impl LocalCluster {
     /// Starts `graph`. Blocking: compiles (or loads from cache) and
     /// instantiates every operator before returning.
     pub fn submit(&self, graph: &JobGraph) -> Result<JobHandle, RunError> {
+        check_file_connectors(graph, &self.roots).map_err(RunError::Plan)?;
         static JOB_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let work_dir = self.work_dir.join(format!(
             "{}-{}-{}",
@@ -373,6 +396,8 @@ impl LocalCluster {
                 u16::MAX
             ))
         })?;
+        // Again here: a TaskManager does not rely on its JobManager's check.
+        check_file_connectors(graph, &self.roots).map_err(RunError::Plan)?;
         let tasks = chain(graph);
         let edges = task_edges(graph, &tasks);
         let capacity = settings.channel_capacity.max(1) as usize;
@@ -448,8 +473,14 @@ impl LocalCluster {
                             channels: channel_counts[t],
                         },
                         VertexKind::Source(spec) => {
-                            let mut source =
-                                build_source(graph, head_vertex, spec, s, task.parallelism)?;
+                            let mut source = build_source(
+                                graph,
+                                head_vertex,
+                                spec,
+                                s,
+                                task.parallelism,
+                                &self.roots,
+                            )?;
                             if let Some(position) = restored.and_then(|r| r.source.as_ref()) {
                                 source.seek(position).map_err(|e| {
                                     RunError::Plan(format!(
@@ -541,6 +572,7 @@ impl LocalCluster {
                                         sink: match (spec, &options.checkpoints) {
                                             (SinkSpec::File(f), Some(_)) => Box::new(
                                                 TransactionalFileSink::open(
+                                                    &self.roots,
                                                     &f.path,
                                                     s,
                                                     output_format(f.format),
@@ -553,7 +585,7 @@ impl LocalCluster {
                                                     ))
                                                 })?,
                                             ),
-                                            _ => build_sink(graph, v, spec, s)?,
+                                            _ => build_sink(graph, v, spec, s, &self.roots)?,
                                         },
                                     });
                             }
@@ -800,6 +832,7 @@ fn build_source(
     spec: &SourceSpec,
     subtask: u32,
     parallelism: u32,
+    roots: &AllowedRoots,
 ) -> Result<Box<dyn Source>, RunError> {
     let id = &graph.vertices[v].id.0;
     Ok(match spec {
@@ -811,8 +844,9 @@ fn build_source(
                     timestamp_field: f.timestamp_field.clone(),
                 },
             };
-            let source = FileSource::open(&f.path, format)
-                .map_err(|e| RunError::Plan(format!("source `{id}`: {e}")))?;
+            let source = FileSource::open(roots, &f.path, format)
+                .map_err(|e| RunError::Plan(format!("source `{id}`: {e}")))?
+                .with_max_record_bytes(f.max_record_bytes);
             Box::new(match f.rate {
                 Some(rate) => source.with_rate(rate as f64),
                 None => source,
@@ -860,16 +894,54 @@ fn build_sink(
     v: usize,
     spec: &SinkSpec,
     subtask: u32,
+    roots: &AllowedRoots,
 ) -> Result<Box<dyn Sink>, RunError> {
     let id = &graph.vertices[v].id.0;
     Ok(match spec {
         SinkSpec::File(f) => Box::new(
-            FileSink::create(&f.subtask_path(subtask), output_format(f.format))
+            FileSink::create(roots, &f.subtask_path(subtask), output_format(f.format))
                 .map_err(|e| RunError::Plan(format!("sink `{id}`: {e}")))?,
         ),
         SinkSpec::Stdout { format } => Box::new(StdoutSink::new(output_format(*format))),
         SinkSpec::Blackhole { rate } => Box::new(BlackholeSink::new(rate.map(|r| r as f64))),
     })
+}
+
+/// Checks every file source and sink of `graph` against `roots`, before
+/// anything is opened or created: a path outside every root, a symlink out
+/// of one, a source that is not a regular file (FIFO, device, directory) or
+/// a non-regular file (or symlink) where a sink would write is refused. A
+/// file that does not exist (yet) under a root passes: a sink creates it,
+/// and a source fails when it opens it. The message names each refused
+/// vertex and its path as the job gives it.
+pub fn check_file_connectors(graph: &JobGraph, roots: &AllowedRoots) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let missing = |e: &crate::connectors::ConfineError| {
+        matches!(&e.reason, crate::connectors::confine::Reason::Io(io)
+            if io.kind() == std::io::ErrorKind::NotFound)
+    };
+    for vertex in &graph.vertices {
+        match &vertex.kind {
+            VertexKind::Source(SourceSpec::File(f)) => match roots.check_read(&f.path) {
+                Err(e) if !missing(&e) => problems.push(format!("source `{}`: {e}", vertex.id)),
+                _ => {}
+            },
+            VertexKind::Sink(SinkSpec::File(f)) => {
+                for s in 0..vertex.parallelism {
+                    if let Err(e) = roots.check_write(&f.subtask_path(s)) {
+                        problems.push(format!("sink `{}`: {e}", vertex.id));
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
 }
 
 /// The default work directory: `$TMPDIR/weir`.

@@ -12,6 +12,7 @@ mod backpressure;
 mod bad_input;
 mod cache;
 mod cluster;
+mod confine;
 mod ctrl_c;
 mod exactly_once;
 mod fraud;

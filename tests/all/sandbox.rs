@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use weir_host::connectors::AllowedRoots;
 use weir_host::job::JobGraph;
 use weir_host::local::{LocalCluster, RunError};
 use weir_host::wasm::{FailureKind, Runtime, RuntimeConfig};
@@ -128,7 +129,9 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
         })
         .unwrap(),
     );
-    let cluster = LocalCluster::new(runtime, dir.path().join("work"), rt.handle().clone());
+    let roots = AllowedRoots::new([dir.path(), crate::util::kjv().parent().unwrap()]).unwrap();
+    let cluster = LocalCluster::new(runtime, dir.path().join("work"), rt.handle().clone())
+        .with_allowed_roots(roots);
 
     // The healthy job: word count over the bundled text, running throughout.
     let healthy_out = dir.path().join("healthy.txt");

@@ -9,10 +9,27 @@ pub fn kjv() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../udfs/data/kjv.txt")
 }
 
-/// A `weir` command with an isolated compiled-component cache.
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("cli/ is in the repository")
+        .to_path_buf()
+}
+
+/// The folder of the bundled data (`udfs/data`).
+pub fn data_dir() -> PathBuf {
+    repo_root().join("udfs/data")
+}
+
+/// A `weir` command with an isolated compiled-component cache, started in
+/// the repository's root as the demo is: `weir run` then lets jobs read the
+/// bundled data (its current directory) as well as their spec's folder.
 pub fn weir(cache: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
-    cmd.env("WEIR_CACHE_DIR", cache).env_remove("RUST_LOG");
+    cmd.env("WEIR_CACHE_DIR", cache)
+        .env_remove("RUST_LOG")
+        .current_dir(repo_root());
     cmd
 }
 

@@ -37,6 +37,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use weir_benches::measure::{peak_rss_kib, quantile};
 use weir_benches::native::{copy_batch, word_count};
+use weir_host::connectors::AllowedRoots;
 use weir_host::connectors::{
     BlackholeSink, ConnectorError, GeneratorConfig, GeneratorKind, GeneratorSource, Sink, Source,
 };
@@ -418,7 +419,8 @@ fn vertex<'a>(
         .with_context(|| format!("no vertex `{id}` in the summary"))
 }
 
-/// Runs the job in `spec` on an embedded cluster and waits for it.
+/// Runs the job in `spec` on an embedded cluster and waits for it. File
+/// sources may read the temporary directory (where the inputs are written).
 fn run_job(spec: &str) -> anyhow::Result<JobSummary> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("job.toml");
@@ -429,7 +431,8 @@ fn run_job(spec: &str) -> anyhow::Result<JobSummary> {
         .enable_all()
         .build()?;
     let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None })?);
-    let cluster = LocalCluster::new(runtime, dir.path().join("work"), rt.handle().clone());
+    let cluster = LocalCluster::new(runtime, dir.path().join("work"), rt.handle().clone())
+        .with_allowed_roots(AllowedRoots::new([std::env::temp_dir()])?);
     let handle = cluster.submit(&graph)?;
     Ok(rt.block_on(handle.wait())?)
 }

@@ -8,13 +8,20 @@
 //! - [`Sink`]: consumes batches. [`FileSink`], [`StdoutSink`] and
 //!   [`BlackholeSink`].
 //!
+//! - [`AllowedRoots`] (in [`confine`]): the directories file connectors may
+//!   use. Every file a source reads or a sink writes is opened through it.
+//!
 //! Connectors are plain blocking code driven by a subtask's thread; they know
 //! nothing of channels, Wasm or job graphs. A bad input record is an error
-//! that names the file and line, never a panic.
+//! that names the file and line, never a panic; so is a line longer than the
+//! source's cap ([`FileSource::with_max_record_bytes`]): memory per record
+//! is bounded.
 
+pub mod confine;
 mod generator;
 mod sink;
 
+pub use confine::{AllowedRoots, ConfineError};
 pub use generator::{GeneratorConfig, GeneratorKind, GeneratorSource};
 pub use sink::{BlackholeSink, FileSink, OutputFormat, StdoutSink, TransactionalFileSink};
 
@@ -45,6 +52,21 @@ pub enum ConnectorError {
         /// What is wrong.
         message: String,
     },
+    /// A line is longer than the source accepts.
+    #[error(
+        "{path}:{line}: line longer than {limit} bytes; raise the source's max_record_bytes if such lines are expected"
+    )]
+    RecordTooLong {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: u64,
+        /// The cap, in bytes (without the line ending).
+        limit: u64,
+    },
+    /// A path was refused by the allowed roots, or could not be opened.
+    #[error(transparent)]
+    Confined(#[from] ConfineError),
     /// Writing to standard output failed.
     #[error("stdout: {0}")]
     Stdout(std::io::Error),
@@ -142,9 +164,10 @@ pub trait Sink: Send {
 
 /// Two-phase commit, phase two: publishes what a sink's
 /// [`Sink::pre_commit`] returned, once its checkpoint completed. Idempotent:
-/// committing twice (after a restore) is harmless.
-pub fn commit(committable: &serde_json::Value) -> Result<(), ConnectorError> {
-    sink::commit_files(committable)
+/// committing twice (after a restore) is harmless. Every part must be
+/// where `roots` allow.
+pub fn commit(committable: &serde_json::Value, roots: &AllowedRoots) -> Result<(), ConnectorError> {
+    sink::commit_files(committable, roots)
 }
 
 /// How a file source reads its file.
@@ -164,12 +187,19 @@ pub enum FileFormat {
     },
 }
 
+/// Default longest line a file source accepts, without its line ending
+/// (`max_record_bytes`): the default output cap of one guest call, so
+/// that one record always fits a batch an operator may emit.
+pub const DEFAULT_MAX_RECORD_BYTES: u64 = 16 << 20;
+
 /// Reads a file of lines or JSON lines.
 #[derive(Debug)]
 pub struct FileSource {
     path: PathBuf,
     reader: BufReader<File>,
     format: FileFormat,
+    /// Longest line accepted, without its ending.
+    max_record_bytes: u64,
     line_no: u64,
     /// Bytes consumed so far: where the next line starts.
     offset: u64,
@@ -180,16 +210,19 @@ pub struct FileSource {
 }
 
 impl FileSource {
-    /// Opens `path`.
-    pub fn open(path: &Path, format: FileFormat) -> Result<FileSource, ConnectorError> {
-        let file = File::open(path).map_err(|source| ConnectorError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    /// Opens `path`, which `roots` must allow ([`AllowedRoots::open_read`]:
+    /// a regular file under a root). Messages name `path` as given.
+    pub fn open(
+        roots: &AllowedRoots,
+        path: &Path,
+        format: FileFormat,
+    ) -> Result<FileSource, ConnectorError> {
+        let file = roots.open_read(path)?;
         Ok(FileSource {
             path: path.to_path_buf(),
             reader: BufReader::with_capacity(256 << 10, file),
             format,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             line_no: 0,
             offset: 0,
             throttle: None,
@@ -202,6 +235,55 @@ impl FileSource {
     pub fn with_rate(mut self, lines_per_second: f64) -> FileSource {
         self.throttle = Some(Throttle::new(lines_per_second));
         self
+    }
+
+    /// Fails on a line longer than `bytes` (without its line ending)
+    /// instead of buffering it; default [`DEFAULT_MAX_RECORD_BYTES`].
+    pub fn with_max_record_bytes(mut self, bytes: u64) -> FileSource {
+        self.max_record_bytes = bytes;
+        self
+    }
+
+    /// Reads the next line, with its ending, into `self.line`; returns the
+    /// bytes consumed (0 at the end of the file). A line longer than the
+    /// cap is an error, found before it is buffered whole.
+    fn read_line(&mut self) -> Result<usize, ConnectorError> {
+        self.line.clear();
+        let mut consumed = 0;
+        loop {
+            let buf = match self.reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    return Err(ConnectorError::Io {
+                        path: self.path.clone(),
+                        source,
+                    });
+                }
+            };
+            if buf.is_empty() {
+                return Ok(consumed);
+            }
+            let (chunk, complete) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (&buf[..=i], true),
+                None => (buf, false),
+            };
+            let content = (self.line.len() + chunk.len() - usize::from(complete)) as u64;
+            if content > self.max_record_bytes {
+                return Err(ConnectorError::RecordTooLong {
+                    path: self.path.clone(),
+                    line: self.line_no + 1,
+                    limit: self.max_record_bytes,
+                });
+            }
+            self.line.extend_from_slice(chunk);
+            let n = chunk.len();
+            self.reader.consume(n);
+            consumed += n;
+            if complete {
+                return Ok(consumed);
+            }
+        }
     }
 
     fn bad(&self, message: String) -> ConnectorError {
@@ -266,14 +348,7 @@ impl Source for FileSource {
         let now = now_millis();
         let mut batch = Batch::with_capacity(max, max * 64);
         while batch.len() < max {
-            self.line.clear();
-            let n = self
-                .reader
-                .read_until(b'\n', &mut self.line)
-                .map_err(|source| ConnectorError::Io {
-                    path: self.path.clone(),
-                    source,
-                })?;
+            let n = self.read_line()?;
             if n == 0 {
                 self.done = true;
                 break;
@@ -355,7 +430,7 @@ mod tests {
     fn file_source_reads_lines_without_endings() {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(b"one\r\ntwo\n\nthree").unwrap();
-        let mut src = FileSource::open(f.path(), FileFormat::Lines).unwrap();
+        let mut src = FileSource::open(&roots_of(f.path()), f.path(), FileFormat::Lines).unwrap();
         let values: Vec<_> = drain(&mut src, 2)
             .unwrap()
             .into_iter()
@@ -381,7 +456,7 @@ mod tests {
             key_field: Some("a".into()),
             timestamp_field: Some("t".into()),
         };
-        let mut src = FileSource::open(f.path(), format).unwrap();
+        let mut src = FileSource::open(&roots_of(f.path()), f.path(), format).unwrap();
         let err = drain(&mut src, 10).unwrap_err().to_string();
         assert!(err.contains(":3: invalid JSON"), "{err}");
         let mut f2 = tempfile::NamedTempFile::new().unwrap();
@@ -391,7 +466,7 @@ mod tests {
             key_field: Some("a".into()),
             timestamp_field: Some("t".into()),
         };
-        let mut src = FileSource::open(f2.path(), format).unwrap();
+        let mut src = FileSource::open(&roots_of(f2.path()), f2.path(), format).unwrap();
         let got = drain(&mut src, 10).unwrap();
         assert_eq!(got[0].0.as_deref(), Some(&b"x"[..]));
         assert_eq!(got[1].0.as_deref(), Some(&b"7"[..]));
@@ -400,8 +475,67 @@ mod tests {
 
     #[test]
     fn missing_file_is_an_error_naming_it() {
-        let err =
-            FileSource::open(Path::new("/nonexistent/weir.txt"), FileFormat::Lines).unwrap_err();
+        let roots = AllowedRoots::new(["/"]).unwrap();
+        let err = FileSource::open(
+            &roots,
+            Path::new("/nonexistent/weir.txt"),
+            FileFormat::Lines,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("/nonexistent/weir.txt"));
+    }
+
+    #[test]
+    fn a_file_outside_the_roots_is_refused() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let roots = AllowedRoots::new([elsewhere.path()]).unwrap();
+        let err = FileSource::open(&roots, f.path(), FileFormat::Lines).unwrap_err();
+        assert!(matches!(err, ConnectorError::Confined(_)), "{err}");
+        assert!(err.to_string().contains("outside"), "{err}");
+    }
+
+    #[test]
+    fn a_line_over_the_cap_fails_naming_file_and_line() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let long = "x".repeat(100);
+        write!(
+            f,
+            "short\n{}\n{long}\n{long}x\nnever read\n",
+            "y".repeat(99)
+        )
+        .unwrap();
+        let mut src = FileSource::open(&roots_of(f.path()), f.path(), FileFormat::Lines)
+            .unwrap()
+            .with_max_record_bytes(100);
+        let err = drain(&mut src, 1).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                ConnectorError::RecordTooLong {
+                    line: 4,
+                    limit: 100,
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{}:4:", f.path().display())),
+            "{text}"
+        );
+        assert!(text.contains("max_record_bytes"), "{text}");
+        // Lines up to the cap (and with \r\n or no ending) are fine.
+        let mut g = tempfile::NamedTempFile::new().unwrap();
+        write!(g, "{long}\n{long}").unwrap();
+        let mut src = FileSource::open(&roots_of(g.path()), g.path(), FileFormat::Lines)
+            .unwrap()
+            .with_max_record_bytes(100);
+        assert_eq!(drain(&mut src, 10).unwrap().len(), 2);
+    }
+
+    fn roots_of(file: &Path) -> AllowedRoots {
+        AllowedRoots::new([file.parent().unwrap()]).unwrap()
     }
 }

@@ -1,13 +1,19 @@
 //! Sinks: file, stdout and blackhole.
 //!
 //! Every sink writes one record per line in an [`OutputFormat`].
+//!
+//! File sinks write only where their [`AllowedRoots`] allow, into files
+//! they create themselves (mode [`FILE_MODE`](super::confine::FILE_MODE),
+//! never through a symlink): [`FileSink`] replaces an earlier output by
+//! renaming a new file over it, never by truncating it, and
+//! [`TransactionalFileSink`] writes fresh part files.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::{ConnectorError, Sink};
+use super::{AllowedRoots, ConnectorError, Sink};
 use crate::record::{Batch, RecordRef};
 
 /// How a record becomes a line.
@@ -49,7 +55,7 @@ fn write_record(
     out.write_all(b"\n")
 }
 
-/// Writes lines to a file (created, or truncated).
+/// Writes lines to a new file at its path.
 #[derive(Debug)]
 pub struct FileSink {
     path: PathBuf,
@@ -58,16 +64,34 @@ pub struct FileSink {
 }
 
 impl FileSink {
-    /// Creates the file and its parent directories.
-    pub fn create(path: &Path, format: OutputFormat) -> Result<FileSink, ConnectorError> {
-        let io = |source| ConnectorError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(io)?;
+    /// Creates the file (and its missing parent directories), where `roots`
+    /// allow. A regular file already at `path` (an earlier run's output) is
+    /// replaced: a new file is created beside it and renamed over it, so
+    /// the old file's contents, and any other link to it, are left alone.
+    /// A symlink or any other non-regular file at `path` is refused.
+    pub fn create(
+        roots: &AllowedRoots,
+        path: &Path,
+        format: OutputFormat,
+    ) -> Result<FileSink, ConnectorError> {
+        let target = roots.prepare_write(path)?;
+        let (file, temp) = create_beside(roots, path, &target)?;
+        // Checked again just before: what is at the target is a regular
+        // file or nothing. A rename replaces a directory entry; it never
+        // writes through one.
+        let renamed = roots
+            .check_write(path)
+            .map_err(ConnectorError::from)
+            .and_then(|_| {
+                std::fs::rename(&temp, &target).map_err(|source| ConnectorError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            });
+        if let Err(e) = renamed {
+            let _ = std::fs::remove_file(&temp);
+            return Err(e);
         }
-        let file = File::create(path).map_err(io)?;
         Ok(FileSink {
             path: path.to_path_buf(),
             out: BufWriter::with_capacity(256 << 10, file),
@@ -93,6 +117,38 @@ impl Sink for FileSink {
             source,
         })
     }
+}
+
+/// Creates a new, uniquely named file in the directory of `target` (a real
+/// path from [`AllowedRoots::prepare_write`]); returns it and its path.
+fn create_beside(
+    roots: &AllowedRoots,
+    path: &Path,
+    target: &Path,
+) -> Result<(File, PathBuf), ConnectorError> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = target.file_name().unwrap_or_default().to_string_lossy();
+    let mut attempts = 0;
+    loop {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let temp = target.with_file_name(format!(
+            ".{name}.{}-{}-{nanos}.new",
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        match roots.create_new(&temp) {
+            Ok(file) => return Ok((file, temp)),
+            Err(e) if attempts < 8 && is_already_exists(&e) => attempts += 1,
+            Err(e) => return Err(e.naming(path).into()),
+        }
+    }
+}
+
+fn is_already_exists(e: &super::ConfineError) -> bool {
+    matches!(&e.reason, super::confine::Reason::Io(io) if io.kind() == std::io::ErrorKind::AlreadyExists)
 }
 
 /// Writes lines to standard output.
@@ -171,6 +227,7 @@ mod tests {
         let mut b = Batch::new();
         b.push(Some(b"k"), b"v", 7);
         b.push(None, b"w", 8);
+        let roots = AllowedRoots::new([dir.path()]).unwrap();
         for (format, expected) in [
             (OutputFormat::Value, "v\nw\n"),
             (OutputFormat::KeyValue, "k\tv\n\tw\n"),
@@ -180,11 +237,59 @@ mod tests {
             ),
         ] {
             let path = dir.path().join("sub/out.txt");
-            let mut sink = FileSink::create(&path, format).unwrap();
+            let mut sink = FileSink::create(&roots, &path, format).unwrap();
             sink.write(&b).unwrap();
             sink.finish().unwrap();
             assert_eq!(std::fs::read_to_string(&path).unwrap(), expected);
         }
+        // Each run replaced the file; nothing else is left beside it.
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("sub"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["out.txt"]);
+    }
+
+    #[test]
+    fn file_sink_replaces_output_without_writing_through_it() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let roots = AllowedRoots::new([dir.path()]).unwrap();
+        let out = dir.path().join("out.txt");
+        std::fs::write(&out, "old output\n").unwrap();
+        // Another name for the old file: must keep its contents.
+        let other = dir.path().join("other-link");
+        std::fs::hard_link(&out, &other).unwrap();
+        let mut b = Batch::new();
+        b.push(None, b"new", 1);
+        let mut sink = FileSink::create(&roots, &out, OutputFormat::Value).unwrap();
+        sink.write(&b).unwrap();
+        sink.finish().unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "new\n");
+        assert_eq!(std::fs::read_to_string(&other).unwrap(), "old output\n");
+        let mode = std::fs::metadata(&out).unwrap().mode() & 0o777;
+        assert_eq!(mode & 0o007, 0, "{mode:o}");
+
+        // A symlink at the target is refused, and its target untouched.
+        let victim = tempfile::tempdir().unwrap();
+        let secret = victim.path().join("secret");
+        std::fs::write(&secret, "keep").unwrap();
+        let link = dir.path().join("link.txt");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let err = FileSink::create(&roots, &link, OutputFormat::Value).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "keep");
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        // Outside the roots: refused, nothing created.
+        let err = FileSink::create(&roots, &victim.path().join("new.txt"), OutputFormat::Value)
+            .unwrap_err();
+        assert!(err.to_string().contains("outside"), "{err}");
+        assert_eq!(std::fs::read_dir(victim.path()).unwrap().count(), 1);
     }
 }
 
@@ -203,6 +308,7 @@ mod tests {
 /// [`commit`]: super::commit
 #[derive(Debug)]
 pub struct TransactionalFileSink {
+    roots: AllowedRoots,
     base: PathBuf,
     subtask: u32,
     format: OutputFormat,
@@ -222,9 +328,13 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Renames the `.pending` parts a committable lists to their final names.
-/// A part already committed (no `.pending`, final name present) is fine.
-pub(super) fn commit_files(committable: &serde_json::Value) -> Result<(), ConnectorError> {
+/// Renames the `.pending` parts a committable lists to their final names,
+/// each of which `roots` must allow. A part already committed (no
+/// `.pending`, final name present) is fine.
+pub(super) fn commit_files(
+    committable: &serde_json::Value,
+    roots: &AllowedRoots,
+) -> Result<(), ConnectorError> {
     let parts = committable
         .get("parts")
         .and_then(serde_json::Value::as_array)
@@ -236,6 +346,7 @@ pub(super) fn commit_files(committable: &serde_json::Value) -> Result<(), Connec
             return Err(ConnectorError::Position(format!("bad part {part}")));
         };
         let path = PathBuf::from(path);
+        roots.check_write(&path)?;
         let pending = with_suffix(&path, ".pending");
         match std::fs::rename(&pending, &path) {
             Ok(()) => {}
@@ -252,11 +363,13 @@ pub(super) fn commit_files(committable: &serde_json::Value) -> Result<(), Connec
 }
 
 impl TransactionalFileSink {
-    /// A sink for subtask `subtask` of the sink whose path is `base`.
+    /// A sink for subtask `subtask` of the sink whose path is `base`, which
+    /// `roots` must allow (missing directories are created).
     /// `restored`: the committable of this subtask in the checkpoint the job
     /// restarts from (its parts are committed now); every other uncommitted
     /// part of this subtask is deleted.
     pub fn open(
+        roots: &AllowedRoots,
         base: &Path,
         subtask: u32,
         format: OutputFormat,
@@ -266,13 +379,11 @@ impl TransactionalFileSink {
             let path = path.to_path_buf();
             move |source| ConnectorError::Io { path, source }
         };
-        let dir = base
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        // Parts live beside the real path of `base` (directories resolved).
+        let base = roots.prepare_write(base)?;
+        let dir = base.parent().unwrap_or(Path::new("/"));
         if let Some(c) = restored {
-            commit_files(c)?;
+            commit_files(c, roots)?;
         }
         // The next part number: after every part that exists in any state.
         let prefix = format!(
@@ -304,7 +415,8 @@ impl TransactionalFileSink {
             next = next.max(n + 1);
         }
         Ok(TransactionalFileSink {
-            base: base.to_path_buf(),
+            roots: roots.clone(),
+            base,
             subtask,
             format,
             next,
@@ -317,10 +429,7 @@ impl TransactionalFileSink {
             let path = part_name(&self.base, self.subtask, self.next);
             self.next += 1;
             let tmp = with_suffix(&path, ".inprogress");
-            let file = File::create(&tmp).map_err(|source| ConnectorError::Io {
-                path: tmp.clone(),
-                source,
-            })?;
+            let file = self.roots.create_new(&tmp)?;
             self.current = Some((path, BufWriter::with_capacity(256 << 10, file)));
         }
         Ok(())

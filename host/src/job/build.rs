@@ -26,7 +26,7 @@ use super::{
     DEFAULT_BATCH_SIZE, DEFAULT_BUFFER_TIMEOUT_MS, DEFAULT_CALL_TIMEOUT_MS,
     DEFAULT_CHANNEL_CAPACITY, DEFAULT_MAX_OUTPUT_MB, DEFAULT_MAX_PARALLELISM, DEFAULT_MEMORY_MB,
     DEFAULT_PARALLELISM, DEFAULT_SLOT_SHARING_GROUP, MAX_BATCH_SIZE, MAX_CALL_TIMEOUT_MS,
-    MAX_ID_LEN, MAX_MAX_PARALLELISM, MAX_MEMORY_MB, MAX_RECORD_BYTES,
+    MAX_FILE_RECORD_BYTES, MAX_ID_LEN, MAX_MAX_PARALLELISM, MAX_MEMORY_MB, MAX_RECORD_BYTES,
 };
 use super::{JobError, JobSpec, Problem};
 
@@ -301,6 +301,15 @@ impl Builder {
         let (spec, parallelism) = match t.source_type {
             SourceType::File => {
                 let what = "for type = \"file\" (a generator field)";
+                let max_record_bytes = t
+                    .max_record_bytes
+                    .unwrap_or(crate::connectors::DEFAULT_MAX_RECORD_BYTES);
+                self.check_range(
+                    &format!("{label}.max_record_bytes"),
+                    max_record_bytes,
+                    1,
+                    MAX_FILE_RECORD_BYTES,
+                );
                 self.not_for(label, "kind", &t.kind, what);
                 self.not_for(label, "count", &t.count, what);
                 self.not_for(label, "seed", &t.seed, what);
@@ -358,6 +367,7 @@ impl Builder {
                     format,
                     key_field: t.key_field.clone(),
                     timestamp_field: t.timestamp_field.clone(),
+                    max_record_bytes,
                 });
                 (spec, 1)
             }
@@ -367,6 +377,7 @@ impl Builder {
                 self.not_for(label, "format", &t.format, what);
                 self.not_for(label, "key_field", &t.key_field, what);
                 self.not_for(label, "timestamp_field", &t.timestamp_field, what);
+                self.not_for(label, "max_record_bytes", &t.max_record_bytes, what);
                 let kind_name = match t.kind {
                     Some(kind) => kind,
                     None => {

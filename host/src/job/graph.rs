@@ -169,6 +169,15 @@ pub struct FileSourceSpec {
     pub key_field: Option<String>,
     /// `json-lines` only: the top-level field holding the event time (ms since the epoch).
     pub timestamp_field: Option<String>,
+    /// `max_record_bytes`: the longest line accepted, without its line
+    /// ending; a longer one fails the task (default
+    /// [`DEFAULT_MAX_RECORD_BYTES`](crate::connectors::DEFAULT_MAX_RECORD_BYTES)).
+    #[serde(default = "default_max_record_bytes")]
+    pub max_record_bytes: u64,
+}
+
+fn default_max_record_bytes() -> u64 {
+    crate::connectors::DEFAULT_MAX_RECORD_BYTES
 }
 
 /// How a file source turns a line into a record.

@@ -197,6 +197,10 @@ pub const DEFAULT_MAX_OUTPUT_MB: u32 = 16;
 /// Longest vertex id (and job name): ids appear in file names, metric names
 /// and state addresses.
 pub const MAX_ID_LEN: usize = 64;
+/// Largest `max_record_bytes` of a file source: a line is held whole in
+/// memory (and in a batch), so one must stay far below a TaskManager's
+/// memory.
+pub const MAX_FILE_RECORD_BYTES: u64 = 1 << 30;
 /// Largest `record_bytes` of a sequence generator: one record must stay far
 /// below the per-call output cap.
 pub const MAX_RECORD_BYTES: u32 = 1 << 20;

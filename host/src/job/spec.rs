@@ -99,6 +99,20 @@ impl JobSpec {
         &self.doc.job.name
     }
 
+    /// The `path` of every file source and sink given as a relative path,
+    /// with the field that holds it (`source[0] "lines".path`).
+    pub fn relative_file_paths(&self) -> Vec<(String, PathBuf)> {
+        let sources = self.doc.sources.iter().enumerate().filter_map(|(i, t)| {
+            let path = t.path.as_ref().filter(|p| p.is_relative())?;
+            Some((format!("source[{i}] {:?}.path", t.id), path.clone()))
+        });
+        let sinks = self.doc.sinks.iter().enumerate().filter_map(|(i, t)| {
+            let path = t.path.as_ref().filter(|p| p.is_relative())?;
+            Some((format!("sink[{i}] {:?}.path", t.id), path.clone()))
+        });
+        sources.chain(sinks).collect()
+    }
+
     /// The directory relative paths are resolved against.
     pub fn base_dir(&self) -> &Path {
         self.path.parent().unwrap_or(Path::new("/"))
@@ -177,6 +191,7 @@ pub(super) struct SourceTable {
     pub format: Option<SourceFormat>,
     pub key_field: Option<String>,
     pub timestamp_field: Option<String>,
+    pub max_record_bytes: Option<u64>,
     // generator
     pub kind: Option<GeneratorKindName>,
     pub count: Option<u64>,

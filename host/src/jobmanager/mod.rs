@@ -14,7 +14,9 @@
 //!
 //! # Lifecycle of a job
 //!
-//! `submit` validates the spec, resolves every module to its content hash,
+//! `submit` validates the spec, refuses file sources and sinks outside the
+//! allowed roots ([`JobManagerConfig::allowed_roots`]; paths must be
+//! absolute), resolves every module to its content hash,
 //! loads each one (compile, or take from the cache) to check it against its
 //! place in the graph, places the subtasks ([`scheduler::place`]), reserves
 //! the slots and sends a [`Deployment`] to every TaskManager involved. The
@@ -54,6 +56,7 @@ use tokio::sync::mpsc;
 
 use crate::checkpoint::coordinator::{Action, CheckpointStats, Coordinator, RestoreRecord};
 use crate::checkpoint::{CheckpointStorage, DirStorage, SharedStateRegistry, StoragePath};
+use crate::connectors::AllowedRoots;
 use crate::job::{JobGraph, JobSpec, ModuleRef, TaskSpec, VertexKind, chain};
 use crate::local::LocalCluster;
 use crate::net::NetStats;
@@ -97,6 +100,10 @@ pub struct JobManagerConfig {
     /// Checkpoint storage root, a directory every daemon can reach
     /// (default: `<data_dir>/checkpoints`).
     pub checkpoint_dir: Option<PathBuf>,
+    /// Where jobs' file sources and sinks may be (`--allow-path`); none by
+    /// default. A job naming a file elsewhere is refused at submit (and its
+    /// TaskManagers check again with their own roots).
+    pub allowed_roots: AllowedRoots,
 }
 
 impl JobManagerConfig {
@@ -119,6 +126,7 @@ impl JobManagerConfig {
             rest_auth: RestAuth::Generated,
             rest_read_timeout: rest::DEFAULT_READ_TIMEOUT,
             checkpoint_dir: None,
+            allowed_roots: AllowedRoots::none(),
         }
     }
 }
@@ -645,15 +653,26 @@ impl JobManager {
 
     /// Parses and checks a spec; resolves its modules to hashes.
     fn prepare(&self, spec: &str) -> Result<(JobGraph, HashSet<String>), ApiError> {
-        // Relative paths in a submitted spec resolve against the
-        // JobManager's working directory (`weir submit` sends absolute ones).
-        let origin = std::env::current_dir()
-            .unwrap_or_default()
-            .join("submitted-job.toml");
+        // A submitted spec has no folder of its own: its file paths must be
+        // absolute (`weir submit` makes them so), never resolved against
+        // this daemon's working directory, which messages do not reveal.
+        let origin = std::path::Path::new("/submitted-job.toml");
         let spec =
-            JobSpec::parse(spec, &origin, &[]).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            JobSpec::parse(spec, origin, &[]).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if let Some((field, path)) = spec.relative_file_paths().into_iter().next() {
+            return Err(ApiError::bad_request(format!(
+                "{field}: found the relative path {:?}; a job submitted to a cluster names \
+                 its files by absolute path (`weir submit` makes the paths of a spec \
+                 absolute, against the spec's folder)",
+                path.display().to_string()
+            )));
+        }
         let mut graph =
             JobGraph::from_spec(spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        // Refused here, before any TaskManager is involved: files outside
+        // the allowed roots (or not regular files, where this host sees them).
+        crate::local::check_file_connectors(&graph, self.checker.allowed_roots())
+            .map_err(|m| ApiError::bad_request(format!("job `{}` refused: {m}", graph.name)))?;
         let mut hashes = HashSet::new();
         let mut local = graph.clone();
         for (v, vertex) in graph.vertices.iter_mut().enumerate() {
@@ -1527,7 +1546,8 @@ pub async fn start(
             runtime.clone(),
             config.data_dir.join("work"),
             tokio::runtime::Handle::current(),
-        ),
+        )
+        .with_allowed_roots(config.allowed_roots.clone()),
         runtime,
         heartbeat_interval: config.heartbeat_interval,
         heartbeat_timeout: config.heartbeat_timeout,

@@ -18,6 +18,9 @@
 //! loads them through its compiled-component cache, and calls
 //! [`LocalCluster::deploy`] with an exchange that keeps channels between its
 //! own subtasks in memory and sends the others over the [`DataPlane`].
+//! File sources and sinks are checked against this TaskManager's own
+//! [`AllowedRoots`] (`--allow-path`) before anything starts and again when
+//! each file is opened: a JobManager's check is not relied upon.
 //!
 //! This module must not decide placement or job state: the JobManager does.
 
@@ -34,6 +37,7 @@ use tokio::sync::{mpsc, watch};
 use super::{Abort, FINISHED, JobMetrics, Message, TakenSnapshot, TaskError};
 use crate::checkpoint::snapshot::StateHandle;
 use crate::checkpoint::storage::{CheckpointStorage, DirStorage, StoragePath};
+use crate::connectors::AllowedRoots;
 use crate::job::{JobGraph, ModuleRef, TaskSpec, VertexKind};
 use crate::jobmanager::modules::ModuleStore;
 use crate::local::{CheckpointSetup, DeployOptions, SubtaskRestore};
@@ -63,6 +67,10 @@ pub struct TaskManagerConfig {
     pub bind: SocketAddr,
     /// Network buffers and credits.
     pub net: NetConfig,
+    /// Where file sources and sinks may read and write (`--allow-path`);
+    /// none by default. Checked again when each file is opened, whatever
+    /// the JobManager checked.
+    pub allowed_roots: AllowedRoots,
 }
 
 /// Largest module a TaskManager accepts from its JobManager.
@@ -307,7 +315,8 @@ pub async fn start(
         slots: config.slots,
         buffer_size: config.net.buffer_size,
         data_address,
-        cluster: LocalCluster::new(runtime, work_dir.clone(), tokio::runtime::Handle::current()),
+        cluster: LocalCluster::new(runtime, work_dir.clone(), tokio::runtime::Handle::current())
+            .with_allowed_roots(config.allowed_roots.clone()),
         data,
         store,
         jobs: Mutex::new(HashMap::new()),
@@ -1056,7 +1065,7 @@ impl JobCheckpoints {
     }
 
     fn commit(&self, sink: &serde_json::Value) {
-        if let Err(e) = crate::connectors::commit(sink) {
+        if let Err(e) = crate::connectors::commit(sink, self.inner.cluster.allowed_roots()) {
             // The data stays pending; a restore commits it again.
             tracing::error!(job = %self.job, "sink commit failed: {e}");
         }

@@ -135,6 +135,17 @@ pub fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// The `--allow-path` flags every daemon of a [`Cluster`] gets: its
+/// temporary directory (job outputs) and the bundled data.
+fn allow_paths(dir: &Path) -> Vec<String> {
+    vec![
+        "--allow-path".into(),
+        dir.display().to_string(),
+        "--allow-path".into(),
+        crate::util::data_dir().display().to_string(),
+    ]
+}
+
 /// A JobManager with TaskManagers, each a process.
 pub struct Cluster {
     /// Holds certificates, data dirs, stderr files and job outputs.
@@ -162,6 +173,8 @@ pub struct Cluster {
 impl Cluster {
     /// Starts a JobManager (with `jm_args` added) and `taskmanagers`
     /// TaskManagers of `slots` slots each, and waits until all registered.
+    /// Every daemon allows file connectors in the cluster's directory and
+    /// the bundled data ([`allow_paths`]).
     pub fn start(taskmanagers: usize, slots: u32, jm_args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let certs = dir.path().join("certs");
@@ -187,6 +200,7 @@ impl Cluster {
         args.push(dir.path().join("jm").display().to_string());
         args.push("--certs".into());
         args.push(certs.display().to_string());
+        args.extend(allow_paths(dir.path()));
         args.extend(jm_args.iter().map(|s| s.to_string()));
         let mut jm = Daemon::spawn(dir.path(), "jobmanager", &args);
         let line = jm.wait_line("jobmanager ready");
@@ -246,6 +260,7 @@ impl Cluster {
             "--certs".into(),
             self.certs().display().to_string(),
         ];
+        args.extend(allow_paths(self.dir.path()));
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut tm = Daemon::spawn(self.dir.path(), &format!("tm-{n}"), &args);
         tm.wait_line("registered with");

@@ -442,6 +442,10 @@ fn weir_local_runs_a_submitted_job() {
         "127.0.0.1:0",
         "--data-dir",
         &dir.path().join("data").display().to_string(),
+        "--allow-path",
+        &dir.path().display().to_string(),
+        "--allow-path",
+        &crate::util::data_dir().display().to_string(),
     ]
     .map(str::to_owned)
     .to_vec();

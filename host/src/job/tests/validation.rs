@@ -157,6 +157,57 @@ fn file_source_ignores_the_default_parallelism() {
 }
 
 #[test]
+fn file_source_max_record_bytes_has_a_default_and_bounds() {
+    let file = "[[source]]\nid = \"lines\"\ntype = \"file\"\npath = \"x.txt\"\n";
+    let graph = valid(&format!("{file}{SINK}{}", edge("lines", "out")));
+    let crate::job::VertexKind::Source(crate::job::SourceSpec::File(f)) = &graph.vertices[0].kind
+    else {
+        panic!("a file source")
+    };
+    assert_eq!(
+        f.max_record_bytes,
+        crate::connectors::DEFAULT_MAX_RECORD_BYTES
+    );
+    assert_problem(
+        &format!("{file}max_record_bytes = 0\n{SINK}{}", edge("lines", "out")),
+        "source[0] \"lines\".max_record_bytes",
+        &["found 0", "expected 1..="],
+    );
+    assert_problem(
+        &format!(
+            "[[source]]\nid = \"g\"\ntype = \"generator\"\nkind = \"sequence\"\nmax_record_bytes = 9\n{SINK}{}",
+            edge("g", "out")
+        ),
+        "source[0] \"g\".max_record_bytes",
+        &["not allowed", "generator"],
+    );
+}
+
+#[test]
+fn relative_file_paths_are_listed_with_their_field() {
+    let spec = parse(&format!(
+        "{JOB}[[source]]\nid = \"lines\"\ntype = \"file\"\npath = \"in/x.txt\"\n\
+         [[sink]]\nid = \"a\"\ntype = \"file\"\npath = \"/abs/out.txt\"\n\
+         [[sink]]\nid = \"b\"\ntype = \"file\"\npath = \"../out.txt\"\n{}{}",
+        edge("lines", "a"),
+        edge("lines", "b")
+    ))
+    .unwrap();
+    let found: Vec<(String, String)> = spec
+        .relative_file_paths()
+        .into_iter()
+        .map(|(field, path)| (field, path.display().to_string()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("source[0] \"lines\".path".to_owned(), "in/x.txt".to_owned()),
+            ("sink[1] \"b\".path".to_owned(), "../out.txt".to_owned()),
+        ]
+    );
+}
+
+#[test]
 fn forward_edge_with_unequal_parallelism_is_reported() {
     let body = format!(
         "{SRC}{}{SINK}{}{}",
