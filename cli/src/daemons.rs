@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use weir_host::jobmanager::rest::auth::{RestAuth, TOKEN_FILE};
 use weir_host::connectors::AllowedRoots;
+use weir_host::jobmanager::rest::auth::{RestAuth, TOKEN_FILE};
 use weir_host::jobmanager::scheduler::Strategy;
 use weir_host::jobmanager::{self, JobManagerConfig, RunningJobManager, StartError};
 use weir_host::net::NetConfig;
