@@ -1024,10 +1024,22 @@ fn checkpoints(args: JobArgs) -> Result<(), Failure> {
     } else {
         println!("\nRESTORES");
         for r in restores {
-            let from = r["checkpoint"]
+            let mut from = r["checkpoint"]
                 .as_u64()
                 .map(|c| format!("checkpoint {c}"))
                 .unwrap_or_else(|| "scratch (no checkpoint yet)".into());
+            let skipped: Vec<String> = r["skipped"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.as_u64().map(|c| c.to_string()))
+                .collect();
+            if !skipped.is_empty() {
+                from.push_str(&format!(
+                    " (fell back: checkpoint {} could not be restored)",
+                    skipped.join(", ")
+                ));
+            }
             println!(
                 "  attempt {} at {} from {from}",
                 n(&r, "attempt"),

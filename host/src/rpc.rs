@@ -87,6 +87,20 @@ pub enum ToJobManager {
         /// Why.
         reason: String,
     },
+    /// The TaskManager could not restore checkpoint `checkpoint` for
+    /// attempt `attempt` (a file missing, truncated or changed in storage).
+    /// Sent before the subtasks' `Failed` states, so that the restart
+    /// restores from an older retained checkpoint instead.
+    RestoreFailed {
+        /// Job id.
+        job: String,
+        /// The deployment attempt that tried to restore.
+        attempt: u32,
+        /// The checkpoint that could not be restored.
+        checkpoint: u64,
+        /// Why.
+        reason: String,
+    },
     /// A subtask changed state.
     TaskState {
         /// Job id.

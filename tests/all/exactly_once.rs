@@ -330,3 +330,81 @@ fn word_count_exactly_once_under_taskmanager_kills() {
     assert_eq!(got.len(), expected.len(), "distinct words");
     assert!(got == expected, "counts differ from the independent count");
 }
+
+/// The restore history of job `id`.
+fn restore_history(cluster: &Cluster, id: &str) -> Vec<serde_json::Value> {
+    let (_, v) = cluster.get(&format!("/v1/jobs/{id}/checkpoints"));
+    v["restores"].as_array().cloned().unwrap_or_default()
+}
+
+/// Recovery falls back: a file of the latest checkpoint is truncated in
+/// storage while its TaskManager is down, so restoring it fails; the job
+/// restarts from the checkpoint before (the restore history says so), and
+/// the committed output is still exactly once (the parts the newer
+/// checkpoint had committed are rolled back, their records emitted again).
+#[test]
+fn a_corrupt_latest_checkpoint_falls_back_to_the_one_before() {
+    let mut cluster = Cluster::start(1, 2, &["--heartbeat-timeout-ms", "2000"]);
+    let out = cluster.dir.path().join("out/seq.txt");
+    let alerts = cluster.dir.path().join("out/alerts.txt");
+    let spec = cluster.dir.path().join("job.toml");
+    let count = 60_000;
+    std::fs::write(&spec, sequence_spec(&out, &alerts, count, 14, 4_000)).unwrap();
+    let id = cluster.submit(&spec);
+    wait_for("two completed checkpoints", || {
+        (completed_checkpoints(&cluster, &id).len() >= 2).then_some(())
+    });
+    cluster.tms[0].kill();
+    // Once the loss is noticed no checkpoint can complete: the retained
+    // ones are final.
+    cluster.wait_job(&id, |s| s == "restarting");
+    let (_, history) = cluster.get(&format!("/v1/jobs/{id}/checkpoints"));
+    let latest = history["latest"].as_u64().expect("a latest checkpoint");
+    let storage = cluster.dir.path().join("jm/checkpoints");
+    let paths_of = |c: u64| {
+        let meta = std::fs::read_to_string(storage.join(&id).join(format!("chk-{c}/_metadata")))
+            .unwrap_or_else(|e| panic!("chk-{c}/_metadata: {e}"));
+        let mut paths = std::collections::HashSet::new();
+        collect_paths(&serde_json::from_str(&meta).unwrap(), &mut paths);
+        paths
+    };
+    let previous = completed_checkpoints(&cluster, &id)
+        .into_iter()
+        .filter(|c| *c < latest)
+        .find(|c| storage.join(&id).join(format!("chk-{c}")).exists())
+        .expect("a retained checkpoint before the latest");
+    let older = paths_of(previous);
+    let mut only_latest: Vec<String> = paths_of(latest)
+        .into_iter()
+        .filter(|p| !older.contains(p))
+        .collect();
+    // An SST file if there is one (the case of the finding).
+    only_latest.sort_by_key(|p| !p.ends_with(".sst"));
+    let victim =
+        storage.join(only_latest.first().unwrap_or_else(|| {
+            panic!("checkpoint {latest} has no file of its own beside {previous}")
+        }));
+    let len = std::fs::metadata(&victim).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&victim)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+
+    cluster.restart_taskmanager(0);
+    let job = cluster.wait_job(&id, |s| s == "finished" || s == "failed");
+    assert_eq!(job["state"], "finished", "{job}");
+    let restores = restore_history(&cluster, &id);
+    assert!(
+        restores.iter().any(|r| r["checkpoint"] == previous
+            && r["skipped"]
+                .as_array()
+                .is_some_and(|s| s.contains(&serde_json::json!(latest)))),
+        "no restore from {previous} passing over {latest}: {restores:?}"
+    );
+    assert_exactly_once(&out, &alerts, count);
+    let shown = cluster.weir(&["checkpoints", &id]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("fell back"), "{text}");
+}

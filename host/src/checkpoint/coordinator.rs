@@ -284,6 +284,10 @@ pub struct RestoreRecord {
     pub at_ms: u64,
     /// The job attempt that was started (1 for the first restart).
     pub attempt: u32,
+    /// Newer retained checkpoints passed over because restoring them
+    /// failed (a file missing or corrupt in storage), newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<u64>,
 }
 
 /// A triggered checkpoint waiting for acks.
@@ -459,7 +463,7 @@ impl<A: Clone + std::fmt::Debug> Coordinator<A> {
 
     /// Every retained completed checkpoint, oldest first (the last is
     /// [`Coordinator::latest`]).
-    pub fn retained(&self) -> impl Iterator<Item = &CompletedCheckpoint<A>> {
+    pub fn retained(&self) -> impl DoubleEndedIterator<Item = &CompletedCheckpoint<A>> {
         self.retained.iter()
     }
 
@@ -540,6 +544,19 @@ impl<A: Clone + std::fmt::Debug> Coordinator<A> {
     /// Records a restore (from checkpoint `from`, at wall-clock `at_ms`, as
     /// job attempt `attempt`) for the restore history.
     pub fn record_restore(&mut self, from: Option<u64>, at_ms: u64, attempt: u32) {
+        self.record_restore_skipping(from, Vec::new(), at_ms, attempt);
+    }
+
+    /// Like [`Coordinator::record_restore`], for a restore that passed over
+    /// the newer retained checkpoints `skipped` because they could not be
+    /// restored.
+    pub fn record_restore_skipping(
+        &mut self,
+        from: Option<u64>,
+        skipped: Vec<u64>,
+        at_ms: u64,
+        attempt: u32,
+    ) {
         if self.restores.len() == RESTORE_HISTORY_LEN {
             self.restores.remove(0);
         }
@@ -547,6 +564,7 @@ impl<A: Clone + std::fmt::Debug> Coordinator<A> {
             checkpoint: from,
             at_ms,
             attempt,
+            skipped,
         });
     }
 
@@ -1364,12 +1382,14 @@ mod tests {
                 RestoreRecord {
                     checkpoint: None,
                     at_ms: 10,
-                    attempt: 1
+                    attempt: 1,
+                    skipped: Vec::new(),
                 },
                 RestoreRecord {
                     checkpoint: Some(4),
                     at_ms: 20,
-                    attempt: 2
+                    attempt: 2,
+                    skipped: Vec::new(),
                 },
             ]
         );

@@ -367,7 +367,9 @@ impl TransactionalFileSink {
     /// `roots` must allow (missing directories are created).
     /// `restored`: the committable of this subtask in the checkpoint the job
     /// restarts from (its parts are committed now); every other uncommitted
-    /// part of this subtask is deleted.
+    /// part of this subtask is deleted, and so is every part committed
+    /// after that checkpoint (there are some only when a restart fell back
+    /// to an older checkpoint).
     pub fn open(
         roots: &AllowedRoots,
         base: &Path,
@@ -390,10 +392,10 @@ impl TransactionalFileSink {
             "{}.{subtask}-",
             base.file_name().unwrap_or_default().to_string_lossy()
         );
-        let mut next = restored
+        let restored_next = restored
             .and_then(|c| c.get("next"))
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0);
+            .and_then(serde_json::Value::as_u64);
+        let mut next = restored_next.unwrap_or(0);
         for entry in std::fs::read_dir(dir).map_err(io(dir))? {
             let entry = entry.map_err(io(dir))?;
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -408,8 +410,20 @@ impl TransactionalFileSink {
             let Ok(n) = number.parse::<u64>() else {
                 continue;
             };
-            if uncommitted {
+            // Parts committed after the restored checkpoint hold records
+            // that will be emitted again: only when a restart falls back
+            // past a completed checkpoint (the newest could not be
+            // restored) are there any. Rolled back, so each record stays
+            // committed exactly once.
+            let rolled_back = restored_next.is_some_and(|r| n >= r);
+            if uncommitted || rolled_back {
                 let path = entry.path();
+                if rolled_back && !uncommitted {
+                    tracing::warn!(
+                        part = %path.display(),
+                        "removing a part committed after the checkpoint the job restores from"
+                    );
+                }
                 std::fs::remove_file(&path).map_err(io(&path))?;
             }
             next = next.max(n + 1);

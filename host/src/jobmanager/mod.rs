@@ -44,7 +44,7 @@ pub mod rest;
 pub mod restart;
 pub mod scheduler;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -54,7 +54,9 @@ use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::checkpoint::coordinator::{Action, CheckpointStats, Coordinator, RestoreRecord};
+use crate::checkpoint::coordinator::{
+    Action, CheckpointStats, CompletedCheckpoint, Coordinator, RestoreRecord,
+};
 use crate::checkpoint::{CheckpointStorage, DirStorage, SharedStateRegistry, StoragePath};
 use crate::connectors::AllowedRoots;
 use crate::job::{JobGraph, JobSpec, ModuleRef, TaskSpec, VertexKind, chain};
@@ -424,6 +426,26 @@ struct Job {
 struct JobCheckpoints {
     coordinator: Coordinator<SubtaskCheckpoint>,
     registry: SharedStateRegistry,
+    /// Retained checkpoints a TaskManager could not restore (a file missing
+    /// or corrupt in storage): restarts pass over them to an older one.
+    unrestorable: BTreeSet<u64>,
+}
+
+impl JobCheckpoints {
+    /// The checkpoint a restart restores from: the newest retained one not
+    /// known to be unrestorable; with the newer ones passed over, newest
+    /// first.
+    fn restore_point(&self) -> (Option<&CompletedCheckpoint<SubtaskCheckpoint>>, Vec<u64>) {
+        let mut skipped = Vec::new();
+        for c in self.coordinator.retained().rev() {
+            if self.unrestorable.contains(&c.id) {
+                skipped.push(c.id);
+            } else {
+                return (Some(c), skipped);
+            }
+        }
+        (None, skipped)
+    }
 }
 
 impl Job {
@@ -610,6 +632,7 @@ impl JobManager {
             JobCheckpoints {
                 coordinator: Coordinator::new(config, subtasks, 1, now, now_ms()),
                 registry: SharedStateRegistry::new(),
+                unrestorable: BTreeSet::new(),
             }
         });
         let mut job = Job {
@@ -974,6 +997,25 @@ impl JobManager {
                 );
                 checkpoint_actions(taskmanagers, job, &self.storage, actions);
             }
+            ToJobManager::RestoreFailed {
+                job,
+                attempt,
+                checkpoint,
+                reason,
+            } => {
+                let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
+                    return;
+                };
+                if let Some(c) = job.checkpoints.as_mut()
+                    && c.coordinator.retained().any(|r| r.id == checkpoint)
+                {
+                    tracing::warn!(
+                        job = %job.id, checkpoint, taskmanager = %tm_id,
+                        "checkpoint cannot be restored, restarts fall back to an older one: {reason}"
+                    );
+                    c.unrestorable.insert(checkpoint);
+                }
+            }
             ToJobManager::Decline {
                 job,
                 attempt,
@@ -1082,8 +1124,14 @@ impl JobManager {
                             job.failure = None;
                             job.failure_is_root = false;
                             if let Some(c) = job.checkpoints.as_mut() {
-                                let from = c.coordinator.latest().map(|l| l.id);
-                                c.coordinator.record_restore(from, now_ms(), job.attempt);
+                                let (from, skipped) = c.restore_point();
+                                let from = from.map(|l| l.id);
+                                c.coordinator.record_restore_skipping(
+                                    from,
+                                    skipped,
+                                    now_ms(),
+                                    job.attempt,
+                                );
                                 c.coordinator.resume(now);
                             }
                             tracing::info!(job = %job.id, attempt = job.attempt, "restarted");
@@ -1290,7 +1338,7 @@ fn deploy(
         })
         .collect();
     let restore = job.checkpoints.as_ref().and_then(|c| {
-        c.coordinator.latest().map(|latest| RestorePoint {
+        c.restore_point().0.map(|latest| RestorePoint {
             checkpoint: latest.id,
             subtasks: latest.acks.iter().map(|(k, v)| (*k, v.clone())).collect(),
         })

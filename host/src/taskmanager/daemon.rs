@@ -613,6 +613,12 @@ async fn run_job(
             match downloaded {
                 Ok(Ok(r)) => Some(r),
                 Ok(Err(e)) => {
+                    inner.send(ToJobManager::RestoreFailed {
+                        job: job.clone(),
+                        attempt,
+                        checkpoint: restore.as_ref().map_or(0, |p| p.checkpoint),
+                        reason: e.to_string(),
+                    });
                     fail_all(format!("cannot restore checkpoint: {e}"));
                     return;
                 }
