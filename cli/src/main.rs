@@ -337,8 +337,9 @@ fn run(args: RunArgs) -> Result<(), Failure> {
 }
 
 fn summary_table(s: &JobSummary, hits: u64, misses: u64) -> String {
+    let secs = s.elapsed.as_secs_f64().max(1e-9);
     let mut out = format!(
-        "job `{}` finished in {:.3} s: {} source records, {:.0} records/s, {} task(s); \
+        "job `{}` finished in {:.3} s: {} source records ({:.0}/s), {} task(s); \
          modules: {hits} cached, {misses} compiled\n",
         s.name,
         s.elapsed.as_secs_f64(),
@@ -346,14 +347,20 @@ fn summary_table(s: &JobSummary, hits: u64, misses: u64) -> String {
         s.records_per_second(),
         s.tasks,
     );
+    // Rates per vertex: records out of a tokenizer are words, not lines.
     out.push_str(&format!(
-        "{:<24} {:<9} {:>4} {:>14} {:>14}\n",
-        "VERTEX", "ROLE", "PAR", "RECORDS IN", "RECORDS OUT"
+        "{:<24} {:<9} {:>4} {:>14} {:>14} {:>14}\n",
+        "VERTEX", "ROLE", "PAR", "RECORDS IN", "RECORDS OUT", "OUT/S"
     ));
     for v in &s.vertices {
         out.push_str(&format!(
-            "{:<24} {:<9} {:>4} {:>14} {:>14}\n",
-            v.id, v.role, v.parallelism, v.records_in, v.records_out
+            "{:<24} {:<9} {:>4} {:>14} {:>14} {:>14.0}\n",
+            v.id,
+            v.role,
+            v.parallelism,
+            v.records_in,
+            v.records_out,
+            v.records_out as f64 / secs
         ));
     }
     out
@@ -374,6 +381,7 @@ fn summary_json(s: &JobSummary, hits: u64, misses: u64) -> String {
             "parallelism": v.parallelism,
             "records_in": v.records_in,
             "records_out": v.records_out,
+            "records_out_per_second": v.records_out as f64 / s.elapsed.as_secs_f64().max(1e-9),
         })).collect::<Vec<_>>(),
     });
     format!("{v}\n")
