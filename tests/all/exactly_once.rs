@@ -213,6 +213,46 @@ fn collect_paths(v: &serde_json::Value, out: &mut std::collections::HashSet<Stri
     }
 }
 
+/// Storage holds the retained checkpoints (2) and nothing else: every
+/// shared file is referenced by a retained checkpoint's metadata, and there
+/// are shared files (an empty `shared/` would prove nothing).
+fn assert_storage_holds_only_retained(cluster: &Cluster, id: &str) {
+    let root = cluster.dir.path().join("jm/checkpoints").join(id);
+    let chk_dirs: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("chk-"))
+        .collect();
+    assert!(
+        !chk_dirs.is_empty() && chk_dirs.len() <= 2,
+        "retention 2, found {chk_dirs:?}"
+    );
+    let mut referenced = std::collections::HashSet::new();
+    for dir in &chk_dirs {
+        let meta = std::fs::read_to_string(root.join(dir).join("_metadata"))
+            .unwrap_or_else(|e| panic!("{dir}/_metadata: {e}"));
+        let meta: serde_json::Value = serde_json::from_str(&meta).unwrap();
+        collect_paths(&meta, &mut referenced);
+    }
+    let shared: Vec<String> = std::fs::read_dir(root.join("shared"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !shared.is_empty(),
+        "no shared files: incremental RocksDB checkpoints share their SST files"
+    );
+    for name in shared {
+        let path = format!("{id}/shared/{name}");
+        assert!(
+            referenced.contains(&path),
+            "{path} is referenced by no retained checkpoint"
+        );
+    }
+}
+
 /// Without failures: checkpoints complete (with sizes), the committed
 /// output is exactly the input, and the history shows them.
 #[test]
@@ -239,33 +279,7 @@ fn checkpointed_job_commits_its_output_exactly_once() {
     assert!(latest["full_size"].as_u64().unwrap() > 0, "{latest}");
     assert_exactly_once(&out, &alerts, count);
 
-    // Storage holds the retained checkpoints (2) and nothing else: every
-    // shared file is referenced by a retained checkpoint's metadata.
-    let root = cluster.dir.path().join("jm/checkpoints").join(&id);
-    let chk_dirs: Vec<String> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("chk-"))
-        .collect();
-    assert!(chk_dirs.len() <= 2, "retention 2, found {chk_dirs:?}");
-    let mut referenced = std::collections::HashSet::new();
-    for dir in &chk_dirs {
-        let meta = std::fs::read_to_string(root.join(dir).join("_metadata"))
-            .unwrap_or_else(|e| panic!("{dir}/_metadata: {e}"));
-        let meta: serde_json::Value = serde_json::from_str(&meta).unwrap();
-        collect_paths(&meta, &mut referenced);
-    }
-    let shared = root.join("shared");
-    if shared.exists() {
-        for entry in std::fs::read_dir(&shared).unwrap() {
-            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-            let path = format!("{id}/shared/{name}");
-            assert!(
-                referenced.contains(&path),
-                "{path} is referenced by no retained checkpoint"
-            );
-        }
-    }
+    assert_storage_holds_only_retained(&cluster, &id);
 
     let shown = cluster.weir(&["checkpoints", &id]);
     assert!(shown.status.success(), "{}", crate::util::describe(&shown));
@@ -290,6 +304,8 @@ fn exactly_once_under_repeated_taskmanager_kills() {
     assert_eq!(job["state"], "finished", "{job}");
     assert!(restores(&cluster, &id) >= 5, "restored at least 5 times");
     assert_exactly_once(&out, &alerts, count);
+    // Kills leave no unreferenced file behind either.
+    assert_storage_holds_only_retained(&cluster, &id);
 }
 
 /// Word count with the same kills: the committed counts equal the
@@ -341,7 +357,8 @@ fn restore_history(cluster: &Cluster, id: &str) -> Vec<serde_json::Value> {
 /// storage while its TaskManager is down, so restoring it fails; the job
 /// restarts from the checkpoint before (the restore history says so), and
 /// the committed output is still exactly once (the parts the newer
-/// checkpoint had committed are rolled back, their records emitted again).
+/// checkpoint had committed are rolled back, their records emitted again);
+/// a shared file nobody acked is swept away at the restart.
 #[test]
 fn a_corrupt_latest_checkpoint_falls_back_to_the_one_before() {
     let mut cluster = Cluster::start(1, 2, &["--heartbeat-timeout-ms", "2000"]);
@@ -392,9 +409,18 @@ fn a_corrupt_latest_checkpoint_falls_back_to_the_one_before() {
         .set_len(len / 2)
         .unwrap();
 
+    // What a TaskManager killed between an upload and its ack leaves: a
+    // shared file no checkpoint references. The restart sweeps it away.
+    std::fs::write(
+        storage.join(&id).join("shared/never-acked-000001.sst"),
+        b"half an upload",
+    )
+    .unwrap();
+
     cluster.restart_taskmanager(0);
     let job = cluster.wait_job(&id, |s| s == "finished" || s == "failed");
     assert_eq!(job["state"], "finished", "{job}");
+    assert_storage_holds_only_retained(&cluster, &id);
     let restores = restore_history(&cluster, &id);
     assert!(
         restores.iter().any(|r| r["checkpoint"] == previous

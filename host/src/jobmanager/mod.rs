@@ -1123,6 +1123,10 @@ impl JobManager {
                             // The next failure is reported as itself.
                             job.failure = None;
                             job.failure_is_root = false;
+                            // The failed attempt may have uploaded files it
+                            // never acked (a TaskManager killed mid-upload);
+                            // nothing of the new attempt is uploading yet.
+                            sweep_unreferenced(job, &self.storage);
                             if let Some(c) = job.checkpoints.as_mut() {
                                 let (from, skipped) = c.restore_point();
                                 let from = from.map(|l| l.id);
@@ -1478,6 +1482,23 @@ fn discard_uploads(job: &Job, storage: &DirStorage, id: u64, shared: &[StoragePa
     }
     if let Ok(dir) = StoragePath::new(format!("{}/chk-{id}", job.id)) {
         let _ = storage.delete_prefix(&dir);
+    }
+}
+
+/// Deletes the job's shared checkpoint files that no retained checkpoint
+/// references: uploads of a failed attempt that were never acked. Called
+/// when a restart is deployed, before the new attempt can upload anything.
+fn sweep_unreferenced(job: &Job, storage: &DirStorage) {
+    let Some(c) = &job.checkpoints else { return };
+    let Ok(shared) = StoragePath::new(format!("{}/shared", job.id)) else {
+        return;
+    };
+    let Ok(listed) = storage.list(&shared) else {
+        return;
+    };
+    for file in c.registry.orphans(&listed) {
+        tracing::debug!(job = %job.id, file = %file, "deleting an unreferenced checkpoint file");
+        let _ = storage.delete(&file);
     }
 }
 
