@@ -323,7 +323,7 @@ fn run(args: RunArgs) -> Result<(), Failure> {
         .iter()
         .any(|v| matches!(v.kind, VertexKind::Sink(SinkSpec::Stdout { .. })));
     let text = if args.json {
-        summary_json(&summary, hits, misses)
+        summary_json(&summary, hits, misses, graph.settings.state_backend)
     } else {
         summary_table(&summary, hits, misses)
     };
@@ -366,9 +366,15 @@ fn summary_table(s: &JobSummary, hits: u64, misses: u64) -> String {
     out
 }
 
-fn summary_json(s: &JobSummary, hits: u64, misses: u64) -> String {
+fn summary_json(
+    s: &JobSummary,
+    hits: u64,
+    misses: u64,
+    backend: weir_host::job::StateBackendKind,
+) -> String {
     let v = serde_json::json!({
         "job": s.name,
+        "state_backend": backend,
         "elapsed_ms": s.elapsed.as_millis() as u64,
         "source_records": s.source_records(),
         "records_per_second": s.records_per_second(),

@@ -93,9 +93,36 @@ fn check(parallelism: u32, backend: &str) {
             &backend_set,
             "--set",
             "source.lines.parallelism=1",
+            "--json",
         ],
     );
     assert!(result.status.success(), "{}", describe(&result));
+    // The settings took effect: the backend the job ran with, the keyed
+    // vertex's parallelism, and one sink part file per subtask.
+    let summary: serde_json::Value = serde_json::from_slice(&result.stdout).unwrap();
+    assert_eq!(summary["state_backend"], backend, "{summary}");
+    let count = summary["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == "count")
+        .unwrap_or_else(|| panic!("no `count` vertex: {summary}"));
+    assert_eq!(count["parallelism"], parallelism, "{summary}");
+    let parts = (0..parallelism)
+        .filter(|i| {
+            let part = match i {
+                0 => out.clone(),
+                i => out.with_extension(format!("txt.{i}")),
+            };
+            part.exists()
+        })
+        .count();
+    assert_eq!(
+        parts,
+        parallelism as usize,
+        "sink part files of {}",
+        out.display()
+    );
 
     let expected = expected_counts(&std::fs::read_to_string(kjv()).unwrap());
     let mut got = HashMap::new();
