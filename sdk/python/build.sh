@@ -24,7 +24,7 @@ module=${3:-app}
 sdk=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 wit=${WEIR_WIT_DIR:-$sdk/../../wit}
 venv=${WEIR_TOOLS_DIR:-$HOME/.cache/weir/tools}/python/venv
-pin=$(sed -n 's/^componentize-py==//p' "$sdk/requirements.txt")
+pin=$(sed -n 's/^componentize-py==\([^ ]*\).*/\1/p' "$sdk/requirements.txt")
 
 if [ ! -f "$project/$module.py" ]; then
     echo "error: $project/$module.py not found (the module that binds Operator = weir_sdk.export(...))" >&2
@@ -34,7 +34,7 @@ fi
 if [ "$("$venv/bin/componentize-py" --version 2>/dev/null)" != "componentize-py $pin" ]; then
     echo "installing componentize-py $pin into $venv" >&2
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$sdk/requirements.txt"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes -r "$sdk/requirements.txt"
 fi
 
 mkdir -p "$(dirname "$out")"
