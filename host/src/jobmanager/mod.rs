@@ -55,7 +55,7 @@ use crate::checkpoint::{CheckpointStorage, DirStorage, SharedStateRegistry, Stor
 use crate::job::{JobGraph, JobSpec, ModuleRef, TaskSpec, VertexKind, chain};
 use crate::local::LocalCluster;
 use crate::net::NetStats;
-use crate::net::tls::NodeIdentity;
+use crate::net::tls::{NodeIdentity, Role, peer_role};
 use crate::rpc::{
     CheckpointDeploy, Deployment, FetchModule, JobReport, ModuleHeader, RestorePoint, SlotRef,
     SubtaskCheckpoint, TaskState, ToJobManager, ToTaskManager, read_frame, write_frame,
@@ -1461,6 +1461,9 @@ pub enum StartError {
     /// The Wasm runtime could not start.
     #[error("wasm runtime: {0}")]
     Runtime(String),
+    /// The daemon's certificate is not for its role.
+    #[error("certificate: {0}")]
+    Identity(String),
 }
 
 /// Starts a JobManager on the current tokio runtime: RPC endpoint, REST
@@ -1470,6 +1473,13 @@ pub async fn start(
     config: JobManagerConfig,
     runtime: Arc<Runtime>,
 ) -> Result<RunningJobManager, StartError> {
+    if config.identity.role() != Some(Role::JobManager) {
+        return Err(StartError::Identity(
+            "it is not the JobManager's (TaskManagers would refuse it): issue one with \
+             `weir cluster issue DIR --jobmanager`"
+                .into(),
+        ));
+    }
     std::fs::create_dir_all(&config.data_dir).map_err(|e| StartError::DataDir {
         path: config.data_dir.clone(),
         message: e.to_string(),
@@ -1562,6 +1572,25 @@ pub async fn start(
     })
 }
 
+/// Why a TaskManager claiming `id` may not register with the certificate
+/// of `role`; `None` if it may (the certificate is TaskManager `id`'s).
+fn certificate_refuses(role: Option<Role>, id: &str) -> Option<String> {
+    match role {
+        Some(Role::TaskManager(certified)) if certified == id => None,
+        Some(Role::TaskManager(certified)) => Some(format!(
+            "TaskManager `{certified}`'s certificate cannot register as `{id}`"
+        )),
+        Some(Role::JobManager) => Some(format!(
+            "the JobManager's certificate cannot register as TaskManager `{id}`"
+        )),
+        None => Some(format!(
+            "the certificate of TaskManager `{id}` names no TaskManager (a shared \
+             `taskmanager.pem` from an older `weir cluster init`?): issue one per TaskManager \
+             with `weir cluster issue DIR --taskmanager {id}`"
+        )),
+    }
+}
+
 /// How long a new connection may take to register.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -1577,11 +1606,15 @@ async fn serve_taskmanager(jm: Arc<JobManager>, conn: quinn::Connection) {
                 data_address,
                 version,
             }) => {
-                if version != env!("CARGO_PKG_VERSION") {
-                    let reason = format!(
+                let refusal = if version != env!("CARGO_PKG_VERSION") {
+                    Some(format!(
                         "version mismatch: TaskManager {version}, JobManager {}",
                         env!("CARGO_PKG_VERSION")
-                    );
+                    ))
+                } else {
+                    certificate_refuses(peer_role(&conn), &id)
+                };
+                if let Some(reason) = refusal {
                     let _ = write_frame(
                         &mut send,
                         &ToTaskManager::Rejected {
@@ -1590,6 +1623,8 @@ async fn serve_taskmanager(jm: Arc<JobManager>, conn: quinn::Connection) {
                     )
                     .await;
                     let _ = send.finish();
+                    // Let the answer arrive before the connection closes.
+                    let _ = tokio::time::timeout(Duration::from_secs(2), send.stopped()).await;
                     return Err(reason);
                 }
                 Ok((send, recv, id, slots, data_address))
