@@ -411,6 +411,15 @@ struct JobCheckpoints {
 }
 
 impl Job {
+    /// Whether subtask (`task`, `subtask`) runs on TaskManager `tm`: a
+    /// TaskManager reports only on its own subtasks.
+    fn placed_on(&self, task: u32, subtask: u32, tm: &str) -> bool {
+        self.placement
+            .get(task as usize)
+            .and_then(|slots| slots.get(subtask as usize))
+            .is_some_and(|slot| slot.taskmanager == tm)
+    }
+
     fn taskmanagers(&self) -> HashSet<&str> {
         self.placement
             .iter()
@@ -925,9 +934,26 @@ impl JobManager {
                 let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
                     return;
                 };
+                if !job.placed_on(task, subtask, tm_id) {
+                    return;
+                }
                 let Some(c) = job.checkpoints.as_mut() else {
                     return;
                 };
+                if let Some(path) = snapshot.foreign_path(&job.id, checkpoint) {
+                    // Refused whole: nothing it names is registered, restored
+                    // from or deleted; the checkpoint fails.
+                    let reason = format!(
+                        "TaskManager {tm_id} acked with storage path `{path}`, outside the \
+                         job's own folder"
+                    );
+                    tracing::warn!(job = %job.id, checkpoint, "{reason}");
+                    let actions =
+                        c.coordinator
+                            .decline(checkpoint, (task, subtask), reason, Instant::now());
+                    checkpoint_actions(taskmanagers, job, &self.storage, actions);
+                    return;
+                }
                 if !c.coordinator.pending().any(|p| p == checkpoint) {
                     // Late: the checkpoint was aborted; drop its uploads.
                     let shared: Vec<StoragePath> = snapshot
@@ -955,7 +981,10 @@ impl JobManager {
                 subtask,
                 reason,
             } => {
-                let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
+                let Some(job) = jobs
+                    .get_mut(&job)
+                    .filter(|j| j.attempt == attempt && j.placed_on(task, subtask, tm_id))
+                else {
                     return;
                 };
                 if let Some(c) = job.checkpoints.as_mut() {
@@ -973,7 +1002,10 @@ impl JobManager {
                 state: new,
                 error,
             } => {
-                let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
+                let Some(job) = jobs
+                    .get_mut(&job)
+                    .filter(|j| j.attempt == attempt && j.placed_on(task, subtask, tm_id))
+                else {
                     return;
                 };
                 let (t, s) = (task as usize, subtask as usize);
@@ -1396,8 +1428,16 @@ fn checkpoint_actions(
 /// Deletes what was uploaded for a checkpoint that will never complete:
 /// its private directory and the shared files no completed checkpoint uses.
 fn discard_uploads(job: &Job, storage: &DirStorage, id: u64, shared: &[StoragePath]) {
+    // Only the job's own shared files (acks naming others are refused
+    // before they get here; this keeps it so).
+    let own = StoragePath::new(format!("{}/shared", job.id));
+    let shared: Vec<StoragePath> = shared
+        .iter()
+        .filter(|f| own.as_ref().is_ok_and(|own| f.starts_with(own)))
+        .cloned()
+        .collect();
     if let Some(c) = &job.checkpoints {
-        for file in c.registry.orphans(shared) {
+        for file in c.registry.orphans(&shared) {
             let _ = storage.delete(&file);
         }
     }
