@@ -17,7 +17,9 @@ use clap::{Args, Subcommand};
 use weir_host::jobmanager::scheduler::Strategy;
 use weir_host::jobmanager::{self, JobManagerConfig};
 use weir_host::net::NetConfig;
-use weir_host::net::tls::{ClusterCa, NodeIdentity, init_cluster_dir, issue_in_cluster_dir};
+use weir_host::net::tls::{
+    ClusterCa, NodeIdentity, init_cluster_dir, issue_in_cluster_dir, rotate_cluster_dir,
+};
 use weir_host::taskmanager::daemon::{self, TaskManagerConfig};
 use weir_host::wasm::{Runtime, RuntimeConfig};
 
@@ -187,6 +189,19 @@ pub enum ClusterCommand {
     /// Issue (or renew) certificates from the CA in DIR: add a
     /// TaskManager, or renew certificates before they expire.
     Issue(ClusterIssueArgs),
+    /// Re-issue every node certificate in DIR (jobmanager, taskmanager-ID)
+    /// with new keys from the same CA; restart the daemons afterwards.
+    Rotate(ClusterRotateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterRotateArgs {
+    /// Directory made by `weir cluster init` (holding ca.pem and ca.key).
+    dir: PathBuf,
+
+    /// Days the new certificates are valid.
+    #[arg(long, value_name = "DAYS", default_value_t = weir_host::net::tls::DEFAULT_VALID_DAYS)]
+    valid_days: u32,
 }
 
 #[derive(Debug, Args)]
@@ -238,9 +253,8 @@ fn identity(certs: &CertArgs, role: &str, name: &str) -> Result<NodeIdentity, Fa
     NodeIdentity::load(&certs.certs, name)
         .with_context(|| {
             format!(
-                "cannot load the {role}'s certificate `{name}` from {} (create one with \
-                 `weir cluster init {}`)",
-                certs.certs.display(),
+                "cannot load the {role}'s certificate `{name}` from {0} (create the folder \
+                 with `weir cluster init {0}`, add a certificate with `weir cluster issue {0}`)",
                 certs.certs.display()
             )
         })
@@ -493,6 +507,14 @@ pub fn cluster(command: ClusterCommand) -> Result<(), Failure> {
                 println!("wrote {}", f.display());
             }
             println!("restart the daemons whose certificates were replaced");
+            Ok(())
+        }
+        ClusterCommand::Rotate(args) => {
+            let files = rotate_cluster_dir(&args.dir, args.valid_days).map_err(bad_input)?;
+            for f in &files {
+                println!("wrote {}", f.display());
+            }
+            println!("copy the new files to their nodes and restart the daemons");
             Ok(())
         }
     }

@@ -30,6 +30,11 @@
 //! from for `heartbeat_timeout` (or whose connection closed) is declared
 //! lost: its slots leave the pool and its jobs fail, naming it.
 //!
+//! A TaskManager registers only under the id its certificate names
+//! ([`crate::net::tls::peer_role`]); its acks, declines and task states
+//! count only for subtasks placed on it, and an ack naming storage paths
+//! outside the job's own folders is refused (nothing it names is deleted).
+//!
 //! Jobs and registrations live in memory; a restarted JobManager keeps its
 //! modules (on disk) and TaskManagers register again by themselves.
 //!
@@ -1502,7 +1507,7 @@ pub enum StartError {
     #[error("wasm runtime: {0}")]
     Runtime(String),
     /// The daemon's certificate is not for its role.
-    #[error("certificate: {0}")]
+    #[error("{0}")]
     Identity(String),
 }
 
@@ -1515,8 +1520,8 @@ pub async fn start(
 ) -> Result<RunningJobManager, StartError> {
     if config.identity.role() != Some(Role::JobManager) {
         return Err(StartError::Identity(
-            "it is not the JobManager's (TaskManagers would refuse it): issue one with \
-             `weir cluster issue DIR --jobmanager`"
+            "the certificate is not the JobManager's (TaskManagers would refuse it): issue \
+             one with `weir cluster issue DIR --jobmanager`"
                 .into(),
         ));
     }

@@ -29,8 +29,9 @@
 //!   matching of TLS cannot make two ids one.
 //! - Certificates expire: node certificates after [`DEFAULT_VALID_DAYS`]
 //!   (or what `weir cluster init --valid-days` says), the CA after
-//!   [`CA_VALID_DAYS`]. `weir cluster issue` re-issues node certificates
-//!   from the same CA. There is no revocation list: a stolen key is
+//!   [`CA_VALID_DAYS`]. `weir cluster issue` ([`issue_in_cluster_dir`])
+//!   adds or renews node certificates from the same CA, `weir cluster
+//!   rotate` ([`rotate_cluster_dir`]) renews all of them with new keys. There is no revocation list: a stolen key is
 //!   retired by a new CA (`weir cluster init` into a new folder).
 //! - Certificates from an older `weir cluster init` (one shared
 //!   `taskmanager.pem` named `weir.cluster`) carry no role: daemons refuse
@@ -463,6 +464,34 @@ pub fn issue_in_cluster_dir(
     write_all(dir, identities)
 }
 
+/// `weir cluster rotate DIR`: re-issues, from the CA in `dir`, every node
+/// certificate there (`jobmanager.pem` and each `taskmanager-ID.pem`) with
+/// new keys, valid `days` days from now. Files of other names (such as a
+/// shared `taskmanager.pem` from an older `weir cluster init`) are left
+/// alone. Returns the files written.
+pub fn rotate_cluster_dir(dir: &Path, days: u32) -> Result<Vec<PathBuf>, NetError> {
+    let entries = fs::read_dir(dir).map_err(|source| NetError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut jobmanager = false;
+    let mut taskmanagers = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".pem")) else {
+            continue;
+        };
+        if stem == "jobmanager" {
+            jobmanager = true;
+        } else if let Some(id) = stem.strip_prefix("taskmanager-")
+            && check_taskmanager_id(id).is_ok()
+        {
+            taskmanagers.push(id.to_string());
+        }
+    }
+    issue_in_cluster_dir(dir, jobmanager, &taskmanagers, days)
+}
+
 /// The roles to issue, by file name (a BTreeMap: each once, in order).
 fn roles(jobmanager: bool, taskmanagers: &[String]) -> Result<BTreeMap<String, Role>, NetError> {
     let mut roles = BTreeMap::new();
@@ -728,6 +757,30 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("ca.pem"), "{err}");
+    }
+
+    #[test]
+    fn rotate_reissues_every_node_with_new_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        init_cluster_dir(dir.path(), &["tm-1".into(), "tm-2".into()], 1).unwrap();
+        fs::write(dir.path().join("notes.pem"), "left alone").unwrap();
+        let read = |f: &str| fs::read_to_string(dir.path().join(f)).unwrap();
+        let keys = [
+            "jobmanager.key",
+            "taskmanager-tm-1.key",
+            "taskmanager-tm-2.key",
+        ];
+        let before: Vec<String> = keys.iter().map(|k| read(k)).collect();
+        let ca_before = (read("ca.pem"), read("ca.key"));
+        let written = rotate_cluster_dir(dir.path(), 30).unwrap();
+        assert_eq!(written.len(), 6, "{written:?}");
+        for (key, old) in keys.iter().zip(before) {
+            assert_ne!(read(key), old, "{key} is new");
+        }
+        assert_eq!((read("ca.pem"), read("ca.key")), ca_before, "same CA");
+        assert_eq!(read("notes.pem"), "left alone");
+        let tm = NodeIdentity::load(dir.path(), "taskmanager-tm-2").unwrap();
+        assert_eq!(tm.role(), Some(Role::TaskManager("tm-2".into())));
     }
 
     #[test]

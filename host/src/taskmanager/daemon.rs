@@ -374,13 +374,13 @@ fn certified_id(identity: &NodeIdentity, wanted: Option<&str>) -> Result<String,
         (Some(Role::TaskManager(id)), None) => Ok(id),
         (Some(Role::TaskManager(id)), Some(wanted)) if id == wanted => Ok(id),
         (Some(Role::TaskManager(id)), Some(wanted)) => Err(format!(
-            "its id is `{wanted}` but its certificate is TaskManager `{id}`'s"
+            "the id is `{wanted}` but the certificate is TaskManager `{id}`'s"
         )),
         (Some(Role::JobManager), _) => {
-            Err("its certificate is the JobManager's, not a TaskManager's".to_owned())
+            Err("the certificate is the JobManager's, not a TaskManager's".to_owned())
         }
         (None, _) => Err(format!(
-            "its certificate names no TaskManager (a shared `taskmanager.pem` from an older \
+            "the certificate names no TaskManager (a shared `taskmanager.pem` from an older \
              `weir cluster init`?): issue one per TaskManager with `weir cluster issue DIR \
              --taskmanager {}`",
             wanted.unwrap_or("ID")

@@ -122,7 +122,7 @@ to = "null"
     .map(str::to_owned)
     .to_vec();
     let impostor = Daemon::spawn(cluster.dir.path(), "impostor", &args);
-    impostor.wait_stderr("its certificate is TaskManager `tm-2`'s");
+    impostor.wait_stderr("the certificate is TaskManager `tm-2`'s");
 
     // A client of its own making is refused by the JobManager, twice.
     for _ in 0..2 {
