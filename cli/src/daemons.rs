@@ -1,5 +1,6 @@
 //! The daemon commands: `weir jobmanager`, `weir taskmanager`, `weir local`
-//! and `weir cluster init`.
+//! and `weir cluster init|issue` (certificates: one per daemon, see
+//! `weir_host::net::tls`).
 //!
 //! Each daemon prints one readiness line on stdout once it can be used
 //! (scripts and tests wait for it instead of sleeping), logs to stderr, and
@@ -23,7 +24,9 @@ use weir_host::jobmanager::rest::auth::{RestAuth, TOKEN_FILE};
 use weir_host::jobmanager::scheduler::Strategy;
 use weir_host::jobmanager::{self, JobManagerConfig, RunningJobManager, StartError};
 use weir_host::net::NetConfig;
-use weir_host::net::tls::{ClusterCa, NodeIdentity, init_cluster_dir};
+use weir_host::net::tls::{
+    ClusterCa, NodeIdentity, init_cluster_dir, issue_in_cluster_dir, rotate_cluster_dir,
+};
 use weir_host::taskmanager::daemon::{self, TaskManagerConfig};
 use weir_host::wasm::{Runtime, RuntimeConfig};
 
@@ -36,8 +39,8 @@ pub struct CertArgs {
     #[arg(long, value_name = "DIR", env = "WEIR_CERTS")]
     certs: PathBuf,
 
-    /// Which certificate in --certs this daemon presents [default: jobmanager
-    /// or taskmanager].
+    /// Which certificate in --certs this daemon presents (NAME.pem and
+    /// NAME.key) [default: jobmanager, or taskmanager-ID for --id ID].
     #[arg(long, value_name = "NAME")]
     node_name: Option<String>,
 }
@@ -196,7 +199,9 @@ pub struct TaskManagerArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
     bind: SocketAddr,
 
-    /// Its id [default: the one stored in --data-dir, else a new random one].
+    /// Its id: the one its certificate names (`weir cluster init|issue
+    /// --taskmanager ID`), which the JobManager checks [default: the id in
+    /// the certificate given by --node-name].
     #[arg(long)]
     id: Option<String>,
 
@@ -277,20 +282,60 @@ pub struct LocalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
-    /// Create a cluster CA and certificates for the JobManager and the
-    /// TaskManagers (all TaskManagers may share `taskmanager.pem`).
+    /// Create a cluster CA, the JobManager's certificate and one
+    /// certificate per TaskManager, each naming its id.
     Init(ClusterInitArgs),
+    /// Issue (or renew) certificates from the CA in DIR: add a
+    /// TaskManager, or renew certificates before they expire.
+    Issue(ClusterIssueArgs),
+    /// Re-issue every node certificate in DIR (jobmanager, taskmanager-ID)
+    /// with new keys from the same CA; restart the daemons afterwards.
+    Rotate(ClusterRotateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterRotateArgs {
+    /// Directory made by `weir cluster init` (holding ca.pem and ca.key).
+    dir: PathBuf,
+
+    /// Days the new certificates are valid.
+    #[arg(long, value_name = "DAYS", default_value_t = weir_host::net::tls::DEFAULT_VALID_DAYS)]
+    valid_days: u32,
 }
 
 #[derive(Debug, Args)]
 pub struct ClusterInitArgs {
-    /// Directory to write ca.pem, ca.key, jobmanager.{pem,key},
-    /// taskmanager.{pem,key} into. Keep ca.key secret.
+    /// Directory to write ca.pem, ca.key, jobmanager.{pem,key} and
+    /// taskmanager-ID.{pem,key} into. Keep ca.key secret.
     dir: PathBuf,
 
-    /// Also issue a certificate for this node name. Repeatable.
-    #[arg(long = "node", value_name = "NAME")]
-    nodes: Vec<String>,
+    /// Issue a certificate for the TaskManager with this id (lowercase
+    /// letters, digits and `-`). Repeatable.
+    #[arg(long = "taskmanager", value_name = "ID")]
+    taskmanagers: Vec<String>,
+
+    /// Days the JobManager's and TaskManagers' certificates are valid.
+    #[arg(long, value_name = "DAYS", default_value_t = weir_host::net::tls::DEFAULT_VALID_DAYS)]
+    valid_days: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterIssueArgs {
+    /// Directory made by `weir cluster init` (holding ca.pem and ca.key).
+    dir: PathBuf,
+
+    /// Issue (replace) the certificate of the TaskManager with this id.
+    /// Repeatable.
+    #[arg(long = "taskmanager", value_name = "ID")]
+    taskmanagers: Vec<String>,
+
+    /// Issue (replace) the JobManager's certificate.
+    #[arg(long)]
+    jobmanager: bool,
+
+    /// Days the new certificates are valid.
+    #[arg(long, value_name = "DAYS", default_value_t = weir_host::net::tls::DEFAULT_VALID_DAYS)]
+    valid_days: u32,
 }
 
 /// Where a daemon keeps its data when not told (`--data-dir`).
@@ -308,14 +353,14 @@ pub(crate) fn default_rest_token_file() -> PathBuf {
     default_data_dir("jobmanager").join(TOKEN_FILE)
 }
 
-fn identity(certs: &CertArgs, role: &str) -> Result<NodeIdentity, Failure> {
-    let name = certs.node_name.as_deref().unwrap_or(role);
+/// The identity in `certs` named `name` (overridden by --node-name).
+fn identity(certs: &CertArgs, role: &str, name: &str) -> Result<NodeIdentity, Failure> {
+    let name = certs.node_name.as_deref().unwrap_or(name);
     NodeIdentity::load(&certs.certs, name)
         .with_context(|| {
             format!(
-                "cannot load the {role}'s certificate `{name}` from {} (create one with \
-                 `weir cluster init {}`)",
-                certs.certs.display(),
+                "cannot load the {role}'s certificate `{name}` from {0} (create the folder \
+                 with `weir cluster init {0}`, add a certificate with `weir cluster issue {0}`)",
                 certs.certs.display()
             )
         })
@@ -384,7 +429,7 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
         &args.allow_paths,
         "the JobManager allows only the directories given with --allow-path",
     )?;
-    let id = identity(&args.certs, "jobmanager")?;
+    let id = identity(&args.certs, "jobmanager", "jobmanager")?;
     let data_dir = args
         .data_dir
         .clone()
@@ -430,7 +475,17 @@ pub fn taskmanager(args: TaskManagerArgs) -> Result<(), Failure> {
         &args.allow_paths,
         "the TaskManager allows only the directories given with --allow-path",
     )?;
-    let id = identity(&args.certs, "taskmanager")?;
+    let name = match (&args.id, &args.certs.node_name) {
+        (Some(id), _) => format!("taskmanager-{id}"),
+        (None, Some(name)) => name.clone(),
+        (None, None) => {
+            return Err(bad_input(anyhow::anyhow!(
+                "give --id ID (its certificate is taskmanager-ID.pem in --certs) or \
+                 --node-name NAME"
+            )));
+        }
+    };
+    let id = identity(&args.certs, "taskmanager", &name)?;
     let net = args.net.config()?;
     let data_dir = args
         .data_dir
@@ -504,10 +559,13 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
             (t.path().to_path_buf(), Some(t))
         }
     };
+    // One certificate per daemon, as on a cluster: each TaskManager's
+    // names its id.
     let ca = ClusterCa::generate().map_err(failed)?;
-    let issue = |name: &str| ca.issue(name).map_err(failed);
-    let jm_id = issue("jobmanager")?;
-    let tm_id = issue("taskmanager")?;
+    let jm_id = ca.issue_jobmanager().map_err(failed)?;
+    let tm_ids = (1..=args.taskmanagers)
+        .map(|i| ca.issue_taskmanager(&format!("tm-{i}")).map_err(failed))
+        .collect::<Result<Vec<_>, _>>()?;
     let wasm = wasm_runtime(&data_dir)?;
     let rt = tokio_runtime()?;
     rt.block_on(async move {
@@ -520,13 +578,13 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
             .map_err(start_failure)?;
         announce_token(&jm);
         let mut tms = Vec::new();
-        for i in 0..args.taskmanagers {
+        for (i, tm_id) in (0..args.taskmanagers).zip(tm_ids) {
             let config = TaskManagerConfig {
                 id: Some(format!("tm-{}", i + 1)),
                 jobmanager: jm.rpc_address,
                 slots: args.slots,
                 data_dir: data_dir.join(format!("taskmanager-{}", i + 1)),
-                identity: tm_id.clone(),
+                identity: tm_id,
                 bind: "127.0.0.1:0".parse().expect("valid address"),
                 net,
                 allowed_roots: roots.clone(),
@@ -579,14 +637,43 @@ fn private_temp_dir() -> Result<tempfile::TempDir, Failure> {
 pub fn cluster(command: ClusterCommand) -> Result<(), Failure> {
     match command {
         ClusterCommand::Init(args) => {
-            let files = init_cluster_dir(&args.dir, &args.nodes).map_err(bad_input)?;
+            let files = init_cluster_dir(&args.dir, &args.taskmanagers, args.valid_days)
+                .map_err(bad_input)?;
             for f in &files {
                 println!("wrote {}", f.display());
             }
             println!(
-                "start the daemons with --certs {} (or WEIR_CERTS); keep ca.key secret",
+                "start the daemons with --certs {} (or WEIR_CERTS), each TaskManager with its \
+                 --id; keep ca.key secret",
                 args.dir.display()
             );
+            Ok(())
+        }
+        ClusterCommand::Issue(args) => {
+            if !args.jobmanager && args.taskmanagers.is_empty() {
+                return Err(bad_input(anyhow::anyhow!(
+                    "nothing to issue: give --taskmanager ID and/or --jobmanager"
+                )));
+            }
+            let files = issue_in_cluster_dir(
+                &args.dir,
+                args.jobmanager,
+                &args.taskmanagers,
+                args.valid_days,
+            )
+            .map_err(bad_input)?;
+            for f in &files {
+                println!("wrote {}", f.display());
+            }
+            println!("restart the daemons whose certificates were replaced");
+            Ok(())
+        }
+        ClusterCommand::Rotate(args) => {
+            let files = rotate_cluster_dir(&args.dir, args.valid_days).map_err(bad_input)?;
+            for f in &files {
+                println!("wrote {}", f.display());
+            }
+            println!("copy the new files to their nodes and restart the daemons");
             Ok(())
         }
     }

@@ -427,7 +427,7 @@ impl LocalCluster {
                 for s in 0..task.parallelism {
                     if exchange.is_local(t, s) {
                         let (tx, rx) = mpsc::channel(capacity);
-                        exchange.register_input(t, s, tx.clone());
+                        exchange.register_input(t, s, channel_counts[t], tx.clone());
                         txs.push(Some(tx));
                         rxs.push(Some(rx));
                     } else {
@@ -711,8 +711,9 @@ pub trait Exchange {
     /// A sender into the input gate of a subtask that runs elsewhere.
     /// `abort` is the job's: the channel triggers it when it fails.
     fn remote_sender(&self, task: usize, subtask: u32, abort: &Abort) -> mpsc::Sender<Message>;
-    /// Announces the input gate of a local subtask, for producers elsewhere.
-    fn register_input(&self, task: usize, subtask: u32, tx: mpsc::Sender<Message>);
+    /// Announces the input gate of a local subtask, with its number of
+    /// input channels, for producers elsewhere.
+    fn register_input(&self, task: usize, subtask: u32, channels: u32, tx: mpsc::Sender<Message>);
 }
 
 /// Every subtask runs in this process.
@@ -726,7 +727,7 @@ impl Exchange for AllLocal {
     fn remote_sender(&self, task: usize, subtask: u32, _: &Abort) -> mpsc::Sender<Message> {
         unreachable!("AllLocal has no remote subtask ({task}, {subtask})")
     }
-    fn register_input(&self, _: usize, _: u32, _: mpsc::Sender<Message>) {}
+    fn register_input(&self, _: usize, _: u32, _: u32, _: mpsc::Sender<Message>) {}
 }
 
 /// One started subtask.

@@ -190,6 +190,46 @@ pub struct SubtaskCheckpoint {
     pub sink: Option<serde_json::Value>,
 }
 
+impl SubtaskCheckpoint {
+    /// The first storage path it names outside job `job`'s own folders for
+    /// checkpoint `checkpoint`: shared files must lie under `<job>/shared`,
+    /// private files and timers under `<job>/chk-<checkpoint>` (where
+    /// TaskManagers upload them). The JobManager refuses an ack that names
+    /// another path: it would register, restore from and later delete what
+    /// the path names, which may be another job's.
+    pub fn foreign_path(
+        &self,
+        job: &str,
+        checkpoint: u64,
+    ) -> Option<&crate::checkpoint::storage::StoragePath> {
+        use crate::checkpoint::storage::StoragePath;
+        let (Ok(shared), Ok(private)) = (
+            StoragePath::new(format!("{job}/shared")),
+            StoragePath::new(format!("{job}/chk-{checkpoint}")),
+        ) else {
+            // No path can lie under a folder that cannot be named.
+            return self
+                .states
+                .iter()
+                .flat_map(|(_, h)| h.files.iter().map(|f| &f.path))
+                .chain(&self.timers)
+                .next();
+        };
+        let files = self.states.iter().flat_map(|(_, h)| &h.files);
+        files
+            .filter_map(|f| {
+                let folder = if f.shared { &shared } else { &private };
+                (!f.path.starts_with(folder) || f.path == *folder).then_some(&f.path)
+            })
+            .chain(
+                self.timers
+                    .iter()
+                    .filter(|t| !t.starts_with(&private) || **t == private),
+            )
+            .next()
+    }
+}
+
 /// Checkpointing of a deployment.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckpointDeploy {
@@ -361,6 +401,58 @@ pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 10, finding 8: the JobManager deleted whatever storage paths
+    /// a TaskManager's ack named, another job's included.
+    #[test]
+    fn an_ack_may_name_only_its_own_jobs_paths() {
+        use crate::checkpoint::snapshot::{FileHandle, StateHandle};
+        use crate::checkpoint::storage::StoragePath;
+        let file = |path: &str, shared: bool| FileHandle {
+            local_name: "000001.sst".into(),
+            path: StoragePath::new(path).unwrap(),
+            size: 1,
+            shared,
+        };
+        let ack = |files: Vec<FileHandle>, timers: Option<&str>| SubtaskCheckpoint {
+            finished: false,
+            states: vec![(
+                1,
+                StateHandle {
+                    backend: crate::state::BackendKind::Heap,
+                    files,
+                    full_size: 0,
+                    incremental_size: 0,
+                },
+            )],
+            timers: timers.map(|t| StoragePath::new(t).unwrap()),
+            source: None,
+            sink: None,
+        };
+        let own = ack(
+            vec![
+                file("a/shared/x-000001.sst", true),
+                file("a/chk-3/0-0/1/MANIFEST", false),
+            ],
+            Some("a/chk-3/0-0/timers"),
+        );
+        assert_eq!(own.foreign_path("a", 3), None);
+        for (bad, files, timers) in [
+            ("b/shared/x.sst", vec![file("b/shared/x.sst", true)], None),
+            ("ab/shared/x.sst", vec![file("ab/shared/x.sst", true)], None),
+            ("a/chk-2/0-0/m", vec![file("a/chk-2/0-0/m", false)], None),
+            ("a/chk-3/x.sst", vec![file("a/chk-3/x.sst", true)], None),
+            ("a/shared", vec![file("a/shared", true)], None),
+            ("b/chk-3/t", vec![], Some("b/chk-3/t")),
+        ] {
+            let a = ack(files, timers);
+            assert_eq!(
+                a.foreign_path("a", 3).map(StoragePath::as_str),
+                Some(bad),
+                "{bad}"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn frames_roundtrip_and_end_cleanly() {

@@ -244,6 +244,7 @@ impl Cluster {
         let out = Command::new(weir)
             .args(["cluster", "init"])
             .arg(&certs)
+            .args((1..=taskmanagers).flat_map(|n| ["--taskmanager".to_string(), format!("tm-{n}")]))
             .output()?;
         ensure!(
             out.status.success(),

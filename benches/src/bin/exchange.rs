@@ -40,7 +40,7 @@ use clap::Parser;
 use tokio::sync::mpsc;
 use weir_benches::measure::quantile;
 use weir_host::net::tls::{self, ClusterCa, NodeIdentity};
-use weir_host::net::{ChannelOptions, DataPlane, InputKey, NetConfig};
+use weir_host::net::{ChannelOptions, DataPlane, Input, InputKey, NetConfig, Peer};
 use weir_host::record::Batch;
 use weir_host::taskmanager::{Abort, Message};
 
@@ -132,6 +132,15 @@ fn now_nanos() -> u64 {
 
 // ---------------------------------------------------------------- receiver
 
+/// The receiver's input: one channel, from the sender only.
+fn bench_input(tx: mpsc::Sender<Message>) -> Input {
+    Input {
+        tx,
+        channels: 1,
+        senders: std::sync::Arc::new(["sender".to_string()].into()),
+    }
+}
+
 /// The child: a raw quinn endpoint and a Weir data plane; prints
 /// `READY <raw> <weir>`, then a `RESULT` line per phase; exits when stdin
 /// closes.
@@ -144,11 +153,11 @@ async fn receiver(dir: &Path, cli: &Cli) -> anyhow::Result<()> {
     let mut throughput = Vec::new();
     for round in 0..cli.rounds {
         let (tx, rx) = mpsc::channel(INPUT_CAPACITY);
-        plane.register_input(bench_key(round), tx);
+        plane.register_input(bench_key(round), bench_input(tx));
         throughput.push(tokio::spawn(count_records(rx)));
     }
     let (tx, rx) = mpsc::channel(INPUT_CAPACITY);
-    plane.register_input(bench_key(LATENCY_SUBTASK), tx);
+    plane.register_input(bench_key(LATENCY_SUBTASK), bench_input(tx));
     let latency = tokio::spawn(record_latency(rx));
     tokio::spawn(async move {
         for (round, task) in throughput.into_iter().enumerate() {
@@ -232,8 +241,9 @@ async fn record_latency(mut rx: mpsc::Receiver<Message>) -> Vec<u64> {
 async fn parent(cli: &Cli) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let ca = ClusterCa::generate()?;
-    ca.issue("receiver")?.write(dir.path(), "receiver")?;
-    let id = ca.issue("sender")?;
+    ca.issue_taskmanager("receiver")?
+        .write(dir.path(), "receiver")?;
+    let id = ca.issue_taskmanager("sender")?;
 
     let mut child = Command::new(std::env::current_exe()?)
         .arg("--receiver")
@@ -271,13 +281,18 @@ async fn parent(cli: &Cli) -> anyhow::Result<()> {
             .collect())
     };
     let raw_addr: SocketAddr = ready[1].parse()?;
-    let weir_addr: SocketAddr = ready[2].parse()?;
+    let weir_addr = Peer {
+        id: "receiver".into(),
+        addr: ready[2].parse()?,
+    };
     let duration = Duration::from_secs_f64(cli.duration);
     let any: SocketAddr = "127.0.0.1:0".parse()?;
     let rs = cli.record_size as f64;
 
     let raw = tls::endpoint(any, &id)?;
-    let raw_conn = raw.connect(raw_addr, tls::SERVER_NAME)?.await?;
+    let raw_conn = raw
+        .connect(raw_addr, &tls::taskmanager_name("receiver"))?
+        .await?;
     let plane = DataPlane::new(tls::endpoint(any, &id)?, NetConfig::default());
     let abort = Abort::new();
     let template = {
@@ -305,7 +320,7 @@ async fn parent(cli: &Cli) -> anyhow::Result<()> {
 
         // 2. Weir: batches through a data channel.
         let (tx, writer) = plane.open_channel_with_handle(
-            weir_addr,
+            weir_addr.clone(),
             bench_key(round),
             cli.channel_options(ChannelOptions::default().buffer_timeout),
             abort.clone(),

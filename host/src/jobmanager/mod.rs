@@ -34,6 +34,11 @@
 //! from for `heartbeat_timeout` (or whose connection closed) is declared
 //! lost: its slots leave the pool and its jobs fail, naming it.
 //!
+//! A TaskManager registers only under the id its certificate names
+//! ([`crate::net::tls::peer_role`]); its acks, declines and task states
+//! count only for subtasks placed on it, and an ack naming storage paths
+//! outside the job's own folders is refused (nothing it names is deleted).
+//!
 //! Jobs and registrations live in memory; a restarted JobManager keeps its
 //! modules (on disk) and TaskManagers register again by themselves.
 //!
@@ -62,7 +67,7 @@ use crate::connectors::AllowedRoots;
 use crate::job::{JobGraph, JobSpec, ModuleRef, TaskSpec, VertexKind, chain};
 use crate::local::LocalCluster;
 use crate::net::NetStats;
-use crate::net::tls::NodeIdentity;
+use crate::net::tls::{NodeIdentity, Role, peer_role};
 use crate::rpc::{
     CheckpointDeploy, Deployment, FetchModule, JobReport, ModuleHeader, RestorePoint, SlotRef,
     SubtaskCheckpoint, TaskState, ToJobManager, ToTaskManager, read_frame, write_frame,
@@ -449,6 +454,15 @@ impl JobCheckpoints {
 }
 
 impl Job {
+    /// Whether subtask (`task`, `subtask`) runs on TaskManager `tm`: a
+    /// TaskManager reports only on its own subtasks.
+    fn placed_on(&self, task: u32, subtask: u32, tm: &str) -> bool {
+        self.placement
+            .get(task as usize)
+            .and_then(|slots| slots.get(subtask as usize))
+            .is_some_and(|slot| slot.taskmanager == tm)
+    }
+
     fn taskmanagers(&self) -> HashSet<&str> {
         self.placement
             .iter()
@@ -975,9 +989,26 @@ impl JobManager {
                 let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
                     return;
                 };
+                if !job.placed_on(task, subtask, tm_id) {
+                    return;
+                }
                 let Some(c) = job.checkpoints.as_mut() else {
                     return;
                 };
+                if let Some(path) = snapshot.foreign_path(&job.id, checkpoint) {
+                    // Refused whole: nothing it names is registered, restored
+                    // from or deleted; the checkpoint fails.
+                    let reason = format!(
+                        "TaskManager {tm_id} acked with storage path `{path}`, outside the \
+                         job's own folder"
+                    );
+                    tracing::warn!(job = %job.id, checkpoint, "{reason}");
+                    let actions =
+                        c.coordinator
+                            .decline(checkpoint, (task, subtask), reason, Instant::now());
+                    checkpoint_actions(taskmanagers, job, &self.storage, actions);
+                    return;
+                }
                 if !c.coordinator.pending().any(|p| p == checkpoint) {
                     // Late: the checkpoint was aborted; drop its uploads.
                     let shared: Vec<StoragePath> = snapshot
@@ -1024,7 +1055,10 @@ impl JobManager {
                 subtask,
                 reason,
             } => {
-                let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
+                let Some(job) = jobs
+                    .get_mut(&job)
+                    .filter(|j| j.attempt == attempt && j.placed_on(task, subtask, tm_id))
+                else {
                     return;
                 };
                 if let Some(c) = job.checkpoints.as_mut() {
@@ -1042,7 +1076,10 @@ impl JobManager {
                 state: new,
                 error,
             } => {
-                let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
+                let Some(job) = jobs
+                    .get_mut(&job)
+                    .filter(|j| j.attempt == attempt && j.placed_on(task, subtask, tm_id))
+                else {
                     return;
                 };
                 let (t, s) = (task as usize, subtask as usize);
@@ -1475,8 +1512,16 @@ fn checkpoint_actions(
 /// Deletes what was uploaded for a checkpoint that will never complete:
 /// its private directory and the shared files no completed checkpoint uses.
 fn discard_uploads(job: &Job, storage: &DirStorage, id: u64, shared: &[StoragePath]) {
+    // Only the job's own shared files (acks naming others are refused
+    // before they get here; this keeps it so).
+    let own = StoragePath::new(format!("{}/shared", job.id));
+    let shared: Vec<StoragePath> = shared
+        .iter()
+        .filter(|f| own.as_ref().is_ok_and(|own| f.starts_with(own)))
+        .cloned()
+        .collect();
     if let Some(c) = &job.checkpoints {
-        for file in c.registry.orphans(shared) {
+        for file in c.registry.orphans(&shared) {
             let _ = storage.delete(&file);
         }
     }
@@ -1567,6 +1612,9 @@ pub enum StartError {
     /// loopback) or its token file is unusable.
     #[error(transparent)]
     RestAuth(#[from] AuthError),
+    /// The daemon's certificate is not for its role.
+    #[error("{0}")]
+    Identity(String),
 }
 
 /// Starts a JobManager on the current tokio runtime: RPC endpoint, REST
@@ -1579,6 +1627,13 @@ pub async fn start(
     // Before touching the disk: an empty token or an insecure non-loopback
     // address is refused whatever else is wrong.
     config.rest_auth.check(config.rest)?;
+    if config.identity.role() != Some(Role::JobManager) {
+        return Err(StartError::Identity(
+            "the certificate is not the JobManager's (TaskManagers would refuse it): issue \
+             one with `weir cluster issue DIR --jobmanager`"
+                .into(),
+        ));
+    }
     std::fs::create_dir_all(&config.data_dir).map_err(|e| StartError::DataDir {
         path: config.data_dir.clone(),
         message: e.to_string(),
@@ -1682,6 +1737,25 @@ pub async fn start(
     })
 }
 
+/// Why a TaskManager claiming `id` may not register with the certificate
+/// of `role`; `None` if it may (the certificate is TaskManager `id`'s).
+fn certificate_refuses(role: Option<Role>, id: &str) -> Option<String> {
+    match role {
+        Some(Role::TaskManager(certified)) if certified == id => None,
+        Some(Role::TaskManager(certified)) => Some(format!(
+            "TaskManager `{certified}`'s certificate cannot register as `{id}`"
+        )),
+        Some(Role::JobManager) => Some(format!(
+            "the JobManager's certificate cannot register as TaskManager `{id}`"
+        )),
+        None => Some(format!(
+            "the certificate of TaskManager `{id}` names no TaskManager (a shared \
+             `taskmanager.pem` from an older `weir cluster init`?): issue one per TaskManager \
+             with `weir cluster issue DIR --taskmanager {id}`"
+        )),
+    }
+}
+
 /// How long a new connection may take to register.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -1697,11 +1771,15 @@ async fn serve_taskmanager(jm: Arc<JobManager>, conn: quinn::Connection) {
                 data_address,
                 version,
             }) => {
-                if version != env!("CARGO_PKG_VERSION") {
-                    let reason = format!(
+                let refusal = if version != env!("CARGO_PKG_VERSION") {
+                    Some(format!(
                         "version mismatch: TaskManager {version}, JobManager {}",
                         env!("CARGO_PKG_VERSION")
-                    );
+                    ))
+                } else {
+                    certificate_refuses(peer_role(&conn), &id)
+                };
+                if let Some(reason) = refusal {
                     let _ = write_frame(
                         &mut send,
                         &ToTaskManager::Rejected {
@@ -1710,6 +1788,8 @@ async fn serve_taskmanager(jm: Arc<JobManager>, conn: quinn::Connection) {
                     )
                     .await;
                     let _ = send.finish();
+                    // Let the answer arrive before the connection closes.
+                    let _ = tokio::time::timeout(Duration::from_secs(2), send.stopped()).await;
                     return Err(reason);
                 }
                 Ok((send, recv, id, slots, data_address))

@@ -17,7 +17,8 @@
 //!
 //! A channel is one upstream subtask's output towards one downstream subtask
 //! on another TaskManager. It is one bidirectional QUIC stream on the single
-//! connection between the two TaskManagers. The sending subtask writes
+//! connection between the two TaskManagers; the sender connects with the
+//! receiving TaskManager's id ([`Peer`]), so TLS refuses any other node. The sending subtask writes
 //! [`Message`]s into an ordinary bounded mpsc sender; a writer task encodes
 //! them into one continuous byte stream and cuts it into network buffers of
 //! `B` bytes. A buffer goes out when it is full, when a `Watermark` or `End`
@@ -27,6 +28,19 @@
 //! order, into the mpsc registered for that key with
 //! [`DataPlane::register_input`]. Channels between subtasks of the same
 //! TaskManager never come here: they stay local mpsc channels.
+//!
+//! # Who may send what
+//!
+//! The receiver trusts a stream no more than its sender's certificate:
+//!
+//! - a connection whose certificate names no TaskManager ([`tls::peer_role`])
+//!   is closed;
+//! - a stream for an [`Input`] is refused ([`wire::code::FORBIDDEN`]) unless
+//!   the sending TaskManager is one of the input's `senders` (the TaskManagers
+//!   of the job's placement);
+//! - a message naming an input channel the subtask does not have (`channel
+//!   ≥ Input::channels`) fails its stream ([`wire::code::CORRUPT`]) before it
+//!   reaches the subtask, whose input gate indexes by channel.
 //!
 //! # Flow control
 //!
@@ -83,7 +97,7 @@ mod sender;
 pub mod tls;
 mod wire;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -150,6 +164,34 @@ impl fmt::Display for InputKey {
     }
 }
 
+/// The receiving end of a channel: a TaskManager's id (the identity its
+/// certificate must carry) and its data-plane address.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Peer {
+    /// The TaskManager's id.
+    pub id: String,
+    /// Its data-plane address.
+    pub addr: SocketAddr,
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TaskManager `{}` at {}", self.id, self.addr)
+    }
+}
+
+/// A subtask's input gate as the data plane sees it.
+#[derive(Clone, Debug)]
+pub struct Input {
+    /// Where its messages go.
+    pub tx: mpsc::Sender<Message>,
+    /// Its number of input channels: a message naming channel `c ≥
+    /// channels` fails the stream it came on.
+    pub channels: u32,
+    /// The TaskManagers that may open streams to it (the job's placement).
+    pub senders: Arc<BTreeSet<String>>,
+}
+
 /// How one outgoing channel batches its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChannelOptions {
@@ -208,6 +250,12 @@ pub enum NetError {
     /// A node name that cannot be a file name.
     #[error("bad node name `{0}`: use letters, digits, `-`, `_` and `.`, not `ca`")]
     BadNodeName(String),
+    /// A TaskManager id that cannot be put in a certificate.
+    #[error(
+        "bad TaskManager id `{0}` for a certificate: use lowercase letters, digits and `-` \
+         (not first or last), at most 63"
+    )]
+    BadTaskManagerId(String),
     /// Certificate generation failed.
     #[error("certificate: {0}")]
     Certificate(String),
@@ -273,7 +321,7 @@ struct Shared {
     inputs: Mutex<HashMap<String, JobInputs>>,
     /// One connection per peer, shared by all channels to it; the async
     /// mutex makes concurrent first channels wait for one handshake.
-    peers: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<Option<quinn::Connection>>>>>,
+    peers: Mutex<HashMap<Peer, Arc<tokio::sync::Mutex<Option<quinn::Connection>>>>>,
     /// How long an early stream waits for its registration, in ms.
     registration_timeout_ms: AtomicU64,
     buffered: AtomicU64,
@@ -287,8 +335,8 @@ struct Shared {
 
 /// The registered inputs of one job on this TaskManager.
 struct JobInputs {
-    gates: HashMap<(u32, u32), mpsc::Sender<Message>>,
-    waiting: HashMap<(u32, u32), Vec<oneshot::Sender<mpsc::Sender<Message>>>>,
+    gates: HashMap<(u32, u32), Input>,
+    waiting: HashMap<(u32, u32), Vec<oneshot::Sender<Input>>>,
     /// Never sent on: dropping it (unregister) wakes every stream of the job.
     alive: watch::Sender<()>,
 }
@@ -305,8 +353,8 @@ impl JobInputs {
 
 /// Where an incoming stream's messages go, or when they will.
 enum Lookup {
-    Ready(mpsc::Sender<Message>),
-    Wait(oneshot::Receiver<mpsc::Sender<Message>>),
+    Ready(Input),
+    Wait(oneshot::Receiver<Input>),
 }
 
 impl DataPlane {
@@ -346,16 +394,17 @@ impl DataPlane {
             .expect("a bound quinn endpoint has a local address")
     }
 
-    /// Incoming channels for `key` deliver their messages into `tx`, the
-    /// subtask's input. Streams already waiting for `key` start now.
-    pub fn register_input(&self, key: InputKey, tx: mpsc::Sender<Message>) {
+    /// Incoming channels for `key` deliver their messages into `input`, the
+    /// subtask's input gate, if they come from one of its `senders`.
+    /// Streams already waiting for `key` start now.
+    pub fn register_input(&self, key: InputKey, input: Input) {
         let mut inputs = self.shared.inputs.lock().expect("inputs lock");
         let job = inputs.entry(key.job).or_insert_with(JobInputs::new);
         let gate = (key.task, key.subtask);
         for waiter in job.waiting.remove(&gate).unwrap_or_default() {
-            let _ = waiter.send(tx.clone());
+            let _ = waiter.send(input.clone());
         }
-        job.gates.insert(gate, tx);
+        job.gates.insert(gate, input);
     }
 
     /// How long a stream that arrives before its input is registered waits
@@ -378,7 +427,7 @@ impl DataPlane {
     /// behind it does. Failures trigger `abort`; `abort` stops the writer.
     pub fn open_channel(
         &self,
-        peer: SocketAddr,
+        peer: Peer,
         key: InputKey,
         opts: ChannelOptions,
         abort: Abort,
@@ -392,7 +441,7 @@ impl DataPlane {
     /// the abort ([`NetError::Aborted`] if the abort came from elsewhere).
     pub fn open_channel_with_handle(
         &self,
-        peer: SocketAddr,
+        peer: Peer,
         key: InputKey,
         opts: ChannelOptions,
         abort: Abort,
@@ -403,7 +452,7 @@ impl DataPlane {
         let (tx, rx) = mpsc::channel(SENDER_CAPACITY);
         let shared = self.shared.clone();
         let task = self.shared.runtime.spawn(async move {
-            let result = sender::run(&shared, peer, &key, opts, rx, &abort).await;
+            let result = sender::run(&shared, &peer, &key, opts, rx, &abort).await;
             if let Err(e) = &result {
                 if !matches!(e, NetError::Aborted) {
                     tracing::warn!("{e}");
@@ -455,8 +504,8 @@ impl Shared {
         let job = inputs.entry(key.job.clone()).or_insert_with(JobInputs::new);
         let gate = (key.task, key.subtask);
         let alive = job.alive.subscribe();
-        if let Some(tx) = job.gates.get(&gate) {
-            return (Lookup::Ready(tx.clone()), alive);
+        if let Some(input) = job.gates.get(&gate) {
+            return (Lookup::Ready(input.clone()), alive);
         }
         let (waiter, wait) = oneshot::channel();
         job.waiting.entry(gate).or_default().push(waiter);
@@ -484,13 +533,16 @@ impl Shared {
         }
     }
 
-    /// The connection to `peer`, connecting if there is none or it closed.
-    async fn connection(&self, peer: SocketAddr) -> Result<quinn::Connection, NetError> {
+    /// The connection to `to`, connecting if there is none or it closed.
+    /// The handshake fails unless `to` presents TaskManager `to.id`'s
+    /// certificate.
+    async fn connection(&self, to: &Peer) -> Result<quinn::Connection, NetError> {
+        let peer = to.addr;
         let slot = self
             .peers
             .lock()
             .expect("peers lock")
-            .entry(peer)
+            .entry(to.clone())
             .or_default()
             .clone();
         let mut slot = slot.lock().await;
@@ -505,7 +557,7 @@ impl Shared {
         };
         let conn = self
             .endpoint
-            .connect(peer, tls::SERVER_NAME)
+            .connect(peer, &tls::taskmanager_name(&to.id))
             .map_err(|e| connect_error(&e))?
             .await
             .map_err(|e| connect_error(&e))?;

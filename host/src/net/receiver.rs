@@ -1,13 +1,18 @@
 //! The receiving side: the accept loop, and one reader task per incoming
 //! data stream that decodes buffers into messages, delivers them into the
 //! registered subtask input, and returns a credit per buffer consumed.
+//!
+//! Who may send what (see the parent module): the connection's certificate
+//! must name a TaskManager, the stream's input must list it among its
+//! senders, and every message must name one of the input's channels.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::codec::Decoder;
-use super::{InputKey, Lookup, Shared, wire};
+use super::tls::{self, Role};
+use super::{Input, InputKey, Lookup, Shared, wire};
 use crate::taskmanager::Message;
 
 /// How long a new stream may take to send its header: the writer sends it
@@ -35,11 +40,24 @@ async fn serve_connection(incoming: quinn::Incoming, shared: Weak<Shared>) {
             return;
         }
     };
+    // Only TaskManagers open data streams; the id in the certificate is
+    // who the streams are from.
+    let sender: Arc<str> = match tls::peer_role(&conn) {
+        Some(Role::TaskManager(id)) => id.into(),
+        other => {
+            let who = other.map_or("no Weir role".to_string(), |r| r.to_string());
+            tracing::warn!(
+                "refused a data connection from {from}: its certificate names {who}, not a TaskManager"
+            );
+            conn.close(wire::code::FORBIDDEN.into(), b"not a TaskManager");
+            return;
+        }
+    };
     while let Ok((send, recv)) = conn.accept_bi().await {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        tokio::spawn(serve_stream(shared, from, send, recv));
+        tokio::spawn(serve_stream(shared, from, sender.clone(), send, recv));
     }
 }
 
@@ -49,11 +67,12 @@ struct Refusal(u32, String);
 async fn serve_stream(
     shared: Arc<Shared>,
     from: SocketAddr,
+    sender: Arc<str>,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
 ) {
-    if let Err(Refusal(code, message)) = serve(&shared, &mut send, &mut recv).await {
-        tracing::warn!("data stream from {from}: {message}");
+    if let Err(Refusal(code, message)) = serve(&shared, &sender, &mut send, &mut recv).await {
+        tracing::warn!("data stream from TaskManager `{sender}` at {from}: {message}");
         let _ = send.reset(code.into());
         let _ = recv.stop(code.into());
     }
@@ -61,6 +80,7 @@ async fn serve_stream(
 
 async fn serve(
     shared: &Shared,
+    sender: &str,
     send: &mut quinn::SendStream,
     recv: &mut quinn::RecvStream,
 ) -> Result<(), Refusal> {
@@ -74,11 +94,15 @@ async fn serve(
             format!("{key}: the job was unregistered"),
         )
     };
-    let tx = match lookup {
-        Lookup::Ready(tx) => tx,
+    let Input {
+        tx,
+        channels,
+        senders,
+    } = match lookup {
+        Lookup::Ready(input) => input,
         Lookup::Wait(wait) => match tokio::time::timeout(shared.registration_timeout(), wait).await
         {
-            Ok(Ok(tx)) => tx,
+            Ok(Ok(input)) => input,
             Ok(Err(_)) => return Err(unregistered()),
             Err(_) => {
                 shared.forget_waiter(&key);
@@ -92,6 +116,12 @@ async fn serve(
             }
         },
     };
+    if !senders.contains(sender) {
+        return Err(Refusal(
+            wire::code::FORBIDDEN,
+            format!("{key}: TaskManager `{sender}` is not in the job's placement"),
+        ));
+    }
     let buffer_size = shared.config.buffer_size.clamp(1, u32::MAX as usize);
     let credits = shared.config.credits_per_channel.max(1);
     let mut grant = [0u8; 8];
@@ -113,6 +143,17 @@ async fn serve(
         shared
             .received
             .fetch_add((len + 4) as u64, std::sync::atomic::Ordering::Relaxed);
+        // Checked for the whole buffer before any of it is delivered: the
+        // subtask's input gate indexes its channels by this number.
+        if let Some(bad) = messages.iter().find(|m| m.channel() >= channels) {
+            return Err(Refusal(
+                wire::code::CORRUPT,
+                format!(
+                    "{key}: a message for input channel {} (the subtask has {channels})",
+                    bad.channel()
+                ),
+            ));
+        }
         for msg in messages.drain(..) {
             tokio::select! {
                 _ = alive.changed() => return Err(unregistered()),

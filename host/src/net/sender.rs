@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::codec::Encoder;
 use super::credit::CreditLedger;
-use super::{ChannelOptions, InputKey, NetError, Shared, aborted, wire};
+use super::{ChannelOptions, InputKey, NetError, Peer, Shared, aborted, wire};
 use crate::taskmanager::{Abort, Message};
 
 /// Bytes of a buffer's length prefix on the wire.
@@ -52,12 +52,13 @@ impl Stop {
 /// and every buffer was credited back, or on the first failure.
 pub(super) async fn run(
     shared: &Arc<Shared>,
-    peer: SocketAddr,
+    to: &Peer,
     key: &InputKey,
     opts: ChannelOptions,
     mut rx: mpsc::Receiver<Message>,
     abort: &Abort,
 ) -> Result<(), NetError> {
+    let peer = to.addr;
     let fail = |message: String| NetError::Channel {
         peer,
         key: key.clone(),
@@ -72,7 +73,7 @@ pub(super) async fn run(
     let conn = tokio::select! {
         biased;
         _ = aborted(abort) => return Err(NetError::Aborted),
-        c = shared.connection(peer) => c?,
+        c = shared.connection(to) => c?,
     };
     let (mut send, mut recv) = tokio::select! {
         biased;

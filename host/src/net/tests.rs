@@ -22,9 +22,26 @@ fn plane(id: &NodeIdentity, config: NetConfig) -> DataPlane {
 fn pair(config: NetConfig) -> (DataPlane, DataPlane) {
     let ca = ClusterCa::generate().unwrap();
     (
-        plane(&ca.issue("tm-a").unwrap(), config),
-        plane(&ca.issue("tm-b").unwrap(), config),
+        plane(&ca.issue_taskmanager("tm-a").unwrap(), config),
+        plane(&ca.issue_taskmanager("tm-b").unwrap(), config),
     )
+}
+
+/// An input gate of 8 channels that accepts streams from `tm-a`.
+fn gate(tx: mpsc::Sender<Message>) -> Input {
+    Input {
+        tx,
+        channels: 8,
+        senders: Arc::new(["tm-a".to_string()].into()),
+    }
+}
+
+/// Where `b` of [`pair`] (TaskManager `tm-b`) listens.
+fn to(b: &DataPlane) -> Peer {
+    Peer {
+        id: "tm-b".into(),
+        addr: b.local_addr(),
+    }
 }
 
 fn key(job: &str, subtask: u32) -> InputKey {
@@ -84,7 +101,7 @@ async fn roundtrip_keeps_every_message_in_order_per_channel() {
     // one into input 1. Input 1 registers only after its sender started,
     // so its stream waits for the registration.
     let (in0, mut rx0) = mpsc::channel(4);
-    b.register_input(key("j", 0), in0);
+    b.register_input(key("j", 0), gate(in0));
     let abort = Abort::new();
     let mut plans = Vec::new();
     for channel in 0..4u32 {
@@ -108,7 +125,7 @@ async fn roundtrip_keeps_every_message_in_order_per_channel() {
     let mut tasks = Vec::new();
     for (subtask, msgs) in &plans {
         let (tx, task) = a.open_channel_with_handle(
-            b.local_addr(),
+            to(&b),
             key("j", *subtask),
             opts(Duration::from_millis(5)),
             abort.clone(),
@@ -135,7 +152,7 @@ async fn roundtrip_keeps_every_message_in_order_per_channel() {
         tasks.push(task);
     }
     let (in1, mut rx1) = mpsc::channel(4);
-    b.register_input(key("j", 1), in1);
+    b.register_input(key("j", 1), gate(in1));
 
     // Input 0 interleaves channels 0..3 (told apart by the first value's
     // prefix); each channel's own order must hold.
@@ -183,10 +200,10 @@ async fn roundtrip_keeps_every_message_in_order_per_channel() {
 async fn writer_ends_ok_once_everything_is_delivered() {
     let (a, b) = pair(NetConfig::default());
     let (input, mut rx) = mpsc::channel(64);
-    b.register_input(key("done", 0), input);
+    b.register_input(key("done", 0), gate(input));
     let abort = Abort::new();
     let (tx, task) = a.open_channel_with_handle(
-        b.local_addr(),
+        to(&b),
         key("done", 0),
         opts(Duration::from_secs(60)),
         abort.clone(),
@@ -221,10 +238,10 @@ async fn stalled_consumer_bounds_buffered_bytes_and_blocks_the_sender() {
     };
     let (a, b) = pair(config);
     let (input, mut rx) = mpsc::channel(2);
-    b.register_input(key("slow", 0), input);
+    b.register_input(key("slow", 0), gate(input));
     let abort = Abort::new();
     let (tx, task) = a.open_channel_with_handle(
-        b.local_addr(),
+        to(&b),
         key("slow", 0),
         ChannelOptions {
             buffer_size: 64 * 1024, // capped to the receiver's 8 KiB
@@ -305,10 +322,10 @@ async fn stalled_consumer_bounds_buffered_bytes_and_blocks_the_sender() {
 async fn buffer_timeout_flushes_a_lone_record() {
     let (a, b) = pair(NetConfig::default());
     let (input, mut rx) = mpsc::channel(4);
-    b.register_input(key("lone", 0), input);
+    b.register_input(key("lone", 0), gate(input));
     let abort = Abort::new();
     let tx = a.open_channel(
-        b.local_addr(),
+        to(&b),
         key("lone", 0),
         opts(Duration::from_millis(10)),
         abort.clone(),
@@ -333,22 +350,28 @@ async fn buffer_timeout_flushes_a_lone_record() {
 async fn node_from_another_ca_cannot_open_a_channel() {
     let ours = ClusterCa::generate().unwrap();
     let theirs = ClusterCa::generate().unwrap();
-    let b = plane(&ours.issue("tm-b").unwrap(), NetConfig::default());
+    let b = plane(
+        &ours.issue_taskmanager("tm-b").unwrap(),
+        NetConfig::default(),
+    );
     let (input, mut rx) = mpsc::channel(4);
-    b.register_input(key("j", 0), input);
+    b.register_input(key("j", 0), gate(input));
 
     // A stranger: certificate and trust from another CA.
-    let stranger = plane(&theirs.issue("tm-x").unwrap(), NetConfig::default());
+    let stranger = plane(
+        &theirs.issue_taskmanager("tm-x").unwrap(),
+        NetConfig::default(),
+    );
     // A sneak: trusts our CA (so it accepts b's certificate) but presents a
     // certificate from another CA, which b must reject.
     let sneak = plane(
-        &theirs.issue("tm-y").unwrap().trusting(&ours),
+        &theirs.issue_taskmanager("tm-y").unwrap().trusting(&ours),
         NetConfig::default(),
     );
     for (who, node) in [("stranger", &stranger), ("sneak", &sneak)] {
         let abort = Abort::new();
         let (tx, task) = node.open_channel_with_handle(
-            b.local_addr(),
+            to(&b),
             key("j", 0),
             opts(Duration::from_millis(1)),
             abort.clone(),
@@ -371,10 +394,10 @@ async fn node_from_another_ca_cannot_open_a_channel() {
 async fn unregistering_a_job_aborts_its_senders() {
     let (a, b) = pair(NetConfig::default());
     let (input, mut rx) = mpsc::channel(1);
-    b.register_input(key("gone", 0), input);
+    b.register_input(key("gone", 0), gate(input));
     let abort = Abort::new();
     let (tx, task) = a.open_channel_with_handle(
-        b.local_addr(),
+        to(&b),
         key("gone", 0),
         opts(Duration::from_millis(1)),
         abort.clone(),
@@ -399,10 +422,10 @@ async fn abort_stops_a_blocked_writer() {
         credits_per_channel: 1,
     });
     let (input, _rx) = mpsc::channel(1);
-    b.register_input(key("stuck", 0), input);
+    b.register_input(key("stuck", 0), gate(input));
     let abort = Abort::new();
     let (tx, task) = a.open_channel_with_handle(
-        b.local_addr(),
+        to(&b),
         key("stuck", 0),
         opts(Duration::from_millis(1)),
         abort.clone(),
@@ -433,10 +456,10 @@ async fn abort_stops_a_blocked_writer() {
 async fn a_peer_that_is_gone_aborts_the_channel() {
     let (a, b) = pair(NetConfig::default());
     let (input, mut rx) = mpsc::channel(1);
-    b.register_input(key("j", 0), input);
+    b.register_input(key("j", 0), gate(input));
     let abort = Abort::new();
     let (tx, task) = a.open_channel_with_handle(
-        b.local_addr(),
+        to(&b),
         key("j", 0),
         opts(Duration::from_millis(1)),
         abort.clone(),
@@ -463,7 +486,7 @@ async fn a_stream_waits_for_its_late_registration() {
     let (a, b) = pair(NetConfig::default());
     let abort = Abort::new();
     let (tx, task) = a.open_channel_with_handle(
-        b.local_addr(),
+        to(&b),
         key("late", 0),
         opts(Duration::from_millis(1)),
         abort.clone(),
@@ -475,7 +498,7 @@ async fn a_stream_waits_for_its_late_registration() {
         .await
         .unwrap();
     let (input, mut rx) = mpsc::channel(1);
-    b.register_input(key("late", 0), input);
+    b.register_input(key("late", 0), gate(input));
     assert!(matches!(recv(&mut rx).await, Message::End { channel: 5 }));
     timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
 }
@@ -486,7 +509,7 @@ async fn a_stream_for_an_input_never_registered_is_refused() {
     b.set_registration_timeout(Duration::from_millis(50));
     let abort = Abort::new();
     let (tx, task) = a.open_channel_with_handle(
-        b.local_addr(),
+        to(&b),
         key("nobody", 0),
         opts(Duration::from_millis(1)),
         abort.clone(),
@@ -497,4 +520,123 @@ async fn a_stream_for_an_input_never_registered_is_refused() {
     assert!(abort.is_set());
     // The refused waiter left nothing behind.
     assert!(b.shared.inputs.lock().unwrap().is_empty());
+}
+
+/// Issue 10, finding 8: a message naming an input channel the subtask does
+/// not have used to reach the subtask's input gate, which indexes its
+/// channels by that number, and panicked it. Now the stream fails and the
+/// input stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_channel_index_fails_the_stream_not_the_subtask() {
+    let (a, b) = pair(NetConfig::default());
+    let (tx, mut rx) = mpsc::channel(4);
+    b.register_input(
+        key("j", 0),
+        Input {
+            tx,
+            channels: 2,
+            senders: Arc::new(["tm-a".to_string()].into()),
+        },
+    );
+    let abort = Abort::new();
+    let (bad, task) =
+        a.open_channel_with_handle(to(&b), key("j", 0), opts(Duration::ZERO), abort.clone());
+    bad.send(Message::Watermark {
+        channel: 1,
+        watermark: 7,
+    })
+    .await
+    .unwrap();
+    assert!(matches!(
+        recv(&mut rx).await,
+        Message::Watermark {
+            channel: 1,
+            watermark: 7
+        }
+    ));
+    let _ = bad
+        .send(Message::Watermark {
+            channel: 2,
+            watermark: 8,
+        })
+        .await;
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(err.to_string().contains("corrupt data"), "{err}");
+    assert!(abort.is_set());
+    // Nothing of the bad stream reached the input, which is still open and
+    // served: a good channel to it delivers.
+    assert!(rx.try_recv().is_err(), "the bad message was not delivered");
+    let (good, task) =
+        a.open_channel_with_handle(to(&b), key("j", 0), opts(Duration::ZERO), Abort::new());
+    good.send(Message::End { channel: 0 }).await.unwrap();
+    drop(good);
+    assert!(matches!(recv(&mut rx).await, Message::End { channel: 0 }));
+    timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+}
+
+/// Issue 10, finding 8: any node with a cluster certificate could feed any
+/// job's subtasks. Now an input accepts streams only from the TaskManagers
+/// of its job's placement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_from_a_taskmanager_outside_the_placement_is_refused() {
+    let ca = ClusterCa::generate().unwrap();
+    let a = plane(&ca.issue_taskmanager("tm-a").unwrap(), NetConfig::default());
+    let b = plane(&ca.issue_taskmanager("tm-b").unwrap(), NetConfig::default());
+    let outsider = plane(&ca.issue_taskmanager("tm-c").unwrap(), NetConfig::default());
+    let (tx, mut rx) = mpsc::channel(4);
+    b.register_input(key("j", 0), gate(tx));
+
+    let abort = Abort::new();
+    let (tx, task) =
+        outsider.open_channel_with_handle(to(&b), key("j", 0), opts(Duration::ZERO), abort.clone());
+    let _ = tx.send(Message::End { channel: 0 }).await;
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("does not accept this job's data from this TaskManager"),
+        "{err}"
+    );
+    assert!(abort.is_set());
+    assert!(rx.try_recv().is_err());
+
+    // The placement's own TaskManager still gets through.
+    let (tx, task) =
+        a.open_channel_with_handle(to(&b), key("j", 0), opts(Duration::ZERO), Abort::new());
+    tx.send(Message::End { channel: 3 }).await.unwrap();
+    drop(tx);
+    assert!(matches!(recv(&mut rx).await, Message::End { channel: 3 }));
+    timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+}
+
+/// A channel is opened to the TaskManager the placement names: a node at
+/// that address with another TaskManager's certificate fails the
+/// handshake, and so does a certificate that is no TaskManager's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_connect_only_to_the_named_taskmanager() {
+    let ca = ClusterCa::generate().unwrap();
+    let a = plane(&ca.issue_taskmanager("tm-a").unwrap(), NetConfig::default());
+    let b = plane(&ca.issue_taskmanager("tm-b").unwrap(), NetConfig::default());
+    let (tx, mut rx) = mpsc::channel(4);
+    b.register_input(key("j", 0), gate(tx));
+    let impostor = Peer {
+        id: "tm-z".into(),
+        addr: b.local_addr(),
+    };
+    let abort = Abort::new();
+    let (tx, task) =
+        a.open_channel_with_handle(impostor, key("j", 0), opts(Duration::ZERO), abort.clone());
+    let _ = tx.send(Message::End { channel: 0 }).await;
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(matches!(err, NetError::Connect { .. }), "{err}");
+    assert!(err.to_string().contains("not valid for name"), "{err}");
+
+    // The JobManager's certificate is a server certificate only: it cannot
+    // open data channels.
+    let jm = plane(&ca.issue_jobmanager().unwrap(), NetConfig::default());
+    let abort = Abort::new();
+    let (tx, task) = jm.open_channel_with_handle(to(&b), key("j", 0), opts(Duration::ZERO), abort);
+    let _ = tx.send(Message::End { channel: 0 }).await;
+    timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(rx.try_recv().is_err());
+    assert_eq!(b.stats().bytes_received, 0);
 }

@@ -1,29 +1,56 @@
-//! Mutual TLS for every connection between Weir's daemons.
+//! Mutual TLS for every connection between Weir's daemons, and the
+//! identities that certificates carry.
 //!
 //! A cluster has one private certificate authority, the [`ClusterCa`]. Every
-//! node (the JobManager, the TaskManagers, the CLI if it talks QUIC) holds a
-//! [`NodeIdentity`]: a certificate issued by that CA, its key, and the CA
-//! certificate it trusts. [`endpoint`] turns an identity into a quinn
-//! endpoint that is server and client at once: as a server it requires a
-//! client certificate issued by the cluster CA, as a client it presents its
-//! own and trusts the cluster CA only (never the system roots).
+//! daemon holds a [`NodeIdentity`]: a certificate issued by that CA for one
+//! [`Role`], its key, and the CA certificate it trusts. [`endpoint`] turns an
+//! identity into a quinn endpoint that is server and client at once: as a
+//! server it requires a client certificate issued by the cluster CA, as a
+//! client it presents its own and trusts the cluster CA only (never the
+//! system roots).
+//!
+//! # Identities
+//!
+//! | role | DNS name in the certificate | usage |
+//! |---|---|---|
+//! | the JobManager | [`JOBMANAGER_NAME`] | server only |
+//! | TaskManager `ID` | `ID` + [`TASKMANAGER_SUFFIX`] | server and client (data plane both ways) |
+//!
+//! - A client names the identity it expects when it connects: a TaskManager
+//!   connects to the JobManager with [`JOBMANAGER_NAME`] and to another
+//!   TaskManager with [`taskmanager_name`] of the id the placement names, so
+//!   any other cluster certificate fails the handshake.
+//! - A server reads who its client is with [`peer_role`]: the JobManager
+//!   accepts a registration only for the id in the TaskManager's
+//!   certificate, a data plane accepts a stream only from a TaskManager of
+//!   the job's placement.
+//! - TaskManager ids in certificates are DNS labels ([`check_taskmanager_id`]):
+//!   lowercase letters, digits and `-`, so that the case-insensitive name
+//!   matching of TLS cannot make two ids one.
+//! - Certificates expire: node certificates after [`DEFAULT_VALID_DAYS`]
+//!   (or what `weir cluster init --valid-days` says), the CA after
+//!   [`CA_VALID_DAYS`]. `weir cluster issue` ([`issue_in_cluster_dir`])
+//!   adds or renews node certificates from the same CA, `weir cluster
+//!   rotate` ([`rotate_cluster_dir`]) renews all of them with new keys. There is no revocation list: a stolen key is
+//!   retired by a new CA (`weir cluster init` into a new folder).
+//! - Certificates from an older `weir cluster init` (one shared
+//!   `taskmanager.pem` named `weir.cluster`) carry no role: daemons refuse
+//!   to start with them and say to issue new ones.
 //!
 //! # Files
 //!
-//! `weir cluster init DIR` ([`init_cluster_dir`]) writes, in PEM:
+//! `weir cluster init DIR --taskmanager ID...` ([`init_cluster_dir`]) writes,
+//! in PEM:
 //!
 //! | file | content |
 //! |---|---|
 //! | `ca.pem` | the CA certificate: copy it to every node |
 //! | `ca.key` | the CA key (mode 0600): keep it where new nodes are issued |
-//! | `<node>.pem`, `<node>.key` | a node certificate and its key (0600) |
+//! | `jobmanager.pem`, `jobmanager.key` | the JobManager's certificate and key (0600) |
+//! | `taskmanager-ID.pem`, `taskmanager-ID.key` | TaskManager `ID`'s (0600) |
 //!
 //! # Invariants
 //!
-//! - Every node certificate carries the DNS names [`SERVER_NAME`] and
-//!   `localhost`; clients always connect with [`SERVER_NAME`], so any node
-//!   can reach any other by address alone. Who a peer is follows from the
-//!   CA's signature, not from its address.
 //! - TLS 1.3 only, with the ring provider passed explicitly to every config:
 //!   no process-wide default provider is installed or relied on.
 //! - The CA's subject name is derived from its key ([`CA_NAME`] and a key
@@ -32,7 +59,7 @@
 //!
 //! This module must not know about jobs or records.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -52,8 +79,24 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use super::NetError;
 
-/// The DNS name in every node certificate, and the name clients verify.
-pub const SERVER_NAME: &str = "weir.cluster";
+/// The DNS name of the JobManager's certificate: the name TaskManagers
+/// connect to it with.
+pub const JOBMANAGER_NAME: &str = "jobmanager.weir.cluster";
+
+/// A TaskManager's DNS name is its id followed by this.
+pub const TASKMANAGER_SUFFIX: &str = ".taskmanager.weir.cluster";
+
+/// How long a node certificate is valid by default: a year, so that a
+/// leaked key stops working by itself; `weir cluster issue` renews.
+pub const DEFAULT_VALID_DAYS: u32 = 365;
+
+/// How long the cluster CA is valid: ten years (renewing it means
+/// re-issuing every node certificate).
+pub const CA_VALID_DAYS: u32 = 3650;
+
+/// Node certificates start being valid this long before they were issued,
+/// so that a node whose clock is a little behind accepts them.
+const CLOCK_SKEW: Duration = Duration::from_secs(3600);
 
 /// Subject common name of the cluster CA (followed by a digest of its key).
 pub const CA_NAME: &str = "Weir cluster CA";
@@ -101,6 +144,92 @@ impl std::fmt::Debug for ClusterCa {
     }
 }
 
+/// Whom a certificate stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The JobManager.
+    JobManager,
+    /// The TaskManager with this id.
+    TaskManager(String),
+}
+
+impl Role {
+    /// The DNS name a certificate of this role carries, and that a client
+    /// connecting to it verifies.
+    pub fn server_name(&self) -> String {
+        match self {
+            Role::JobManager => JOBMANAGER_NAME.to_string(),
+            Role::TaskManager(id) => taskmanager_name(id),
+        }
+    }
+
+    /// The file name (without `.pem`/`.key`) its certificate is kept under.
+    pub fn file_name(&self) -> String {
+        match self {
+            Role::JobManager => "jobmanager".to_string(),
+            Role::TaskManager(id) => format!("taskmanager-{id}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::JobManager => f.write_str("the JobManager"),
+            Role::TaskManager(id) => write!(f, "TaskManager `{id}`"),
+        }
+    }
+}
+
+/// The DNS name of TaskManager `id`'s certificate.
+pub fn taskmanager_name(id: &str) -> String {
+    format!("{id}{TASKMANAGER_SUFFIX}")
+}
+
+/// A TaskManager id that can be put in a certificate: a DNS label of
+/// lowercase letters, digits and `-` (not first or last), at most 63 bytes.
+pub fn check_taskmanager_id(id: &str) -> Result<(), NetError> {
+    let ok = !id.is_empty()
+        && id.len() <= 63
+        && !id.starts_with('-')
+        && !id.ends_with('-')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(NetError::BadTaskManagerId(id.to_string()))
+    }
+}
+
+/// The role a certificate stands for: the one Weir name among its DNS
+/// names. `None` for a certificate with no Weir name or with several
+/// (never issued by [`ClusterCa`]).
+pub fn role_of(cert: &CertificateDer<'_>) -> Option<Role> {
+    let cert = webpki::EndEntityCert::try_from(cert).ok()?;
+    let mut roles = cert.valid_dns_names().filter_map(|name| {
+        if name == JOBMANAGER_NAME {
+            return Some(Role::JobManager);
+        }
+        let id = name.strip_suffix(TASKMANAGER_SUFFIX)?;
+        check_taskmanager_id(id).ok()?;
+        Some(Role::TaskManager(id.to_string()))
+    });
+    let role = roles.next()?;
+    roles.next().is_none().then_some(role)
+}
+
+/// The role of the certificate `conn`'s peer presented (verified against
+/// the cluster CA during the handshake).
+pub fn peer_role(conn: &quinn::Connection) -> Option<Role> {
+    let certs = conn
+        .peer_identity()?
+        .downcast::<Vec<CertificateDer<'static>>>()
+        .ok()?;
+    role_of(certs.first()?)
+}
+
 /// A node's certificate chain and key, and the CA certificate it trusts.
 #[derive(Clone)]
 pub struct NodeIdentity {
@@ -131,12 +260,25 @@ fn ca_params(key: &KeyPair) -> CertificateParams {
         .distinguished_name
         .push(DnType::CommonName, format!("{CA_NAME} {id}"));
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    set_validity(&mut params, CA_VALID_DAYS);
     params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
     params
+}
+
+/// Valid from [`CLOCK_SKEW`] ago to `days` from now. (The CA's parameters
+/// are rebuilt from its key each time it issues; only its name and key
+/// matter for chaining, the validity written in `ca.pem` stays.)
+fn set_validity(params: &mut CertificateParams, days: u32) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let epoch = rcgen::date_time_ymd(1970, 1, 1);
+    params.not_before = epoch + now.saturating_sub(CLOCK_SKEW);
+    params.not_after = epoch + now + Duration::from_secs(u64::from(days) * 86_400);
 }
 
 fn cert_error(e: rcgen::Error) -> NetError {
@@ -181,24 +323,36 @@ impl ClusterCa {
         &self.cert_pem
     }
 
-    /// Issues a certificate for `node` (its common name) with the DNS names
-    /// [`SERVER_NAME`] and `localhost`, usable as server and as client.
-    pub fn issue(&self, node: &str) -> Result<NodeIdentity, NetError> {
-        check_node_name(node)?;
+    /// Issues a certificate for `role`, valid for `days` days from now:
+    /// its DNS name is [`Role::server_name`] (the common name too); the
+    /// JobManager's is a server certificate only, a TaskManager's is
+    /// server and client (it opens data channels and accepts them).
+    pub fn issue(&self, role: &Role, days: u32) -> Result<NodeIdentity, NetError> {
+        if let Role::TaskManager(id) = role {
+            check_taskmanager_id(id)?;
+        }
+        if days == 0 {
+            return Err(NetError::Certificate(
+                "a certificate must be valid for at least one day".into(),
+            ));
+        }
         let ca_key = KeyPair::from_pem(&self.key_pem).map_err(cert_error)?;
         let issuer = Issuer::new(ca_params(&ca_key), ca_key);
-        let mut params =
-            CertificateParams::new(vec![SERVER_NAME.to_string(), "localhost".to_string()])
-                .map_err(cert_error)?;
+        let name = role.server_name();
+        let mut params = CertificateParams::new(vec![name.clone()]).map_err(cert_error)?;
         params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, node);
+        params.distinguished_name.push(DnType::CommonName, name);
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
+        params.extended_key_usages = match role {
+            Role::JobManager => vec![ExtendedKeyUsagePurpose::ServerAuth],
+            Role::TaskManager(_) => vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        };
         params.use_authority_key_identifier_extension = true;
+        set_validity(&mut params, days);
         let key = KeyPair::generate().map_err(cert_error)?;
         let cert = params.signed_by(&key, &issuer).map_err(cert_error)?;
         Ok(NodeIdentity {
@@ -208,6 +362,16 @@ impl ClusterCa {
             ca_pem: self.cert_pem.clone(),
             ca: self.cert.clone(),
         })
+    }
+
+    /// [`ClusterCa::issue`] for a TaskManager, valid [`DEFAULT_VALID_DAYS`].
+    pub fn issue_taskmanager(&self, id: &str) -> Result<NodeIdentity, NetError> {
+        self.issue(&Role::TaskManager(id.to_string()), DEFAULT_VALID_DAYS)
+    }
+
+    /// [`ClusterCa::issue`] for the JobManager, valid [`DEFAULT_VALID_DAYS`].
+    pub fn issue_jobmanager(&self) -> Result<NodeIdentity, NetError> {
+        self.issue(&Role::JobManager, DEFAULT_VALID_DAYS)
     }
 }
 
@@ -242,6 +406,12 @@ impl NodeIdentity {
         write_file(&dir.join("ca.pem"), &self.ca_pem, false)
     }
 
+    /// The role its certificate stands for; `None` for a certificate from
+    /// an older `weir cluster init`, which named no role.
+    pub fn role(&self) -> Option<Role> {
+        role_of(self.chain.first()?)
+    }
+
     /// This identity presenting its certificate but trusting `ca` instead
     /// of its own CA (tests: a node whose certificate the server rejects).
     #[cfg(test)]
@@ -254,33 +424,106 @@ impl NodeIdentity {
     }
 }
 
-/// `weir cluster init DIR`: a new CA plus the identities `jobmanager` and
-/// `taskmanager` (every TaskManager may share that one) and one per name in
-/// `extra`. Refuses to touch a directory that already holds `ca.key`.
-/// Returns the files written.
-pub fn init_cluster_dir(dir: &Path, extra: &[String]) -> Result<Vec<PathBuf>, NetError> {
+/// `weir cluster init DIR`: a new CA plus the JobManager's identity and
+/// one per TaskManager id in `taskmanagers`, valid for `days` days.
+/// Refuses to touch a directory that already holds `ca.key`. Returns the
+/// files written.
+pub fn init_cluster_dir(
+    dir: &Path,
+    taskmanagers: &[String],
+    days: u32,
+) -> Result<Vec<PathBuf>, NetError> {
     let ca_key = dir.join("ca.key");
     if ca_key.exists() {
         return Err(NetError::Exists(ca_key));
     }
-    let mut nodes = BTreeSet::new();
-    nodes.insert("jobmanager");
-    nodes.insert("taskmanager");
-    for name in extra {
-        check_node_name(name)?;
-        nodes.insert(name);
-    }
-    // Issue everything before writing anything: a bad name leaves no
+    let roles = roles(true, taskmanagers)?;
+    // Issue everything before writing anything: a bad id leaves no
     // half-initialised directory behind.
     let ca = ClusterCa::generate()?;
-    let identities = nodes
-        .iter()
-        .map(|n| Ok((*n, ca.issue(n)?)))
-        .collect::<Result<Vec<_>, NetError>>()?;
+    let identities = issue_all(&ca, &roles, days)?;
     ca.write(dir)?;
     let mut written = vec![dir.join("ca.pem"), ca_key];
+    written.extend(write_all(dir, identities)?);
+    Ok(written)
+}
+
+/// `weir cluster issue DIR`: (re-)issues, from the CA in `dir`, the
+/// JobManager's identity (if `jobmanager`) and one per TaskManager id in
+/// `taskmanagers`, replacing their files: how a node is added, and how
+/// certificates are renewed before they expire. Returns the files written.
+pub fn issue_in_cluster_dir(
+    dir: &Path,
+    jobmanager: bool,
+    taskmanagers: &[String],
+    days: u32,
+) -> Result<Vec<PathBuf>, NetError> {
+    let ca = ClusterCa::load(dir)?;
+    let roles = roles(jobmanager, taskmanagers)?;
+    let identities = issue_all(&ca, &roles, days)?;
+    write_all(dir, identities)
+}
+
+/// `weir cluster rotate DIR`: re-issues, from the CA in `dir`, every node
+/// certificate there (`jobmanager.pem` and each `taskmanager-ID.pem`) with
+/// new keys, valid `days` days from now. Files of other names (such as a
+/// shared `taskmanager.pem` from an older `weir cluster init`) are left
+/// alone. Returns the files written.
+pub fn rotate_cluster_dir(dir: &Path, days: u32) -> Result<Vec<PathBuf>, NetError> {
+    let entries = fs::read_dir(dir).map_err(|source| NetError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut jobmanager = false;
+    let mut taskmanagers = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".pem")) else {
+            continue;
+        };
+        if stem == "jobmanager" {
+            jobmanager = true;
+        } else if let Some(id) = stem.strip_prefix("taskmanager-")
+            && check_taskmanager_id(id).is_ok()
+        {
+            taskmanagers.push(id.to_string());
+        }
+    }
+    issue_in_cluster_dir(dir, jobmanager, &taskmanagers, days)
+}
+
+/// The roles to issue, by file name (a BTreeMap: each once, in order).
+fn roles(jobmanager: bool, taskmanagers: &[String]) -> Result<BTreeMap<String, Role>, NetError> {
+    let mut roles = BTreeMap::new();
+    if jobmanager {
+        roles.insert(Role::JobManager.file_name(), Role::JobManager);
+    }
+    for id in taskmanagers {
+        check_taskmanager_id(id)?;
+        let role = Role::TaskManager(id.clone());
+        roles.insert(role.file_name(), role);
+    }
+    Ok(roles)
+}
+
+fn issue_all(
+    ca: &ClusterCa,
+    roles: &BTreeMap<String, Role>,
+    days: u32,
+) -> Result<Vec<(String, NodeIdentity)>, NetError> {
+    roles
+        .iter()
+        .map(|(file, role)| Ok((file.clone(), ca.issue(role, days)?)))
+        .collect()
+}
+
+fn write_all(
+    dir: &Path,
+    identities: Vec<(String, NodeIdentity)>,
+) -> Result<Vec<PathBuf>, NetError> {
+    let mut written = Vec::new();
     for (node, id) in identities {
-        id.write(dir, node)?;
+        id.write(dir, &node)?;
         written.push(dir.join(format!("{node}.pem")));
         written.push(dir.join(format!("{node}.key")));
     }
@@ -435,10 +678,14 @@ fn write_file(path: &Path, content: &str, secret: bool) -> Result<(), NetError> 
 mod tests {
     use super::*;
 
+    fn tm(id: &str) -> Role {
+        Role::TaskManager(id.to_string())
+    }
+
     #[test]
     fn init_then_load_round_trips() {
         let dir = tempfile::tempdir().unwrap();
-        let written = init_cluster_dir(dir.path(), &["edge-1".to_string()]).unwrap();
+        let written = init_cluster_dir(dir.path(), &["edge-1".to_string()], 30).unwrap();
         let names: Vec<_> = written
             .iter()
             .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
@@ -448,26 +695,28 @@ mod tests {
             "ca.key",
             "jobmanager.pem",
             "jobmanager.key",
-            "taskmanager.pem",
-            "taskmanager.key",
-            "edge-1.pem",
-            "edge-1.key",
+            "taskmanager-edge-1.pem",
+            "taskmanager-edge-1.key",
         ] {
             assert!(
                 names.iter().any(|n| n == expected),
                 "{expected} in {names:?}"
             );
         }
-        let id = NodeIdentity::load(dir.path(), "taskmanager").unwrap();
+        assert!(!names.iter().any(|n| n == "taskmanager.pem"), "{names:?}");
+        let id = NodeIdentity::load(dir.path(), "taskmanager-edge-1").unwrap();
+        assert_eq!(id.role(), Some(tm("edge-1")));
+        let jm = NodeIdentity::load(dir.path(), "jobmanager").unwrap();
+        assert_eq!(jm.role(), Some(Role::JobManager));
         let ca = ClusterCa::load(dir.path()).unwrap();
         assert_eq!(id.ca_pem, ca.cert_pem);
         // The loaded CA issues certificates that configure cleanly.
-        quic_configs(&ca.issue("late-node").unwrap()).unwrap();
+        quic_configs(&ca.issue_taskmanager("late-node").unwrap()).unwrap();
         quic_configs(&id).unwrap();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            for key in ["ca.key", "jobmanager.key"] {
+            for key in ["ca.key", "jobmanager.key", "taskmanager-edge-1.key"] {
                 let mode = fs::metadata(dir.path().join(key))
                     .unwrap()
                     .permissions()
@@ -480,24 +729,99 @@ mod tests {
     #[test]
     fn init_refuses_to_overwrite_a_ca() {
         let dir = tempfile::tempdir().unwrap();
-        init_cluster_dir(dir.path(), &[]).unwrap();
-        let err = init_cluster_dir(dir.path(), &[]).unwrap_err().to_string();
+        init_cluster_dir(dir.path(), &[], 1).unwrap();
+        let err = init_cluster_dir(dir.path(), &[], 1)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ca.key"), "{err}");
+    }
+
+    #[test]
+    fn issue_adds_and_renews_nodes_from_the_same_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        init_cluster_dir(dir.path(), &["tm-1".to_string()], 1).unwrap();
+        let before = fs::read_to_string(dir.path().join("taskmanager-tm-1.pem")).unwrap();
+        let written =
+            issue_in_cluster_dir(dir.path(), false, &["tm-1".into(), "tm-2".into()], 90).unwrap();
+        assert_eq!(written.len(), 4, "{written:?}");
+        let after = fs::read_to_string(dir.path().join("taskmanager-tm-1.pem")).unwrap();
+        assert_ne!(before, after, "renewed");
+        let tm2 = NodeIdentity::load(dir.path(), "taskmanager-tm-2").unwrap();
+        assert_eq!(tm2.role(), Some(tm("tm-2")));
+        assert_eq!(
+            tm2.ca_pem,
+            fs::read_to_string(dir.path().join("ca.pem")).unwrap()
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let err = issue_in_cluster_dir(empty.path(), true, &[], 1)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ca.pem"), "{err}");
+    }
+
+    #[test]
+    fn rotate_reissues_every_node_with_new_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        init_cluster_dir(dir.path(), &["tm-1".into(), "tm-2".into()], 1).unwrap();
+        fs::write(dir.path().join("notes.pem"), "left alone").unwrap();
+        let read = |f: &str| fs::read_to_string(dir.path().join(f)).unwrap();
+        let keys = [
+            "jobmanager.key",
+            "taskmanager-tm-1.key",
+            "taskmanager-tm-2.key",
+        ];
+        let before: Vec<String> = keys.iter().map(|k| read(k)).collect();
+        let ca_before = (read("ca.pem"), read("ca.key"));
+        let written = rotate_cluster_dir(dir.path(), 30).unwrap();
+        assert_eq!(written.len(), 6, "{written:?}");
+        for (key, old) in keys.iter().zip(before) {
+            assert_ne!(read(key), old, "{key} is new");
+        }
+        assert_eq!((read("ca.pem"), read("ca.key")), ca_before, "same CA");
+        assert_eq!(read("notes.pem"), "left alone");
+        let tm = NodeIdentity::load(dir.path(), "taskmanager-tm-2").unwrap();
+        assert_eq!(tm.role(), Some(Role::TaskManager("tm-2".into())));
+    }
+
+    #[test]
+    fn certificates_expire() {
+        let ca = ClusterCa::generate().unwrap();
+        let id = ca.issue(&tm("tm-1"), 7).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        // rcgen can read back what it wrote only with a feature we do not
+        // build; the DER's GeneralizedTime/UTCTime for `now + 7 days` is
+        // what we look for instead.
+        let expiry = rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(now + 7 * 86_400);
+        let utc = format!(
+            "{:02}{:02}{:02}",
+            expiry.year() % 100,
+            u8::from(expiry.month()),
+            expiry.day()
+        );
+        let der = id.chain[0].as_ref();
+        assert!(
+            der.windows(utc.len()).any(|w| w == utc.as_bytes()),
+            "a validity ending {utc}"
+        );
+        assert!(ca.issue(&tm("tm-1"), 0).is_err());
     }
 
     #[test]
     fn load_names_the_missing_or_bad_file() {
         let dir = tempfile::tempdir().unwrap();
-        init_cluster_dir(dir.path(), &[]).unwrap();
+        init_cluster_dir(dir.path(), &["tm-1".into()], 1).unwrap();
         let err = NodeIdentity::load(dir.path(), "nobody")
             .unwrap_err()
             .to_string();
         assert!(err.contains("nobody.pem"), "{err}");
-        fs::remove_file(dir.path().join("taskmanager.key")).unwrap();
-        let err = NodeIdentity::load(dir.path(), "taskmanager")
+        fs::remove_file(dir.path().join("taskmanager-tm-1.key")).unwrap();
+        let err = NodeIdentity::load(dir.path(), "taskmanager-tm-1")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("taskmanager.key"), "{err}");
+        assert!(err.contains("taskmanager-tm-1.key"), "{err}");
         fs::write(dir.path().join("jobmanager.pem"), "not a certificate").unwrap();
         let err = NodeIdentity::load(dir.path(), "jobmanager")
             .unwrap_err()
@@ -509,13 +833,30 @@ mod tests {
     }
 
     #[test]
-    fn node_names_must_be_file_names() {
+    fn taskmanager_ids_must_be_dns_labels() {
         let ca = ClusterCa::generate().unwrap();
-        for bad in ["", "ca", "../x", "a/b", ".hidden"] {
-            assert!(ca.issue(bad).is_err(), "{bad:?}");
+        for bad in ["", "../x", "a/b", ".hidden", "TM-1", "tm_1", "-tm", "a.b"] {
+            assert!(ca.issue_taskmanager(bad).is_err(), "{bad:?}");
         }
         let dir = tempfile::tempdir().unwrap();
-        assert!(init_cluster_dir(dir.path(), &["x/y".to_string()]).is_err());
+        assert!(init_cluster_dir(dir.path(), &["x/y".to_string()], 1).is_err());
         assert!(!dir.path().join("ca.key").exists());
+    }
+
+    #[test]
+    fn roles_are_read_back_from_certificates() {
+        let ca = ClusterCa::generate().unwrap();
+        let jm = ca.issue_jobmanager().unwrap();
+        let tm1 = ca.issue_taskmanager("tm-1").unwrap();
+        assert_eq!(role_of(&jm.chain[0]), Some(Role::JobManager));
+        assert_eq!(role_of(&tm1.chain[0]), Some(tm("tm-1")));
+        // A certificate as older `weir cluster init`s made them: no role.
+        let key = KeyPair::from_pem(&ca.key_pem).unwrap();
+        let issuer = Issuer::new(ca_params(&key), key);
+        let old = CertificateParams::new(vec!["weir.cluster".into(), "localhost".into()])
+            .unwrap()
+            .signed_by(&KeyPair::generate().unwrap(), &issuer)
+            .unwrap();
+        assert_eq!(role_of(old.der()), None);
     }
 }

@@ -36,6 +36,8 @@ pub mod code {
     pub const INPUT_CLOSED: u32 = 4;
     /// The writer's job aborted.
     pub const ABORTED: u32 = 5;
+    /// The sending TaskManager is not in the job's placement.
+    pub const FORBIDDEN: u32 = 6;
 }
 
 /// What a refusal code means, for error messages.
@@ -47,6 +49,9 @@ pub fn describe(code: u64) -> String {
         code::CORRUPT => "the receiver found corrupt data".into(),
         code::INPUT_CLOSED => "the receiving subtask's input is closed".into(),
         code::ABORTED => "the sender aborted".into(),
+        code::FORBIDDEN => {
+            "the receiver does not accept this job's data from this TaskManager".into()
+        }
         other => format!("unknown error code {other}"),
     }
 }

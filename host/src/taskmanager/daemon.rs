@@ -3,6 +3,8 @@
 //!
 //! # Connection to the JobManager
 //!
+//! Its id is the one in its certificate ([`crate::net::tls::Role`]); it
+//! connects only to a node presenting the JobManager's certificate.
 //! One QUIC connection (mutual TLS) from this TaskManager's endpoint, which
 //! is also its data plane's: one UDP socket per daemon. The control stream
 //! carries [`crate::rpc`] messages; each module fetch is a stream of its own.
@@ -24,7 +26,7 @@
 //!
 //! This module must not decide placement or job state: the JobManager does.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,8 +44,8 @@ use crate::job::{JobGraph, ModuleRef, TaskSpec, VertexKind};
 use crate::jobmanager::modules::ModuleStore;
 use crate::local::{CheckpointSetup, DeployOptions, SubtaskRestore};
 use crate::local::{Exchange, LocalCluster};
-use crate::net::tls::{NodeIdentity, SERVER_NAME};
-use crate::net::{ChannelOptions, DataPlane, InputKey, NetConfig};
+use crate::net::tls::{JOBMANAGER_NAME, NodeIdentity, Role};
+use crate::net::{ChannelOptions, DataPlane, Input, InputKey, NetConfig, Peer};
 use crate::rpc::{
     Deployment, FetchModule, JobReport, ModuleHeader, RestorePoint, SlotRef, SubtaskCheckpoint,
     TaskState, ToJobManager, ToTaskManager, VertexReport, read_frame, write_frame,
@@ -53,7 +55,8 @@ use crate::wasm::Runtime;
 /// Settings of `weir taskmanager`.
 #[derive(Debug, Clone)]
 pub struct TaskManagerConfig {
-    /// Its id; `None`: the one stored in the data dir, else a new random one.
+    /// Its id; `None`: the one in its certificate. Either way it must be
+    /// the certificate's.
     pub id: Option<String>,
     /// The JobManager's RPC address.
     pub jobmanager: SocketAddr,
@@ -295,10 +298,7 @@ pub async fn start(
         message,
     };
     std::fs::create_dir_all(&config.data_dir).map_err(|e| data_dir_error(e.to_string()))?;
-    let id = match &config.id {
-        Some(id) => id.clone(),
-        None => stored_id(&config.data_dir).map_err(|e| data_dir_error(e.to_string()))?,
-    };
+    let id = certified_id(&config.identity, config.id.as_deref()).map_err(StartError::Identity)?;
     let store = ModuleStore::open(&config.data_dir.join("modules"))
         .map_err(|e| data_dir_error(e.to_string()))?;
     let endpoint =
@@ -376,19 +376,24 @@ fn advertised(bound: SocketAddr, jobmanager: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, bound.port())
 }
 
-/// The id kept in `data_dir/taskmanager-id`, created on first start.
-fn stored_id(data_dir: &std::path::Path) -> std::io::Result<String> {
-    let path = data_dir.join("taskmanager-id");
-    match std::fs::read_to_string(&path) {
-        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_owned()),
-        _ => {
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u32(std::process::id());
-            let id = format!("tm-{:08x}", h.finish() as u32);
-            std::fs::write(&path, &id)?;
-            Ok(id)
+/// The id in `identity`'s certificate, which `wanted` (if given) must
+/// equal: the JobManager accepts a TaskManager only under that id.
+fn certified_id(identity: &NodeIdentity, wanted: Option<&str>) -> Result<String, String> {
+    match (identity.role(), wanted) {
+        (Some(Role::TaskManager(id)), None) => Ok(id),
+        (Some(Role::TaskManager(id)), Some(wanted)) if id == wanted => Ok(id),
+        (Some(Role::TaskManager(id)), Some(wanted)) => Err(format!(
+            "the id is `{wanted}` but the certificate is TaskManager `{id}`'s"
+        )),
+        (Some(Role::JobManager), _) => {
+            Err("the certificate is the JobManager's, not a TaskManager's".to_owned())
         }
+        (None, _) => Err(format!(
+            "the certificate names no TaskManager (a shared `taskmanager.pem` from an older \
+             `weir cluster init`?): issue one per TaskManager with `weir cluster issue DIR \
+             --taskmanager {}`",
+            wanted.unwrap_or("ID")
+        )),
     }
 }
 
@@ -401,7 +406,7 @@ async fn session(
     let conn = inner
         .data
         .endpoint()
-        .connect(jobmanager, SERVER_NAME)
+        .connect(jobmanager, JOBMANAGER_NAME)
         .map_err(|e| format!("cannot connect: {e}"))?
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
@@ -509,6 +514,9 @@ struct NetExchange<'a> {
     job: &'a str,
     placement: &'a [Vec<SlotRef>],
     peers: &'a HashMap<String, SocketAddr>,
+    /// The TaskManagers of the placement: the only ones whose data streams
+    /// this job's inputs accept.
+    senders: Arc<BTreeSet<String>>,
     data: &'a DataPlane,
     options: ChannelOptions,
 }
@@ -526,9 +534,14 @@ impl Exchange for NetExchange<'_> {
             subtask,
         };
         match self.peers.get(tm) {
-            Some(peer) => self
-                .data
-                .open_channel(*peer, key, self.options, abort.clone()),
+            Some(addr) => {
+                let peer = Peer {
+                    id: tm.clone(),
+                    addr: *addr,
+                };
+                self.data
+                    .open_channel(peer, key, self.options, abort.clone())
+            }
             None => {
                 // The JobManager always sends every peer; a missing one is a bug.
                 tracing::error!("no address for TaskManager {tm}");
@@ -538,14 +551,18 @@ impl Exchange for NetExchange<'_> {
         }
     }
 
-    fn register_input(&self, task: usize, subtask: u32, tx: mpsc::Sender<Message>) {
+    fn register_input(&self, task: usize, subtask: u32, channels: u32, tx: mpsc::Sender<Message>) {
         self.data.register_input(
             InputKey {
                 job: self.job.to_owned(),
                 task: task as u32,
                 subtask,
             },
-            tx,
+            Input {
+                tx,
+                channels,
+                senders: self.senders.clone(),
+            },
         );
     }
 }
@@ -649,6 +666,13 @@ async fn run_job(
                 job: &key,
                 placement: &placement,
                 peers: &peers,
+                senders: Arc::new(
+                    placement
+                        .iter()
+                        .flatten()
+                        .map(|slot| slot.taskmanager.clone())
+                        .collect(),
+                ),
                 data: &inner.data,
                 options,
             };

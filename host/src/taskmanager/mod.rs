@@ -124,6 +124,15 @@ pub enum TaskError {
     /// Another subtask failed and the job is being aborted.
     #[error("aborted because another task failed")]
     Aborted,
+    /// A message named an input channel this subtask does not have. The
+    /// data plane refuses such messages; this is the last line behind it.
+    #[error("a message for input channel {channel}, but the subtask has {channels}")]
+    BadChannel {
+        /// The channel the message named.
+        channel: u32,
+        /// The subtask's number of input channels.
+        channels: u32,
+    },
 }
 
 impl From<OperatorError> for TaskError {
@@ -492,6 +501,12 @@ impl Subtask {
                         None => self.recv(&mut rx)?,
                     };
                     let c = message.channel() as usize;
+                    if c >= blocked.len() {
+                        return Err(TaskError::BadChannel {
+                            channel: message.channel(),
+                            channels,
+                        });
+                    }
                     if aligning.is_some() && blocked[c] {
                         held.push_back(message);
                         continue;

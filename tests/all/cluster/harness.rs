@@ -243,6 +243,14 @@ impl Cluster {
     pub fn add_taskmanager(&mut self, slots: u32, extra: &[&str]) -> usize {
         self.next_tm += 1;
         let n = self.next_tm;
+        // Its own certificate, naming its id (the JobManager checks it).
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["cluster", "issue"])
+            .arg(self.certs())
+            .args(["--taskmanager", &format!("tm-{n}")])
+            .output()
+            .expect("weir cluster issue runs");
+        assert!(out.status.success(), "{}", crate::util::describe(&out));
         let mut args: Vec<String> = vec![
             "taskmanager".into(),
             "--jobmanager".into(),

@@ -4,6 +4,7 @@
 
 mod cancel;
 pub mod harness;
+mod identity;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -328,7 +329,13 @@ partition = "rebalance"
 fn taskmanager_from_another_ca_cannot_register() {
     let cluster = Cluster::start(0, 1, &[]);
     let other = cluster.dir.path().join("other-ca");
-    let out = cluster.weir(&["cluster", "init", &other.display().to_string()]);
+    let out = cluster.weir(&[
+        "cluster",
+        "init",
+        &other.display().to_string(),
+        "--taskmanager",
+        "intruder",
+    ]);
     assert!(out.status.success(), "{}", describe(&out));
     let args: Vec<String> = [
         "taskmanager",
@@ -336,6 +343,8 @@ fn taskmanager_from_another_ca_cannot_register() {
         &cluster.rpc,
         "--slots",
         "1",
+        "--id",
+        "intruder",
         "--data-dir",
         &cluster.dir.path().join("intruder").display().to_string(),
         "--certs",
