@@ -39,3 +39,6 @@ pub mod rpc;
 pub mod state;
 pub mod taskmanager;
 pub mod wasm;
+
+#[cfg(test)]
+mod fuzz;
