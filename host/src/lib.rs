@@ -26,6 +26,9 @@
 //! - [`jobmanager`]: the JobManager daemon: registry, heartbeats, slots,
 //!   scheduling, job lifecycle, module store, REST API.
 //!
+//! In tests only, `fuzz` holds what the property-based fuzz tests of every
+//! decoder of untrusted bytes share (SECURITY.md, "Fuzzing").
+//!
 //! `weir-host` knows nothing of the CLI; the guest never sees its types.
 
 pub mod checkpoint;
