@@ -26,6 +26,9 @@
 //! - [`jobmanager`]: the JobManager daemon: registry, heartbeats, slots,
 //!   scheduling, job lifecycle, module store, REST API.
 //!
+//! In tests only, `fuzz` holds what the property-based fuzz tests of every
+//! decoder of untrusted bytes share (SECURITY.md, "Fuzzing").
+//!
 //! `weir-host` knows nothing of the CLI; the guest never sees its types.
 
 pub mod checkpoint;
@@ -39,3 +42,6 @@ pub mod rpc;
 pub mod state;
 pub mod taskmanager;
 pub mod wasm;
+
+#[cfg(test)]
+mod fuzz;

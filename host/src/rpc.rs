@@ -393,10 +393,22 @@ pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
     if len > MAX_FRAME {
         return Err(FrameError::TooLarge(len));
     }
-    let mut body = vec![0u8; len];
-    input.read_exact(&mut body).await?;
+    // The body grows with the bytes that arrive, not with the length the
+    // peer announced: a prefix alone must not make us allocate MAX_FRAME.
+    let mut body = Vec::new();
+    input.take(len as u64).read_to_end(&mut body).await?;
+    if body.len() < len {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("frame ended after {} of {len} bytes", body.len()),
+        )
+        .into());
+    }
     Ok(Some(serde_json::from_slice(&body)?))
 }
+
+#[cfg(test)]
+mod fuzz_tests;
 
 #[cfg(test)]
 mod tests {

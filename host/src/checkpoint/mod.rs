@@ -49,6 +49,8 @@ pub mod snapshot;
 pub mod storage;
 
 #[cfg(test)]
+pub(crate) mod fuzz_tests;
+#[cfg(test)]
 mod tests;
 
 pub use registry::SharedStateRegistry;

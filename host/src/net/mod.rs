@@ -586,4 +586,6 @@ async fn aborted(abort: &Abort) {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;

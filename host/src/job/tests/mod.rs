@@ -3,6 +3,7 @@
 
 mod chaining;
 mod examples;
+mod fuzz;
 mod overrides;
 mod parsing;
 mod validation;
