@@ -92,3 +92,41 @@ pub fn read_sink(path: &Path) -> Vec<String> {
     }
     lines
 }
+
+/// An endless job: a sequence generator at `rate` records/s → the operator
+/// `module` (uid `op`) → a blackhole. `job_extra` is TOML placed right
+/// after the job's name (settings of `[job]`, then e.g. a `[job.limits]`
+/// table).
+pub fn endless_spec(name: &str, job_extra: &str, module: &Path, rate: u64) -> String {
+    format!(
+        r#"
+[job]
+name = {name}
+{job_extra}
+
+[[source]]
+id = "gen"
+type = "generator"
+kind = "sequence"
+rate = {rate}
+
+[[operator]]
+id = "op"
+module = {m}
+
+[[sink]]
+id = "null"
+type = "blackhole"
+
+[[edge]]
+from = "gen"
+to = "op"
+
+[[edge]]
+from = "op"
+to = "null"
+"#,
+        name = toml_str(name),
+        m = toml_path(module)
+    )
+}

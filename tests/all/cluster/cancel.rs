@@ -7,7 +7,7 @@ use std::path::Path;
 use weir_tests::artifacts;
 
 use super::harness::{Cluster, wait_for};
-use crate::util::{describe, toml_path};
+use crate::util::{describe, endless_spec};
 
 /// The largest `call_timeout_ms` a job may ask for: without the cancel
 /// check at every epoch tick the spinner would hold its slot this long.
@@ -19,37 +19,11 @@ fn cancel_interrupts_a_spinning_operator_and_frees_its_slot() {
     let spec = cluster.dir.path().join("spin.toml");
     std::fs::write(
         &spec,
-        format!(
-            r#"
-[job]
-name = "spinner"
-
-[job.limits]
-call_timeout_ms = {DEADLINE_MS}
-
-[[source]]
-id = "gen"
-type = "generator"
-kind = "sequence"
-rate = 1000
-
-[[operator]]
-id = "spin"
-module = {m}
-
-[[sink]]
-id = "null"
-type = "blackhole"
-
-[[edge]]
-from = "gen"
-to = "spin"
-
-[[edge]]
-from = "spin"
-to = "null"
-"#,
-            m = toml_path(Path::new(artifacts::SPIN))
+        endless_spec(
+            "spinner",
+            &format!("[job.limits]\ncall_timeout_ms = {DEADLINE_MS}"),
+            Path::new(artifacts::SPIN),
+            1000,
         ),
     )
     .unwrap();

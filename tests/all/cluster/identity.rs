@@ -10,7 +10,7 @@ use weir_host::rpc::{ToJobManager, ToTaskManager, read_frame, write_frame};
 use weir_tests::artifacts;
 
 use super::harness::{Cluster, Daemon, wait_for};
-use crate::util::{describe, toml_path};
+use crate::util::describe;
 
 /// What the second TaskManager hears when it registers as `id` with the
 /// certificate `node` in `certs`: it speaks the protocol itself, as an
@@ -51,35 +51,7 @@ fn a_second_taskmanager_cannot_take_over_a_registered_id() {
     let spec = cluster.dir.path().join("endless.toml");
     std::fs::write(
         &spec,
-        format!(
-            r#"
-[job]
-name = "endless"
-
-[[source]]
-id = "gen"
-type = "generator"
-kind = "sequence"
-rate = 1000
-
-[[operator]]
-id = "up"
-module = {m}
-
-[[sink]]
-id = "null"
-type = "blackhole"
-
-[[edge]]
-from = "gen"
-to = "up"
-
-[[edge]]
-from = "up"
-to = "null"
-"#,
-            m = toml_path(Path::new(artifacts::UPPERCASE))
-        ),
+        crate::util::endless_spec("endless", "", Path::new(artifacts::UPPERCASE), 1000),
     )
     .unwrap();
     let id = cluster.submit(&spec);
