@@ -97,10 +97,13 @@ const TABLE_ELEMENT_BYTES: usize = std::mem::size_of::<usize>();
 /// resulting trap is reported as out-of-memory.
 pub(crate) struct Limiter {
     pub(crate) memory_limit: usize,
-    /// Bytes of memories and tables granted so far.
+    /// Bytes of memories and tables granted so far. A growth that wasmtime
+    /// fails after it was granted (beyond the memory's declared maximum, or
+    /// the OS refusing) stays charged: wasmtime's failure callback does not
+    /// say which growth failed (for memories with 1-byte pages it reports
+    /// one it never asked about), so taking grants back could undercount;
+    /// charging too much only shrinks a misbehaving guest's own budget.
     pub(crate) allocated: usize,
-    /// The growth granted last, taken back if wasmtime then fails it.
-    last_grant: usize,
     /// Table elements over all tables.
     table_elements: usize,
     pub(crate) memory_exceeded: Option<usize>,
@@ -111,7 +114,6 @@ impl Limiter {
         Limiter {
             memory_limit,
             allocated: 0,
-            last_grant: 0,
             table_elements: 0,
             memory_exceeded: None,
         }
@@ -126,12 +128,7 @@ impl Limiter {
             return false;
         }
         self.allocated = total;
-        self.last_grant = delta;
         true
-    }
-
-    fn take_back(&mut self) {
-        self.allocated -= std::mem::take(&mut self.last_grant);
     }
 }
 
@@ -144,11 +141,6 @@ impl ResourceLimiter for Limiter {
     ) -> wasmtime::Result<bool> {
         // A new memory arrives as a growth from 0 to its minimum.
         Ok(self.grant(desired.saturating_sub(current)))
-    }
-
-    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.take_back();
-        Ok(())
     }
 
     fn table_growing(
@@ -166,13 +158,6 @@ impl ResourceLimiter for Limiter {
         }
         self.table_elements += added;
         Ok(true)
-    }
-
-    fn table_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
-        let bytes = std::mem::take(&mut self.last_grant);
-        self.allocated -= bytes;
-        self.table_elements -= bytes / TABLE_ELEMENT_BYTES;
-        Ok(())
     }
 
     fn instances(&self) -> usize {
