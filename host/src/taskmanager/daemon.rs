@@ -619,6 +619,7 @@ async fn run_job(
     // Download what the local subtasks restore.
     let restored = match (&restore, &storage) {
         (Some(point), Some(storage)) => {
+            let checkpoint = point.checkpoint;
             let storage = storage.clone();
             let point = point.clone();
             let local = local.clone();
@@ -633,7 +634,7 @@ async fn run_job(
                     inner.send(ToJobManager::RestoreFailed {
                         job: job.clone(),
                         attempt,
-                        checkpoint: restore.as_ref().map_or(0, |p| p.checkpoint),
+                        checkpoint,
                         reason: e.to_string(),
                     });
                     fail_all(format!("cannot restore checkpoint: {e}"));

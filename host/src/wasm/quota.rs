@@ -11,8 +11,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Bytes charged per timer beyond its key (time, set node).
-pub const TIMER_OVERHEAD: usize = 48;
+/// Bytes charged per timer or metric name beyond its key or name (the
+/// time or value, the map or set node).
+pub const ENTRY_OVERHEAD: usize = 48;
 /// Longest metric name kept, in bytes.
 pub const MAX_METRIC_NAME: usize = 256;
 /// Most distinct metric names (counters and gauges together) per instance.
@@ -29,7 +30,7 @@ pub(crate) struct Timers {
 }
 
 fn timer_cost(key: &[u8]) -> usize {
-    key.len() + TIMER_OVERHEAD
+    key.len() + ENTRY_OVERHEAD
 }
 
 impl Timers {
@@ -41,11 +42,19 @@ impl Timers {
         key: Vec<u8>,
     ) -> Result<(), String> {
         let cost = timer_cost(&key);
-        if self.set.contains(&(time, key.clone())) {
-            return Ok(());
+        // Charged only if new: a timer registered again costs nothing, also
+        // at the limit; the key is not copied to find out.
+        if let Err(e) = quota.check(cost, "timers") {
+            let timer = (time, key);
+            return if self.set.contains(&timer) {
+                Ok(())
+            } else {
+                Err(e)
+            };
         }
-        quota.charge(cost, "timers")?;
-        self.set.insert((time, key));
+        if self.set.insert((time, key)) {
+            quota.used += cost;
+        }
         Ok(())
     }
 
@@ -121,7 +130,8 @@ impl HostQuota {
         self.used
     }
 
-    fn charge(&mut self, bytes: usize, what: &str) -> Result<(), String> {
+    /// Whether `bytes` more fit the budget.
+    fn check(&self, bytes: usize, what: &str) -> Result<(), String> {
         if self.used + bytes > self.limit {
             return Err(format!(
                 "{what}: the host keeps {} bytes for this operator instance already, \
@@ -129,6 +139,11 @@ impl HostQuota {
                 self.used, self.limit
             ));
         }
+        Ok(())
+    }
+
+    fn charge(&mut self, bytes: usize, what: &str) -> Result<(), String> {
+        self.check(bytes, what)?;
         self.used += bytes;
         Ok(())
     }
@@ -178,7 +193,7 @@ impl HostQuota {
         }
         let ok = name.len() <= MAX_METRIC_NAME
             && metrics.len() + others < MAX_METRICS
-            && self.charge(name.len() + TIMER_OVERHEAD, "metrics").is_ok();
+            && self.charge(name.len() + ENTRY_OVERHEAD, "metrics").is_ok();
         if !ok {
             self.metrics_dropped += 1;
         }
@@ -209,7 +224,7 @@ mod tests {
 
     #[test]
     fn timers_are_charged_refused_over_the_budget_and_given_back() {
-        let mut quota = HostQuota::new(10 * (TIMER_OVERHEAD + 8));
+        let mut quota = HostQuota::new(10 * (ENTRY_OVERHEAD + 8));
         let mut timers = Timers::default();
         for t in 0..10 {
             timers.insert(&mut quota, t, b"key-0001".to_vec()).unwrap();
@@ -226,13 +241,13 @@ mod tests {
             timers.pop_due(&mut quota, 1),
             Some((1, b"key-0001".to_vec()))
         );
-        assert_eq!(quota.used(), 8 * (TIMER_OVERHEAD + 8));
+        assert_eq!(quota.used(), 8 * (ENTRY_OVERHEAD + 8));
         timers.insert(&mut quota, 10, b"key-0001".to_vec()).unwrap();
     }
 
     #[test]
     fn restored_timers_are_charged_but_kept() {
-        let mut quota = HostQuota::new(TIMER_OVERHEAD);
+        let mut quota = HostQuota::new(ENTRY_OVERHEAD);
         let mut timers = Timers::default();
         timers.restore(&mut quota, vec![(1, vec![1; 100]), (2, vec![2; 100])]);
         assert_eq!(timers.len(), 2);
