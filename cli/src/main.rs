@@ -23,8 +23,12 @@ use std::sync::atomic::Ordering;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use weir_host::checkpoint::coordinator::CheckpointStatus;
+use weir_host::embedded::{EmbeddedCluster, EmbeddedConfig};
 use weir_host::job::{JobGraph, SinkSpec, VertexKind, parse_override};
-use weir_host::local::{JobSummary, LocalCluster, RunError, default_work_dir};
+use weir_host::jobmanager::{ApiError, CheckpointsView, JobDetail, JobState};
+use weir_host::local::{LocalCluster, RunError, default_work_dir};
+use weir_host::net::NetConfig;
 use weir_host::wasm::{OperatorInfo, Runtime, RuntimeConfig, StateKind};
 
 /// Weir: a stream processor with WebAssembly operators.
@@ -121,9 +125,16 @@ struct RunArgs {
     #[command(flatten)]
     spec: SpecArgs,
 
-    /// Where keyed state (RocksDB) of running jobs lives; removed at the end.
+    /// Where keyed state (RocksDB) of running jobs lives, in a private
+    /// folder removed at the end [default: $TMPDIR/weir].
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
+
+    /// Where the checkpoints of a job with [job.checkpoints] go; they are
+    /// kept after the run [default: .weir/checkpoints in the job spec's
+    /// folder].
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
 
     /// Print the summary as JSON.
     #[arg(long)]
@@ -260,26 +271,33 @@ fn run(args: RunArgs) -> Result<(), Failure> {
     let graph = load_graph(&args.spec)?;
     let wasm = runtime(&args.spec.cache)?;
     let rt = tokio_runtime()?;
+    let spec_dir = graph
+        .origin
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .to_path_buf();
     // The spec's folder and the current directory, and what --allow-path adds.
-    let mut dirs = vec![
-        graph
-            .origin
-            .parent()
-            .unwrap_or(Path::new("/"))
-            .to_path_buf(),
-        PathBuf::from("."),
-    ];
+    let mut dirs = vec![spec_dir.clone(), PathBuf::from(".")];
     dirs.extend(args.allow_paths.iter().cloned());
     let roots = daemons::allowed_roots(
         &dirs,
         "weir run allows the job spec's folder, the current directory and the directories given with --allow-path",
     )?;
-    let cluster = LocalCluster::new(
-        wasm.clone(),
-        args.work_dir.clone().unwrap_or_else(default_work_dir),
-        rt.handle().clone(),
-    )
-    .with_allowed_roots(roots);
+    let work_root = args.work_dir.clone().unwrap_or_else(default_work_dir);
+    std::fs::create_dir_all(&work_root)
+        .with_context(|| format!("cannot create the work directory {}", work_root.display()))
+        .map_err(failed)?;
+    // Private (0700) and removed at the end, whatever happens.
+    let work_dir = tempfile::Builder::new()
+        .prefix("run-")
+        .tempdir_in(&work_root)
+        .with_context(|| format!("cannot create a directory in {}", work_root.display()))
+        .map_err(failed)?;
+    let checkpoint_dir = args
+        .checkpoint_dir
+        .clone()
+        .unwrap_or_else(|| spec_dir.join(".weir").join("checkpoints"));
+    let checkpoints = graph.settings.checkpoints.is_some();
     let operators = graph
         .vertices
         .iter()
@@ -288,22 +306,38 @@ fn run(args: RunArgs) -> Result<(), Failure> {
     if operators > 0 {
         eprintln!("loading {operators} operator(s) (compiling where not cached)...");
     }
-    let handle = cluster.submit(&graph).map_err(classify_run_error)?;
+    let job_uses_stdout = graph
+        .vertices
+        .iter()
+        .any(|v| matches!(v.kind, VertexKind::Sink(SinkSpec::Stdout { .. })));
+    let name = graph.name.clone();
+    let backend = graph.settings.state_backend;
     let stats = wasm.cache_stats();
-    let (hits, misses) = (
-        stats.hits.load(Ordering::Relaxed),
-        stats.misses.load(Ordering::Relaxed),
-    );
-    eprintln!(
-        "running job `{}` ({} cached, {} compiled); Ctrl-C stops it",
-        graph.name, hits, misses
-    );
-    let stop = handle.stop_flag();
-    let summary = rt.block_on(async move {
+    let outcome = rt.block_on(async {
+        let mut cluster = EmbeddedCluster::start(
+            EmbeddedConfig {
+                work_dir: work_dir.path().to_path_buf(),
+                checkpoint_dir: checkpoint_dir.clone(),
+                allowed_roots: roots,
+                buffer_size: NetConfig::default().buffer_size,
+            },
+            wasm.clone(),
+        )
+        .map_err(failed)?;
+        let job = cluster.submit(graph).await.map_err(api_failure)?;
+        // Loaded by the JobManager's check; the TaskManager shares them.
+        let (hits, misses) = (
+            stats.hits.load(Ordering::Relaxed),
+            stats.misses.load(Ordering::Relaxed),
+        );
+        eprintln!("running job `{name}` ({hits} cached, {misses} compiled); Ctrl-C stops it");
+        if checkpoints {
+            eprintln!("checkpoints go to {}", checkpoint_dir.display());
+        }
         let ctrl_c = async {
             if tokio::signal::ctrl_c().await.is_ok() {
                 eprintln!("stopping: sources end, the job drains (Ctrl-C again to cancel)...");
-                stop.store(true, Ordering::Relaxed);
+                cluster.stop(&job);
                 if tokio::signal::ctrl_c().await.is_ok() {
                     eprintln!("cancelling");
                     std::process::exit(130);
@@ -311,22 +345,30 @@ fn run(args: RunArgs) -> Result<(), Failure> {
             }
             std::future::pending::<()>().await
         };
-        tokio::select! {
-            r = handle.wait() => r,
+        let detail = tokio::select! {
+            r = cluster.wait(&job) => r.map_err(api_failure)?,
             _ = ctrl_c => unreachable!("ctrl_c never completes"),
-        }
+        };
+        let history = cluster.checkpoints(&job).map_err(api_failure)?;
+        cluster.shutdown();
+        Ok::<_, Failure>((detail, history, hits, misses))
     });
-    let summary = summary.map_err(classify_run_error)?;
-    // Keep stdout for the job when it writes there.
-    let job_uses_stdout = graph
-        .vertices
-        .iter()
-        .any(|v| matches!(v.kind, VertexKind::Sink(SinkSpec::Stdout { .. })));
+    let (detail, history, hits, misses) = outcome?;
+    if detail.summary.state != JobState::Finished {
+        let failure = detail
+            .summary
+            .failure
+            .clone()
+            .unwrap_or_else(|| format!("it ended {:?}", detail.summary.state));
+        return Err(failed(anyhow::anyhow!("job `{name}` failed: {failure}")));
+    }
+    let summary = RunSummary::new(&detail);
     let text = if args.json {
-        summary_json(&summary, hits, misses, graph.settings.state_backend)
+        summary_json(&summary, &detail, &history, hits, misses, backend)
     } else {
-        summary_table(&summary, hits, misses)
+        summary_table(&summary, &history, hits, misses)
     };
+    // Keep stdout for the job when it writes there.
     if job_uses_stdout {
         eprint!("{text}");
     } else {
@@ -336,23 +378,75 @@ fn run(args: RunArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn summary_table(s: &JobSummary, hits: u64, misses: u64) -> String {
-    let secs = s.elapsed.as_secs_f64().max(1e-9);
+/// An API error of the embedded cluster: bad input (400) exits 2.
+fn api_failure(e: ApiError) -> Failure {
+    let error = anyhow::anyhow!("{}", e.message);
+    if e.status == 400 {
+        bad_input(error)
+    } else {
+        failed(error)
+    }
+}
+
+/// What `weir run` reports of a finished job.
+struct RunSummary<'a> {
+    detail: &'a JobDetail,
+    elapsed: std::time::Duration,
+    source_records: u64,
+}
+
+impl<'a> RunSummary<'a> {
+    fn new(detail: &'a JobDetail) -> Self {
+        let s = &detail.summary;
+        let elapsed_ms = s.ended_at_ms.unwrap_or(s.submitted_at_ms) - s.submitted_at_ms;
+        RunSummary {
+            detail,
+            elapsed: std::time::Duration::from_millis(elapsed_ms),
+            source_records: detail
+                .vertices
+                .iter()
+                .filter(|v| v.role == "source")
+                .map(|v| v.records_out)
+                .sum(),
+        }
+    }
+
+    fn secs(&self) -> f64 {
+        self.elapsed.as_secs_f64().max(1e-3)
+    }
+}
+
+fn summary_table(s: &RunSummary, history: &CheckpointsView, hits: u64, misses: u64) -> String {
+    let secs = s.secs();
     let mut out = format!(
         "job `{}` finished in {:.3} s: {} source records ({:.0}/s), {} task(s); \
          modules: {hits} cached, {misses} compiled\n",
-        s.name,
+        s.detail.summary.name,
         s.elapsed.as_secs_f64(),
-        s.source_records(),
-        s.records_per_second(),
-        s.tasks,
+        s.source_records,
+        s.source_records as f64 / secs,
+        s.detail.tasks,
     );
+    if history.enabled {
+        let completed = history
+            .history
+            .iter()
+            .filter(|c| c.status == CheckpointStatus::Completed)
+            .count();
+        out.push_str(&format!(
+            "checkpoints: {completed} completed, latest {}; restarts: {}\n",
+            history
+                .latest
+                .map_or_else(|| "none".to_owned(), |l| l.to_string()),
+            history.restores.len()
+        ));
+    }
     // Rates per vertex: records out of a tokenizer are words, not lines.
     out.push_str(&format!(
         "{:<24} {:<9} {:>4} {:>14} {:>14} {:>14}\n",
         "VERTEX", "ROLE", "PAR", "RECORDS IN", "RECORDS OUT", "OUT/S"
     ));
-    for v in &s.vertices {
+    for v in &s.detail.vertices {
         out.push_str(&format!(
             "{:<24} {:<9} {:>4} {:>14} {:>14} {:>14.0}\n",
             v.id,
@@ -367,27 +461,32 @@ fn summary_table(s: &JobSummary, hits: u64, misses: u64) -> String {
 }
 
 fn summary_json(
-    s: &JobSummary,
+    s: &RunSummary,
+    detail: &JobDetail,
+    history: &CheckpointsView,
     hits: u64,
     misses: u64,
     backend: weir_host::job::StateBackendKind,
 ) -> String {
+    let secs = s.secs();
     let v = serde_json::json!({
-        "job": s.name,
+        "job": detail.summary.name,
         "state_backend": backend,
         "elapsed_ms": s.elapsed.as_millis() as u64,
-        "source_records": s.source_records(),
-        "records_per_second": s.records_per_second(),
-        "tasks": s.tasks,
-        "max_queued_batches": s.max_queued_batches,
+        "source_records": s.source_records,
+        "records_per_second": s.source_records as f64 / secs,
+        "tasks": detail.tasks,
+        "attempt": detail.attempt,
+        "max_queued_batches": detail.max_queued_batches,
         "modules": { "cached": hits, "compiled": misses },
-        "vertices": s.vertices.iter().map(|v| serde_json::json!({
+        "checkpoints": history,
+        "vertices": detail.vertices.iter().map(|v| serde_json::json!({
             "id": v.id,
             "role": v.role,
             "parallelism": v.parallelism,
             "records_in": v.records_in,
             "records_out": v.records_out,
-            "records_out_per_second": v.records_out as f64 / s.elapsed.as_secs_f64().max(1e-9),
+            "records_out_per_second": v.records_out as f64 / secs,
         })).collect::<Vec<_>>(),
     });
     format!("{v}\n")

@@ -18,13 +18,15 @@
 //! - [`connectors`]: sources (file, generator) and sinks (file, stdout, blackhole).
 //! - [`taskmanager`]: runs one subtask of a task: the operator-chain driver,
 //!   partitioners and bounded channels; and the TaskManager daemon.
-//! - [`local`]: the embedded local cluster behind `weir run`, and the
-//!   deployment of a job's subtasks that TaskManagers share with it.
+//! - [`local`]: the deployment of a job's subtasks (every spec → runtime
+//!   translation) that TaskManagers use.
 //! - [`net`]: QUIC with mutual TLS between daemons, and the data plane that
 //!   moves records between TaskManagers with credit-based flow control.
 //! - [`rpc`]: the control protocol between TaskManagers and the JobManager.
 //! - [`jobmanager`]: the JobManager daemon: registry, heartbeats, slots,
 //!   scheduling, job lifecycle, module store, REST API.
+//! - [`embedded`]: `weir run`'s cluster: a JobManager core and a
+//!   TaskManager core in one process, joined by in-memory channels.
 //!
 //! In tests only, `fuzz` holds what the property-based fuzz tests of every
 //! decoder of untrusted bytes share (SECURITY.md, "Fuzzing").
@@ -33,6 +35,7 @@
 
 pub mod checkpoint;
 pub mod connectors;
+pub mod embedded;
 pub mod job;
 pub mod jobmanager;
 pub mod local;

@@ -1,5 +1,6 @@
-//! The embedded local cluster behind `weir run`: turns a [`JobGraph`] into
-//! running subtasks in this process.
+//! The deployment of a job's subtasks: turns a [`JobGraph`] into running
+//! subtasks in this process. TaskManagers (the daemon's and the embedded
+//! cluster's, [`crate::embedded`]) deploy their share of a job through it.
 //!
 //! # What it does
 //!
@@ -7,13 +8,16 @@
 //!    (compiled cache) and asks it to `describe` itself; an operator that
 //!    declares keyed state must have a keyed input.
 //! 2. Chains the graph into tasks ([`crate::job::chain`]) and creates one
-//!    bounded channel per downstream subtask.
+//!    bounded channel per downstream subtask (or asks the [`Exchange`] for
+//!    a channel to a subtask on another TaskManager).
 //! 3. Builds every subtask: its source or input gate, its operator instances
 //!    (each with its own state backend under the work directory when keyed),
 //!    its sink and its partitioned outputs.
-//! 4. Runs each subtask on a tokio blocking thread; [`JobHandle`] waits for
-//!    them, stops the sources on request, and reports the first root cause if
-//!    any fails.
+//! 4. Runs each subtask on a tokio blocking thread.
+//!
+//! [`LocalCluster::submit`] and [`JobHandle`] run a whole job here without a
+//! JobManager (no checkpoints, no restarts); only tests and benchmarks that
+//! watch live metrics still use them. `weir run` uses [`crate::embedded`].
 //!
 //! File sources and sinks are confined to the cluster's [`AllowedRoots`]
 //! (default: none): [`check_file_connectors`] refuses a job whose paths lie
@@ -522,6 +526,7 @@ impl LocalCluster {
                                         call_timeout: Duration::from_millis(limits.call_timeout_ms),
                                         max_output: (limits.max_output_mb as usize) << 20,
                                         cancel: abort.flag(),
+                                        attempt: options.attempt,
                                     },
                                 )?;
                                 if op.key_by.is_some() {
@@ -772,6 +777,8 @@ pub struct DeployOptions<'a> {
     pub checkpoints: Option<CheckpointSetup>,
     /// What each local subtask restores, by (task, subtask).
     pub restore: Option<&'a HashMap<(usize, u32), SubtaskRestore>>,
+    /// The job's deployment attempt, which operators see.
+    pub attempt: u32,
 }
 
 /// Where a job's subtasks put their snapshots.

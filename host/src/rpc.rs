@@ -318,6 +318,9 @@ pub struct JobReport {
     pub job: String,
     /// Indexed like the graph's vertices; counts of the local subtasks only.
     pub vertices: Vec<VertexReport>,
+    /// Most batches seen queued in one of the job's local channels.
+    #[serde(default)]
+    pub max_queued_batches: u64,
 }
 
 /// One vertex's counters on one TaskManager.

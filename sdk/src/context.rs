@@ -168,6 +168,16 @@ impl OpenContext {
         self.max_parallelism
     }
 
+    /// The job's deployment attempt: 0 on the first run, one more after
+    /// each restart (from the environment variable `WEIR_ATTEMPT`, which
+    /// the host sets; 0 where it is not set, as in native tests).
+    pub fn attempt(&self) -> u32 {
+        std::env::var("WEIR_ATTEMPT")
+            .ok()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// The operator's `config` table.
     pub fn config(&self) -> &Config {
         &self.config

@@ -14,7 +14,7 @@ use crate::word_count::{expected_counts, word_count_spec};
 
 /// Lines of the committed part files of a two-phase-commit file sink
 /// (`<path>.<subtask>-<n>`; `.inprogress`/`.pending` parts are not committed).
-fn committed_lines(path: &Path) -> Vec<String> {
+pub(crate) fn committed_lines(path: &Path) -> Vec<String> {
     let dir = path.parent().unwrap();
     let prefix = format!("{}.", path.file_name().unwrap().to_string_lossy());
     let mut lines = Vec::new();
@@ -168,7 +168,7 @@ to = "alerts"
     )
 }
 
-fn assert_exactly_once(out: &Path, alerts: &Path, count: u64) {
+pub(crate) fn assert_exactly_once(out: &Path, alerts: &Path, count: u64) {
     let lines = committed_lines(out);
     let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
     for line in &lines {

@@ -14,6 +14,7 @@ mod cache;
 mod cluster;
 mod confine;
 mod ctrl_c;
+mod embedded;
 mod exactly_once;
 mod fraud;
 mod polyglot;

@@ -25,8 +25,17 @@
 //! TaskManager) makes it `failing`: every TaskManager is told to cancel, and
 //! once every subtask has stopped the job is `failed` with the root cause.
 //! `cancel` does the same and ends in `canceled`. Slots are released when
-//! the job ends. There is no recovery yet (checkpoints come next): a failed
-//! job stays failed.
+//! the job ends. A failed job whose restart strategy allows it is
+//! `restarting`: after the delay it is placed and deployed again, restoring
+//! the latest completed checkpoint it can (`[job.checkpoints]`, driven by
+//! [`crate::checkpoint::coordinator`]).
+//!
+//! # Core and shells
+//!
+//! [`JobManager::new`] is the core: no sockets. [`start`] wraps it for the
+//! `weir jobmanager` daemon (QUIC endpoint for TaskManagers, REST server);
+//! [`crate::embedded`] attaches an in-process TaskManager to it
+//! ([`JobManager::attach`]) for `weir run`. Both run the same job code.
 //!
 //! # Liveness
 //!
@@ -65,7 +74,7 @@ use crate::checkpoint::coordinator::{
 use crate::checkpoint::{CheckpointStorage, DirStorage, SharedStateRegistry, StoragePath};
 use crate::connectors::AllowedRoots;
 use crate::job::{JobGraph, JobSpec, ModuleRef, TaskSpec, VertexKind, chain};
-use crate::local::LocalCluster;
+use crate::local::{LoadedModules, LocalCluster};
 use crate::net::NetStats;
 use crate::net::tls::{NodeIdentity, Role, peer_role};
 use crate::rpc::{
@@ -78,6 +87,10 @@ use modules::{ModuleInfo, ModuleStore, StoreError};
 use rest::auth::{AuthError, RestAuth};
 use restart::Restarts;
 use scheduler::Strategy;
+
+/// A checked job: its graph (modules by hash), the hashes, and the loaded
+/// modules.
+type Prepared = (JobGraph, HashSet<String>, LoadedModules);
 
 /// Settings of `weir jobmanager`.
 #[derive(Debug, Clone)]
@@ -136,6 +149,56 @@ impl JobManagerConfig {
             allowed_roots: AllowedRoots::none(),
         }
     }
+}
+
+impl JobManagerConfig {
+    /// What the JobManager's core takes of these settings.
+    pub fn core(&self) -> CoreConfig {
+        CoreConfig {
+            data_dir: self.data_dir.clone(),
+            heartbeat_interval: self.heartbeat_interval,
+            heartbeat_timeout: self.heartbeat_timeout,
+            scheduling: self.scheduling,
+            max_module_bytes: self.max_module_bytes,
+            checkpoint_dir: self.checkpoint_dir.clone(),
+            allowed_roots: self.allowed_roots.clone(),
+        }
+    }
+}
+
+/// The settings of a JobManager's core ([`JobManager::new`]): everything
+/// but its sockets and identity.
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// Its work directory (module checks) and default checkpoint root.
+    pub data_dir: PathBuf,
+    /// How often TaskManagers send heartbeats.
+    pub heartbeat_interval: Duration,
+    /// How long without a heartbeat before a TaskManager is lost.
+    pub heartbeat_timeout: Duration,
+    /// How slots are chosen.
+    pub scheduling: Strategy,
+    /// Largest module upload, in bytes.
+    pub max_module_bytes: usize,
+    /// Checkpoint storage root (default: `<data_dir>/checkpoints`).
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Where jobs' file sources and sinks may be.
+    pub allowed_roots: AllowedRoots,
+}
+
+/// An in-process TaskManager's connection to its JobManager
+/// ([`JobManager::attach`]).
+#[derive(Debug)]
+pub struct InProcessLink {
+    /// What the JobManager says.
+    pub from_jobmanager: mpsc::UnboundedReceiver<ToTaskManager>,
+    /// Where the TaskManager answers.
+    pub to_jobmanager: mpsc::UnboundedSender<ToJobManager>,
+    /// How often to send heartbeats.
+    pub heartbeat_interval: Duration,
+    /// Passes the TaskManager's messages on; aborted at a deliberate
+    /// shutdown (the TaskManager is then not reported lost).
+    pub forwarder: tokio::task::AbortHandle,
 }
 
 /// Default heartbeat interval.
@@ -271,6 +334,13 @@ pub struct JobDetail {
     pub summary: JobSummary,
     /// Per vertex, in graph order.
     pub vertices: Vec<VertexDetail>,
+    /// Tasks after chaining.
+    pub tasks: u32,
+    /// The deployment attempt (0, then one more per restart); the
+    /// counters are the latest attempt's.
+    pub attempt: u32,
+    /// Most batches seen queued in one channel (latest attempt).
+    pub max_queued_batches: u64,
 }
 
 /// One vertex of a [`JobDetail`].
@@ -511,6 +581,8 @@ pub struct JobManager {
     max_module_bytes: usize,
     checkpoint_root: PathBuf,
     storage: DirStorage,
+    /// Bumped after anything may have changed a job.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for JobManager {
@@ -540,6 +612,96 @@ fn random_u64() -> u64 {
 }
 
 impl JobManager {
+    /// The JobManager's core: no sockets, no clock running yet
+    /// ([`JobManager::spawn_clock`]). TaskManagers reach it over QUIC
+    /// ([`start`]) or in-process ([`JobManager::attach`]).
+    pub fn new(config: CoreConfig, runtime: Arc<Runtime>, store: ModuleStore) -> Arc<JobManager> {
+        let checkpoint_root = config
+            .checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| config.data_dir.join("checkpoints"));
+        Arc::new(JobManager {
+            state: Mutex::new(State::default()),
+            store,
+            checker: LocalCluster::new(
+                runtime.clone(),
+                config.data_dir.join("work"),
+                tokio::runtime::Handle::current(),
+            )
+            .with_allowed_roots(config.allowed_roots),
+            runtime,
+            heartbeat_interval: config.heartbeat_interval,
+            heartbeat_timeout: config.heartbeat_timeout,
+            scheduling: config.scheduling,
+            max_module_bytes: config.max_module_bytes,
+            storage: DirStorage::new(checkpoint_root.clone()),
+            checkpoint_root,
+            changes: tokio::sync::watch::Sender::new(0),
+        })
+    }
+
+    /// Starts the clock that checks heartbeats and drives checkpoints and
+    /// restarts (at most 50 ms late), on the current tokio runtime.
+    pub fn spawn_clock(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            loop {
+                tick.tick().await;
+                self.check_heartbeats();
+                self.tick_jobs();
+                self.changed();
+            }
+        })
+    }
+
+    /// Registers an in-process TaskManager (the embedded cluster): no
+    /// network, no certificate. The TaskManager reads what the JobManager
+    /// says from the returned receiver and answers into the sender; when it
+    /// drops the sender, it is lost.
+    pub fn attach(self: &Arc<Self>, id: &str, slots: u32) -> InProcessLink {
+        let session = random_u64();
+        let (tx, from_jobmanager) = mpsc::unbounded_channel::<ToTaskManager>();
+        let (to_jobmanager, mut rx) = mpsc::unbounded_channel::<ToJobManager>();
+        // No data plane: the embedded cluster's channels stay in memory.
+        let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
+        self.register(id, slots, nowhere, tx, session);
+        let jm = self.clone();
+        let id = id.to_owned();
+        let forwarder = tokio::spawn(async move {
+            while let Some(message) = rx.recv().await {
+                jm.on_message(&id, session, message);
+            }
+            jm.lose_if_current(&id, session, "the in-process TaskManager stopped".into());
+        });
+        InProcessLink {
+            from_jobmanager,
+            to_jobmanager,
+            heartbeat_interval: self.heartbeat_interval,
+            forwarder: forwarder.abort_handle(),
+        }
+    }
+
+    /// Wakes whoever waits for a job to change ([`JobManager::wait_until_ended`]).
+    /// Called after the state lock is released.
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Waits until job `id` has ended; returns it then.
+    pub async fn wait_until_ended(&self, id: &str) -> Result<JobDetail, ApiError> {
+        // Subscribed before the first look: no change is missed.
+        let mut changes = self.changes.subscribe();
+        loop {
+            let job = self.job(id)?;
+            if job.summary.state.is_terminal() {
+                return Ok(job);
+            }
+            if changes.changed().await.is_err() {
+                return Err(ApiError::internal("the JobManager stopped"));
+            }
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock is a bug; keep serving the rest.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -616,9 +778,31 @@ impl JobManager {
     /// Validates, schedules and deploys a job.
     pub async fn submit(self: &Arc<Self>, spec: String) -> Result<JobCreated, ApiError> {
         let this = self.clone();
-        let (graph, modules) = tokio::task::spawn_blocking(move || this.prepare(&spec))
+        let (graph, modules, _loaded) = tokio::task::spawn_blocking(move || this.prepare(&spec))
             .await
             .map_err(|e| ApiError::internal(e.to_string()))??;
+        self.admit(graph, modules)
+    }
+
+    /// Validates, schedules and deploys a job of the embedded cluster
+    /// (`weir run`): its operators may name `.wasm` files, which are put
+    /// into the module store by content. Returns the checked modules too:
+    /// while the caller holds them, the TaskManager's load of the same
+    /// bytes shares them ([`Runtime::load_bytes`]) instead of loading again.
+    pub async fn submit_graph(
+        self: &Arc<Self>,
+        graph: JobGraph,
+    ) -> Result<(JobCreated, LoadedModules), ApiError> {
+        let this = self.clone();
+        let (graph, modules, loaded) =
+            tokio::task::spawn_blocking(move || this.prepare_graph(graph, true))
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))??;
+        Ok((self.admit(graph, modules)?, loaded))
+    }
+
+    /// Admits a prepared job: reserves its slots and deploys it.
+    fn admit(&self, graph: JobGraph, modules: HashSet<String>) -> Result<JobCreated, ApiError> {
         let tasks = chain(&graph);
         let mut state = self.lock();
         // A module deleted since `prepare` looked it up (deletion holds the
@@ -689,7 +873,7 @@ impl JobManager {
     }
 
     /// Parses and checks a spec; resolves its modules to hashes.
-    fn prepare(&self, spec: &str) -> Result<(JobGraph, HashSet<String>), ApiError> {
+    fn prepare(&self, spec: &str) -> Result<Prepared, ApiError> {
         // A submitted spec has no folder of its own: its file paths must be
         // absolute (`weir submit` makes them so), never resolved against
         // this daemon's working directory, which messages do not reveal.
@@ -704,8 +888,14 @@ impl JobManager {
                 path.display().to_string()
             )));
         }
-        let mut graph =
-            JobGraph::from_spec(spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let graph = JobGraph::from_spec(spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        self.prepare_graph(graph, false)
+    }
+
+    /// Checks a job graph; resolves its modules to hashes (with
+    /// `embedded`, a `.wasm` path is read and stored by content), and
+    /// loads each one to check it against its place in the graph.
+    fn prepare_graph(&self, mut graph: JobGraph, embedded: bool) -> Result<Prepared, ApiError> {
         // Refused here, before any TaskManager is involved: files outside
         // the allowed roots (or not regular files, where this host sees them).
         crate::local::check_file_connectors(&graph, self.checker.allowed_roots())
@@ -717,6 +907,22 @@ impl JobManager {
                 continue;
             };
             let reference = match &op.module {
+                ModuleRef::Path(p) if embedded => {
+                    let bytes = std::fs::read(p).map_err(|e| {
+                        ApiError::bad_request(format!(
+                            "operator `{}`: cannot read module {}: {e}",
+                            vertex.id,
+                            p.display()
+                        ))
+                    })?;
+                    let hash = modules::sha256_ref(&bytes);
+                    self.store.put_blob(&hash, &bytes)?;
+                    // The check below loads it by its own path, so errors
+                    // name the file the user wrote.
+                    op.module = ModuleRef::Hash(hash.clone());
+                    hashes.insert(hash);
+                    continue;
+                }
                 ModuleRef::Path(p) => {
                     return Err(ApiError::bad_request(format!(
                         "operator `{}`: module {} is a file path; upload it first \
@@ -744,14 +950,21 @@ impl JobManager {
         }
         // Load every module (compiled cache) and check it against the graph,
         // so a bad job is refused here rather than failing on TaskManagers.
-        self.checker
+        let loaded = self
+            .checker
             .load_modules(&local)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        Ok((graph, hashes))
+        Ok((graph, hashes, loaded))
     }
 
     /// Cancels a job.
     pub fn cancel(&self, id: &str) -> Result<JobSummary, ApiError> {
+        let result = self.cancel_locked(id);
+        self.changed();
+        result
+    }
+
+    fn cancel_locked(&self, id: &str) -> Result<JobSummary, ApiError> {
         let mut state = self.lock();
         let State { taskmanagers, jobs } = &mut *state;
         let job = jobs
@@ -846,6 +1059,14 @@ impl JobManager {
         Ok(JobDetail {
             summary: job.summary(),
             vertices,
+            tasks: job.tasks.len() as u32,
+            attempt: job.attempt,
+            max_queued_batches: job
+                .reports
+                .values()
+                .map(|r| r.max_queued_batches)
+                .max()
+                .unwrap_or(0),
         })
     }
 
@@ -958,6 +1179,11 @@ impl JobManager {
     }
 
     fn on_message(&self, tm_id: &str, session: u64, message: ToJobManager) {
+        self.on_message_locked(tm_id, session, message);
+        self.changed();
+    }
+
+    fn on_message_locked(&self, tm_id: &str, session: u64, message: ToJobManager) {
         let mut state = self.lock();
         let State { taskmanagers, jobs } = &mut *state;
         let Some(tm) = taskmanagers
@@ -1118,14 +1344,17 @@ impl JobManager {
     }
 
     fn lose_if_current(&self, tm_id: &str, session: u64, reason: String) {
-        let mut state = self.lock();
-        if state
-            .taskmanagers
-            .get(tm_id)
-            .is_some_and(|tm| tm.session == session && tm.lost.is_none())
         {
-            lose(&mut state, tm_id, reason);
+            let mut state = self.lock();
+            if state
+                .taskmanagers
+                .get(tm_id)
+                .is_some_and(|tm| tm.session == session && tm.lost.is_none())
+            {
+                lose(&mut state, tm_id, reason);
+            }
         }
+        self.changed();
     }
 
     /// Drives checkpoint coordinators and restarts.
@@ -1663,32 +1892,8 @@ pub async fn start(
         address: config.rest,
         message: e.to_string(),
     })?;
-    let jm = Arc::new(JobManager {
-        state: Mutex::new(State::default()),
-        store,
-        checker: LocalCluster::new(
-            runtime.clone(),
-            config.data_dir.join("work"),
-            tokio::runtime::Handle::current(),
-        )
-        .with_allowed_roots(config.allowed_roots.clone()),
-        runtime,
-        heartbeat_interval: config.heartbeat_interval,
-        heartbeat_timeout: config.heartbeat_timeout,
-        scheduling: config.scheduling,
-        max_module_bytes: config.max_module_bytes,
-        storage: DirStorage::new(
-            config
-                .checkpoint_dir
-                .clone()
-                .unwrap_or_else(|| config.data_dir.join("checkpoints")),
-        ),
-        checkpoint_root: config
-            .checkpoint_dir
-            .clone()
-            .unwrap_or_else(|| config.data_dir.join("checkpoints")),
-    });
-    let mut tasks = Vec::new();
+    let jm = JobManager::new(config.core(), runtime, store);
+    let mut tasks = vec![jm.clone().spawn_clock()];
     let router = rest::router(
         jm.clone(),
         rest::RestOptions {
@@ -1702,17 +1907,6 @@ pub async fn start(
         router,
         config.rest_read_timeout,
     )));
-    let monitor = jm.clone();
-    tasks.push(tokio::spawn(async move {
-        // Also the checkpoint and restart clock: at most 50 ms late.
-        let period = Duration::from_millis(50);
-        let mut tick = tokio::time::interval(period);
-        loop {
-            tick.tick().await;
-            monitor.check_heartbeats();
-            monitor.tick_jobs();
-        }
-    }));
     let accept = endpoint.clone();
     let server = jm.clone();
     tasks.push(tokio::spawn(async move {

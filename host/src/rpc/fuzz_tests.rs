@@ -142,7 +142,11 @@ fn job_report() -> impl Strategy<Value = JobReport> {
                 .collect()
         }),
     )
-        .prop_map(|(job, vertices)| JobReport { job, vertices })
+        .prop_map(|(job, vertices)| JobReport {
+            job,
+            vertices,
+            max_queued_batches: 0,
+        })
 }
 
 fn to_job_manager() -> impl Strategy<Value = ToJobManager> {

@@ -41,11 +41,12 @@ use crate::checkpoint::snapshot::StateHandle;
 use crate::checkpoint::storage::{CheckpointStorage, DirStorage, StoragePath};
 use crate::connectors::AllowedRoots;
 use crate::job::{JobGraph, ModuleRef, TaskSpec, VertexKind};
+use crate::jobmanager::InProcessLink;
 use crate::jobmanager::modules::ModuleStore;
 use crate::local::{CheckpointSetup, DeployOptions, SubtaskRestore};
 use crate::local::{Exchange, LocalCluster};
 use crate::net::tls::{JOBMANAGER_NAME, NodeIdentity, Role};
-use crate::net::{ChannelOptions, DataPlane, Input, InputKey, NetConfig, Peer};
+use crate::net::{ChannelOptions, DataPlane, Input, InputKey, NetConfig, NetStats, Peer};
 use crate::rpc::{
     Deployment, FetchModule, JobReport, ModuleHeader, RestorePoint, SlotRef, SubtaskCheckpoint,
     TaskState, ToJobManager, ToTaskManager, VertexReport, read_frame, write_frame,
@@ -115,7 +116,10 @@ impl RunningTaskManager {
     pub async fn shutdown(self) {
         self.task.abort();
         self.inner.cancel_all();
-        let endpoint = self.inner.data.endpoint().clone();
+        let Some(data) = &self.inner.data else {
+            return;
+        };
+        let endpoint = data.endpoint().clone();
         endpoint.close(0u32.into(), b"taskmanager shutting down");
         // Let the close reach the JobManager (it then drops this
         // TaskManager at once instead of after the heartbeat timeout).
@@ -130,6 +134,8 @@ struct LocalJob {
     events: mpsc::UnboundedSender<JobEvent>,
     abort: Abort,
     canceled: Arc<AtomicBool>,
+    /// Stops the local sources gracefully (the job drains and finishes).
+    stop: Arc<AtomicBool>,
     metrics: Arc<JobMetrics>,
     started: Instant,
     /// Head vertex of each task with local subtasks → how many run here.
@@ -164,6 +170,7 @@ impl LocalJob {
         JobReport {
             job: self.job.clone(),
             vertices,
+            max_queued_batches: self.metrics.max_queued_batches.load(Ordering::Relaxed),
         }
     }
 }
@@ -174,7 +181,9 @@ struct Inner {
     buffer_size: usize,
     /// Where other TaskManagers reach this one.
     data_address: SocketAddr,
-    data: DataPlane,
+    /// The data plane; `None` in the embedded cluster, whose channels all
+    /// stay in memory.
+    data: Option<DataPlane>,
     cluster: LocalCluster,
     store: ModuleStore,
     jobs: Mutex<HashMap<String, LocalJob>>,
@@ -187,6 +196,8 @@ struct Inner {
     events: Mutex<HashMap<String, mpsc::UnboundedSender<JobEvent>>>,
     /// The current control connection's outbox.
     outbox: Mutex<Option<mpsc::UnboundedSender<ToJobManager>>>,
+    /// Bumped whenever a deployment's `run_job` ends.
+    ended: watch::Sender<u64>,
     work_dir: PathBuf,
 }
 
@@ -273,6 +284,29 @@ impl Inner {
         }
     }
 
+    /// Stops the sources of `job` here: it drains and finishes.
+    fn stop_sources(&self, job: &str) {
+        for j in self
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|j| j.job == job)
+        {
+            j.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn net_stats(&self) -> NetStats {
+        self.data.as_ref().map(DataPlane::stats).unwrap_or_default()
+    }
+
+    fn unregister_job(&self, key: &str) {
+        if let Some(data) = &self.data {
+            data.unregister_job(key);
+        }
+    }
+
     fn job_reports(&self) -> Vec<JobReport> {
         let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
         jobs.values().map(LocalJob::report).collect()
@@ -317,13 +351,14 @@ pub async fn start(
         data_address,
         cluster: LocalCluster::new(runtime, work_dir.clone(), tokio::runtime::Handle::current())
             .with_allowed_roots(config.allowed_roots.clone()),
-        data,
+        data: Some(data),
         store,
         jobs: Mutex::new(HashMap::new()),
         canceled: Mutex::new(HashSet::new()),
         deploying: Mutex::new(HashMap::new()),
         events: Mutex::new(HashMap::new()),
         outbox: Mutex::new(None),
+        ended: watch::Sender::new(0),
         work_dir,
     });
     let (registered_tx, registrations) = watch::channel(0u64);
@@ -354,6 +389,130 @@ pub async fn start(
         task,
         inner,
     })
+}
+
+/// Settings of an in-process TaskManager (the embedded cluster).
+#[derive(Debug, Clone)]
+pub struct InProcessConfig {
+    /// Its id.
+    pub id: String,
+    /// Task slots offered.
+    pub slots: u32,
+    /// Job state lives here (`work/` under it).
+    pub data_dir: PathBuf,
+    /// The JobManager's module store folder: shared, so nothing is fetched.
+    pub modules_dir: PathBuf,
+    /// Where file sources and sinks may read and write.
+    pub allowed_roots: AllowedRoots,
+    /// Records per batch on channels (as [`NetConfig::buffer_size`]).
+    pub buffer_size: usize,
+}
+
+/// A TaskManager running in this process, attached to an in-process
+/// JobManager ([`crate::jobmanager::JobManager::attach`]): the same code
+/// as the daemon's, without a network.
+pub struct InProcessTaskManager {
+    inner: Arc<Inner>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    forwarder: tokio::task::AbortHandle,
+}
+
+impl std::fmt::Debug for InProcessTaskManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessTaskManager")
+            .field("id", &self.inner.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl InProcessTaskManager {
+    /// Starts it on the current tokio runtime, reading and answering the
+    /// JobManager through `link`.
+    pub fn start(
+        config: InProcessConfig,
+        runtime: Arc<Runtime>,
+        link: InProcessLink,
+    ) -> Result<InProcessTaskManager, crate::jobmanager::StartError> {
+        let data_dir_error = |message: String| crate::jobmanager::StartError::DataDir {
+            path: config.data_dir.clone(),
+            message,
+        };
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| data_dir_error(e.to_string()))?;
+        let store =
+            ModuleStore::open(&config.modules_dir).map_err(|e| data_dir_error(e.to_string()))?;
+        let work_dir = config.data_dir.join("work");
+        let inner = Arc::new(Inner {
+            id: config.id,
+            slots: config.slots,
+            buffer_size: config.buffer_size,
+            data_address: SocketAddr::from(([0, 0, 0, 0], 0)),
+            data: None,
+            cluster: LocalCluster::new(
+                runtime,
+                work_dir.clone(),
+                tokio::runtime::Handle::current(),
+            )
+            .with_allowed_roots(config.allowed_roots),
+            store,
+            jobs: Mutex::new(HashMap::new()),
+            canceled: Mutex::new(HashSet::new()),
+            deploying: Mutex::new(HashMap::new()),
+            events: Mutex::new(HashMap::new()),
+            outbox: Mutex::new(Some(link.to_jobmanager.clone())),
+            ended: watch::Sender::new(0),
+            work_dir,
+        });
+        let heartbeat = spawn_heartbeat(inner.clone(), link.to_jobmanager, link.heartbeat_interval);
+        let reader = {
+            let inner = inner.clone();
+            let mut from_jobmanager = link.from_jobmanager;
+            tokio::spawn(async move {
+                while let Some(message) = from_jobmanager.recv().await {
+                    dispatch(&inner, &Upstream::InProcess, message);
+                }
+            })
+        };
+        Ok(InProcessTaskManager {
+            inner,
+            tasks: vec![heartbeat, reader],
+            forwarder: link.forwarder,
+        })
+    }
+
+    /// Stops the sources of `job`: it drains and finishes normally (what
+    /// Ctrl-C does to `weir run`).
+    pub fn stop_sources(&self, job: &str) {
+        self.inner.stop_sources(job);
+    }
+
+    /// Waits until no attempt of `job` runs here (its last `run_job` ended:
+    /// a finished job's sinks have committed).
+    pub async fn wait_idle(&self, job: &str) {
+        let mut ended = self.inner.ended.subscribe();
+        let prefix = format!("{job}#");
+        loop {
+            let busy = self
+                .inner
+                .events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .any(|k| k.starts_with(&prefix));
+            if !busy || ended.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Cancels every job and stops talking to the JobManager.
+    pub fn shutdown(self) {
+        self.forwarder.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
+        *self.inner.outbox.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.inner.cancel_all();
+    }
 }
 
 /// The address other TaskManagers use to reach `bound`: itself, unless it
@@ -403,8 +562,10 @@ async fn session(
     jobmanager: SocketAddr,
     registered: &watch::Sender<u64>,
 ) -> Result<(), String> {
-    let conn = inner
-        .data
+    let Some(data) = &inner.data else {
+        return Err("no network endpoint".to_owned());
+    };
+    let conn = data
         .endpoint()
         .connect(jobmanager, JOBMANAGER_NAME)
         .map_err(|e| format!("cannot connect: {e}"))?
@@ -442,63 +603,11 @@ async fn session(
             }
         }
     });
-    let heartbeat = {
-        let inner = inner.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
-            loop {
-                tick.tick().await;
-                let message = ToJobManager::Heartbeat {
-                    net: inner.data.stats(),
-                    jobs: inner.job_reports(),
-                };
-                if tx.send(message).is_err() {
-                    break;
-                }
-            }
-        })
-    };
+    let heartbeat = spawn_heartbeat(inner.clone(), tx, interval);
+    let upstream = Upstream::Quic(conn);
     let result = loop {
         match read_frame::<_, ToTaskManager>(&mut recv).await {
-            Ok(Some(ToTaskManager::Deploy(deployment))) => {
-                inner
-                    .deploying
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(deployment.job.clone(), deployment.attempt);
-                let (events_tx, events_rx) = mpsc::unbounded_channel();
-                inner
-                    .events
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(
-                        format!("{}#{}", deployment.job, deployment.attempt),
-                        events_tx,
-                    );
-                let inner = inner.clone();
-                let conn = conn.clone();
-                tokio::spawn(async move { run_job(inner, conn, *deployment, events_rx).await });
-            }
-            Ok(Some(ToTaskManager::Cancel { job })) => inner.cancel(&job),
-            Ok(Some(ToTaskManager::TriggerCheckpoint {
-                job,
-                attempt,
-                checkpoint,
-            })) => inner.job_event(&job, attempt, JobEvent::Trigger(checkpoint)),
-            Ok(Some(ToTaskManager::CheckpointComplete {
-                job,
-                attempt,
-                checkpoint,
-            })) => inner.job_event(&job, attempt, JobEvent::Complete(checkpoint)),
-            Ok(Some(ToTaskManager::CheckpointAborted {
-                job,
-                attempt,
-                checkpoint,
-            })) => inner.job_event(&job, attempt, JobEvent::Aborted(checkpoint)),
-            Ok(Some(ToTaskManager::JobFinished { job, attempt })) => {
-                inner.job_event(&job, attempt, JobEvent::JobFinished)
-            }
-            Ok(Some(other)) => tracing::debug!("ignoring {other:?}"),
+            Ok(Some(message)) => dispatch(inner, &upstream, message),
             Ok(None) => break Err("the JobManager closed the connection".to_owned()),
             Err(e) => break Err(format!("connection lost: {e}")),
         }
@@ -506,6 +615,82 @@ async fn session(
     heartbeat.abort();
     writer.abort();
     result
+}
+
+/// How a TaskManager reaches its JobManager: over QUIC, or in the same
+/// process (the embedded cluster, which shares the JobManager's module
+/// store, so nothing is ever fetched).
+#[derive(Clone)]
+enum Upstream {
+    Quic(quinn::Connection),
+    InProcess,
+}
+
+/// Sends a heartbeat with every job's metrics each `interval`, until the
+/// outbox closes.
+fn spawn_heartbeat(
+    inner: Arc<Inner>,
+    tx: mpsc::UnboundedSender<ToJobManager>,
+    interval: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        loop {
+            tick.tick().await;
+            let message = ToJobManager::Heartbeat {
+                net: inner.net_stats(),
+                jobs: inner.job_reports(),
+            };
+            if tx.send(message).is_err() {
+                break;
+            }
+        }
+    })
+}
+
+/// Carries out one message of the JobManager.
+fn dispatch(inner: &Arc<Inner>, upstream: &Upstream, message: ToTaskManager) {
+    match message {
+        ToTaskManager::Deploy(deployment) => {
+            inner
+                .deploying
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(deployment.job.clone(), deployment.attempt);
+            let (events_tx, events_rx) = mpsc::unbounded_channel();
+            inner
+                .events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(
+                    format!("{}#{}", deployment.job, deployment.attempt),
+                    events_tx,
+                );
+            let inner = inner.clone();
+            let upstream = upstream.clone();
+            tokio::spawn(async move { run_job(inner, upstream, *deployment, events_rx).await });
+        }
+        ToTaskManager::Cancel { job } => inner.cancel(&job),
+        ToTaskManager::TriggerCheckpoint {
+            job,
+            attempt,
+            checkpoint,
+        } => inner.job_event(&job, attempt, JobEvent::Trigger(checkpoint)),
+        ToTaskManager::CheckpointComplete {
+            job,
+            attempt,
+            checkpoint,
+        } => inner.job_event(&job, attempt, JobEvent::Complete(checkpoint)),
+        ToTaskManager::CheckpointAborted {
+            job,
+            attempt,
+            checkpoint,
+        } => inner.job_event(&job, attempt, JobEvent::Aborted(checkpoint)),
+        ToTaskManager::JobFinished { job, attempt } => {
+            inner.job_event(&job, attempt, JobEvent::JobFinished)
+        }
+        other => tracing::debug!("ignoring {other:?}"),
+    }
 }
 
 /// The exchange of one job on this TaskManager.
@@ -517,7 +702,7 @@ struct NetExchange<'a> {
     /// The TaskManagers of the placement: the only ones whose data streams
     /// this job's inputs accept.
     senders: Arc<BTreeSet<String>>,
-    data: &'a DataPlane,
+    data: Option<&'a DataPlane>,
     options: ChannelOptions,
 }
 
@@ -533,18 +718,18 @@ impl Exchange for NetExchange<'_> {
             task: task as u32,
             subtask,
         };
-        match self.peers.get(tm) {
-            Some(addr) => {
+        match (self.peers.get(tm), self.data) {
+            (Some(addr), Some(data)) => {
                 let peer = Peer {
                     id: tm.clone(),
                     addr: *addr,
                 };
-                self.data
-                    .open_channel(peer, key, self.options, abort.clone())
+                data.open_channel(peer, key, self.options, abort.clone())
             }
-            None => {
-                // The JobManager always sends every peer; a missing one is a bug.
-                tracing::error!("no address for TaskManager {tm}");
+            _ => {
+                // The JobManager always sends every peer, and places an
+                // embedded job on its one TaskManager: a bug.
+                tracing::error!("no way to reach TaskManager {tm}");
                 abort.trigger();
                 mpsc::channel(1).0
             }
@@ -552,7 +737,10 @@ impl Exchange for NetExchange<'_> {
     }
 
     fn register_input(&self, task: usize, subtask: u32, channels: u32, tx: mpsc::Sender<Message>) {
-        self.data.register_input(
+        let Some(data) = self.data else {
+            return;
+        };
+        data.register_input(
             InputKey {
                 job: self.job.to_owned(),
                 task: task as u32,
@@ -569,7 +757,7 @@ impl Exchange for NetExchange<'_> {
 
 async fn run_job(
     inner: Arc<Inner>,
-    conn: quinn::Connection,
+    upstream: Upstream,
     deployment: Deployment,
     events_rx: mpsc::UnboundedReceiver<JobEvent>,
 ) {
@@ -608,7 +796,7 @@ async fn run_job(
             );
         }
     };
-    if let Err(e) = fetch_modules(&inner, &conn, &mut graph).await {
+    if let Err(e) = fetch_modules(&inner, &upstream, &mut graph).await {
         fail_all(e);
         return;
     }
@@ -674,7 +862,7 @@ async fn run_job(
                         .map(|slot| slot.taskmanager.clone())
                         .collect(),
                 ),
-                data: &inner.data,
+                data: inner.data.as_ref(),
                 options,
             };
             let restore_map = restored.as_ref().map(|r| &r.subtasks);
@@ -684,6 +872,7 @@ async fn run_job(
                     taken: taken_tx,
                 }),
                 restore: restore_map,
+                attempt,
             };
             inner.cluster.deploy(
                 &graph,
@@ -698,12 +887,12 @@ async fn run_job(
     let deployed = match deployed {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => {
-            inner.data.unregister_job(&key);
+            inner.unregister_job(&key);
             fail_all(e.to_string());
             return;
         }
         Err(e) => {
-            inner.data.unregister_job(&key);
+            inner.unregister_job(&key);
             fail_all(format!("deployment panicked: {e}"));
             return;
         }
@@ -726,6 +915,7 @@ async fn run_job(
             job: job.clone(),
             abort: deployed.abort.clone(),
             canceled: canceled.clone(),
+            stop: deployed.stop.clone(),
             metrics: deployed.metrics.clone(),
             started: deployed.started,
             heads: heads.into_iter().collect(),
@@ -798,7 +988,7 @@ async fn run_job(
             // JobManager sees the last subtask end, it has the final counts.
             if let Some(report) = inner.job_report(&job) {
                 inner.send(ToJobManager::Heartbeat {
-                    net: inner.data.stats(),
+                    net: inner.net_stats(),
                     jobs: vec![report],
                 });
             }
@@ -832,7 +1022,7 @@ async fn run_job(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&key);
-    inner.data.unregister_job(&key);
+    inner.unregister_job(&key);
     let _ = std::fs::remove_dir_all(&job_dir);
 }
 
@@ -846,6 +1036,7 @@ impl Drop for EventsGuard {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.1);
+        self.0.ended.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
@@ -1150,7 +1341,7 @@ fn upload_snapshot(
 /// cached yet (verifying their hash) and rewrites `sha256:` references to paths.
 async fn fetch_modules(
     inner: &Arc<Inner>,
-    conn: &quinn::Connection,
+    upstream: &Upstream,
     graph: &mut JobGraph,
 ) -> Result<(), String> {
     for vertex in &mut graph.vertices {
@@ -1165,6 +1356,12 @@ async fn fetch_modules(
         };
         let path = inner.store.blob_path(hash);
         if !path.exists() {
+            let Upstream::Quic(conn) = upstream else {
+                return Err(format!(
+                    "operator `{}`: module {hash} is missing from the embedded module store",
+                    vertex.id
+                ));
+            };
             let bytes = fetch(conn, hash).await.map_err(|e| {
                 format!("operator `{}`: cannot fetch module {hash}: {e}", vertex.id)
             })?;

@@ -54,7 +54,15 @@ pub struct InstanceConfig {
     /// moment is interrupted within one epoch tick and fails with
     /// [`FailureKind::Cancelled`].
     pub cancel: Arc<AtomicBool>,
+    /// The job's deployment attempt (0, then one more per restart); the
+    /// guest sees it as the environment variable [`ATTEMPT_ENV`].
+    pub attempt: u32,
 }
+
+/// The one environment variable a guest sees: the job's deployment attempt
+/// (`0` first, then one more per restart), like Flink's
+/// `RuntimeContext#getAttemptNumber`.
+pub const ATTEMPT_ENV: &str = "WEIR_ATTEMPT";
 
 impl InstanceConfig {
     /// Defaults for a single, unkeyed instance of `operator`.
@@ -69,6 +77,7 @@ impl InstanceConfig {
             call_timeout: DEFAULT_CALL_TIMEOUT,
             max_output: DEFAULT_MAX_OUTPUT,
             cancel: Arc::default(),
+            attempt: 0,
         }
     }
 }
@@ -437,8 +446,10 @@ impl OperatorInstance {
 fn new_store(engine: &wasmtime::Engine, config: &InstanceConfig) -> (Store<InstanceState>, u64) {
     let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
     // Nothing of the host is visible: no preopened directories, no
-    // environment, no arguments, no network, stdout discarded.
+    // arguments, no network, stdout discarded; the environment holds only
+    // the attempt number.
     let wasi = WasiCtxBuilder::new()
+        .env(ATTEMPT_ENV, config.attempt.to_string())
         .stderr(stderr.clone())
         .allow_tcp(false)
         .allow_udp(false)

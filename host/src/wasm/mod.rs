@@ -15,8 +15,8 @@
 //! # Invariants
 //!
 //! - An instance never escapes its sandbox: no preopened directories, no
-//!   network, no environment, no arguments; memory, stack, CPU time per call
-//!   and output size are capped.
+//!   network, no arguments, an environment of only [`ATTEMPT_ENV`]; memory,
+//!   stack, CPU time per call and output size are capped.
 //! - A guest failure is an `Err` value, never a panic of the host; after a
 //!   trap the instance is not called again.
 //! - Host functions check every state access against the subtask's key groups
@@ -30,13 +30,14 @@ mod instance;
 mod quota;
 
 pub use cache::CacheOutcome;
-pub use instance::{InstanceConfig, OperatorInstance};
+pub use instance::{ATTEMPT_ENV, InstanceConfig, OperatorInstance};
 pub use quota::{LOG_BYTES_PER_CALL, MAX_LOG_LINE, MAX_METRIC_NAME, MAX_METRICS};
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -206,6 +207,12 @@ pub struct Runtime {
     linker: Linker<InstanceState>,
     cache_dir: Option<PathBuf>,
     stats: Arc<CacheStats>,
+    /// Modules loaded and still in use, by content hash: a second load of
+    /// the same bytes while the first is alive (the embedded cluster's
+    /// JobManager checks a module, then its TaskManager runs it) shares it
+    /// instead of compiling or deserializing again. Weak: it keeps nothing
+    /// alive.
+    loaded: Mutex<HashMap<String, Weak<OperatorModule>>>,
     ticker_stop: Arc<AtomicBool>,
     ticker: Option<JoinHandle<()>>,
 }
@@ -256,6 +263,7 @@ impl Runtime {
             linker,
             cache_dir: config.cache_dir,
             stats: Arc::default(),
+            loaded: Mutex::default(),
             ticker_stop,
             ticker: Some(ticker),
         })
@@ -279,14 +287,28 @@ impl Runtime {
         self.load_bytes(&name, &bytes)
     }
 
-    /// Like [`Runtime::load`], from bytes; `name` is used in errors.
+    /// Like [`Runtime::load`], from bytes; `name` is used in errors. The
+    /// same bytes loaded while an earlier load is alive return that module
+    /// (counted neither as a cache hit nor as a compile).
     pub fn load_bytes(
         &self,
         name: &str,
         bytes: &[u8],
     ) -> Result<Arc<OperatorModule>, OperatorError> {
+        let hash = cache::content_hash(bytes);
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(module) = loaded.get(&hash).and_then(Weak::upgrade) {
+            return Ok(module);
+        }
+        loaded.retain(|_, m| m.strong_count() > 0);
+        drop(loaded);
         let (component, outcome, hash) = self.compile(name, bytes)?;
-        self.check_contract(name, hash, outcome, component)
+        let module = self.check_contract(name, hash, outcome, component)?;
+        self.loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(module.hash.clone(), Arc::downgrade(&module));
+        Ok(module)
     }
 
     /// Checks the header, then compiles `bytes` or loads them from the

@@ -1,0 +1,162 @@
+//! The embedded cluster behind `weir run`: a JobManager core and one
+//! TaskManager core in this process, joined by in-memory channels instead
+//! of QUIC (Flink's `MiniCluster`). They are the daemons' own code, so an
+//! embedded job has everything a cluster job has: checkpoints
+//! (`[job.checkpoints]`), restart strategies and recovery, exactly-once
+//! sinks, and the same job and checkpoint views.
+//!
+//! Its TaskManager offers as many slots as the job has subtasks, so every
+//! channel stays in memory; it shares the JobManager's module store, so
+//! modules are never copied between them, and the [`Runtime`]'s sharing of
+//! loaded modules means each is compiled (or read from the cache) once.
+//!
+//! It must not hold job logic of its own: what it adds is wiring, waiting
+//! and the graceful stop behind Ctrl-C.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::connectors::AllowedRoots;
+use crate::job::{JobGraph, chain};
+use crate::jobmanager::modules::ModuleStore;
+use crate::jobmanager::scheduler::Strategy;
+use crate::jobmanager::{
+    ApiError, CheckpointsView, CoreConfig, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT,
+    JobDetail, JobManager, StartError,
+};
+use crate::local::LoadedModules;
+use crate::taskmanager::daemon::{InProcessConfig, InProcessTaskManager};
+use crate::wasm::Runtime;
+
+/// Settings of an [`EmbeddedCluster`].
+#[derive(Debug, Clone)]
+pub struct EmbeddedConfig {
+    /// Scratch space: module store, job state. The caller removes it.
+    pub work_dir: PathBuf,
+    /// Where checkpoints of jobs with `[job.checkpoints]` go.
+    pub checkpoint_dir: PathBuf,
+    /// Where file sources and sinks may read and write.
+    pub allowed_roots: AllowedRoots,
+    /// Records per batch on channels.
+    pub buffer_size: usize,
+}
+
+/// A JobManager and a TaskManager in this process.
+#[derive(Debug)]
+pub struct EmbeddedCluster {
+    jobmanager: Arc<JobManager>,
+    taskmanager: Option<InProcessTaskManager>,
+    clock: tokio::task::JoinHandle<()>,
+    config: EmbeddedConfig,
+    runtime: Arc<Runtime>,
+}
+
+/// A job submitted to an [`EmbeddedCluster`].
+#[derive(Debug)]
+pub struct EmbeddedJob {
+    /// The job's id.
+    pub id: String,
+    /// Held while the job runs: the TaskManager shares these modules.
+    _modules: LoadedModules,
+}
+
+/// The id of the embedded TaskManager.
+pub const TASKMANAGER_ID: &str = "embedded";
+
+impl EmbeddedCluster {
+    /// Starts the JobManager core and its clock on the current tokio
+    /// runtime. The TaskManager starts with the first job (it is sized to it).
+    pub fn start(config: EmbeddedConfig, runtime: Arc<Runtime>) -> Result<Self, StartError> {
+        let data_dir = config.work_dir.join("jobmanager");
+        let store =
+            ModuleStore::open(&data_dir.join("modules")).map_err(|e| StartError::DataDir {
+                path: data_dir.clone(),
+                message: e.to_string(),
+            })?;
+        let jobmanager = JobManager::new(
+            CoreConfig {
+                data_dir,
+                heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+                heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
+                scheduling: Strategy::Pack,
+                max_module_bytes: usize::MAX,
+                checkpoint_dir: Some(config.checkpoint_dir.clone()),
+                allowed_roots: config.allowed_roots.clone(),
+            },
+            runtime.clone(),
+            store,
+        );
+        let clock = jobmanager.clone().spawn_clock();
+        Ok(EmbeddedCluster {
+            jobmanager,
+            taskmanager: None,
+            clock,
+            config,
+            runtime,
+        })
+    }
+
+    /// The JobManager core (job and checkpoint views).
+    pub fn jobmanager(&self) -> &Arc<JobManager> {
+        &self.jobmanager
+    }
+
+    /// Checks and deploys `graph`: loads its modules (compiling where not
+    /// cached) and starts its subtasks. Bad input is an error with status
+    /// 400, as a cluster's REST API would answer.
+    pub async fn submit(&mut self, graph: JobGraph) -> Result<EmbeddedJob, ApiError> {
+        if self.taskmanager.is_none() {
+            let slots: u32 = chain(&graph).iter().map(|t| t.parallelism).sum();
+            let link = self.jobmanager.attach(TASKMANAGER_ID, slots.max(1));
+            let taskmanager = InProcessTaskManager::start(
+                InProcessConfig {
+                    id: TASKMANAGER_ID.to_owned(),
+                    slots: slots.max(1),
+                    data_dir: self.config.work_dir.join("taskmanager"),
+                    modules_dir: self.config.work_dir.join("jobmanager").join("modules"),
+                    allowed_roots: self.config.allowed_roots.clone(),
+                    buffer_size: self.config.buffer_size,
+                },
+                self.runtime.clone(),
+                link,
+            )
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+            self.taskmanager = Some(taskmanager);
+        }
+        let (created, modules) = self.jobmanager.submit_graph(graph).await?;
+        Ok(EmbeddedJob {
+            id: created.id,
+            _modules: modules,
+        })
+    }
+
+    /// Stops the job's sources: it drains, commits and finishes.
+    pub fn stop(&self, job: &EmbeddedJob) {
+        if let Some(tm) = &self.taskmanager {
+            tm.stop_sources(&job.id);
+        }
+    }
+
+    /// Waits until the job has ended and its TaskManager is done with it
+    /// (a finished job's sinks have committed); returns the job then.
+    pub async fn wait(&self, job: &EmbeddedJob) -> Result<JobDetail, ApiError> {
+        let detail = self.jobmanager.wait_until_ended(&job.id).await?;
+        if let Some(tm) = &self.taskmanager {
+            tm.wait_idle(&job.id).await;
+        }
+        Ok(detail)
+    }
+
+    /// The job's checkpoint history and restores.
+    pub fn checkpoints(&self, job: &EmbeddedJob) -> Result<CheckpointsView, ApiError> {
+        self.jobmanager.checkpoints(&job.id)
+    }
+
+    /// Stops everything.
+    pub fn shutdown(mut self) {
+        if let Some(tm) = self.taskmanager.take() {
+            tm.shutdown();
+        }
+        self.clock.abort();
+    }
+}
