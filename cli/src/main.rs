@@ -262,7 +262,7 @@ fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
 
 fn classify_run_error(e: RunError) -> Failure {
     match e {
-        RunError::Failed { .. } | RunError::Io { .. } => failed(e),
+        RunError::Io { .. } => failed(e),
         RunError::Operator(_) | RunError::Plan(_) => bad_input(e),
     }
 }
@@ -320,6 +320,7 @@ fn run(args: RunArgs) -> Result<(), Failure> {
                 checkpoint_dir: checkpoint_dir.clone(),
                 allowed_roots: roots,
                 buffer_size: NetConfig::default().buffer_size,
+                slots: None,
             },
             wasm.clone(),
         )
@@ -496,7 +497,7 @@ fn validate(args: SpecArgs) -> Result<(), Failure> {
     let graph = load_graph(&args)?;
     let wasm = runtime(&args.cache)?;
     let rt = tokio_runtime()?;
-    let cluster = LocalCluster::new(wasm, default_work_dir(), rt.handle().clone());
+    let cluster = LocalCluster::new(wasm, rt.handle().clone());
     let infos = cluster.check(&graph).map_err(classify_run_error)?;
     let tasks = weir_host::job::chain(&graph);
     println!(

@@ -25,6 +25,7 @@ use crate::jobmanager::{
     JobDetail, JobManager, StartError,
 };
 use crate::local::LoadedModules;
+use crate::taskmanager::JobMetrics;
 use crate::taskmanager::daemon::{InProcessConfig, InProcessTaskManager};
 use crate::wasm::Runtime;
 
@@ -39,6 +40,9 @@ pub struct EmbeddedConfig {
     pub allowed_roots: AllowedRoots,
     /// Records per batch on channels.
     pub buffer_size: usize,
+    /// Task slots of its TaskManager; `None`: as many as the first job has
+    /// subtasks.
+    pub slots: Option<u32>,
 }
 
 /// A JobManager and a TaskManager in this process.
@@ -106,7 +110,10 @@ impl EmbeddedCluster {
     /// 400, as a cluster's REST API would answer.
     pub async fn submit(&mut self, graph: JobGraph) -> Result<EmbeddedJob, ApiError> {
         if self.taskmanager.is_none() {
-            let slots: u32 = chain(&graph).iter().map(|t| t.parallelism).sum();
+            let slots = self
+                .config
+                .slots
+                .unwrap_or_else(|| chain(&graph).iter().map(|t| t.parallelism).sum());
             let link = self.jobmanager.attach(TASKMANAGER_ID, slots.max(1));
             let taskmanager = InProcessTaskManager::start(
                 InProcessConfig {
@@ -135,6 +142,11 @@ impl EmbeddedCluster {
         if let Some(tm) = &self.taskmanager {
             tm.stop_sources(&job.id);
         }
+    }
+
+    /// Live metrics of the job's current attempt, while it runs.
+    pub fn metrics(&self, job: &EmbeddedJob) -> Option<Arc<JobMetrics>> {
+        self.taskmanager.as_ref()?.metrics(&job.id)
     }
 
     /// Waits until the job has ended and its TaskManager is done with it

@@ -15,10 +15,6 @@
 //!    its sink and its partitioned outputs.
 //! 4. Runs each subtask on a tokio blocking thread.
 //!
-//! [`LocalCluster::submit`] and [`JobHandle`] run a whole job here without a
-//! JobManager (no checkpoints, no restarts); only tests and benchmarks that
-//! watch live metrics still use them. `weir run` uses [`crate::embedded`].
-//!
 //! File sources and sinks are confined to the cluster's [`AllowedRoots`]
 //! (default: none): [`check_file_connectors`] refuses a job whose paths lie
 //! elsewhere before any subtask starts, and every file is opened through the
@@ -31,7 +27,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
@@ -64,16 +60,6 @@ pub enum RunError {
     /// The job cannot run as specified (beyond what spec validation checks).
     #[error("{0}")]
     Plan(String),
-    /// A subtask failed; the first root cause.
-    #[error("job `{job}` failed in {subtask}: {error}")]
-    Failed {
-        /// The job name.
-        job: String,
-        /// The failing subtask, e.g. `count (2/4)`.
-        subtask: String,
-        /// The cause (boxed: it is large and rare).
-        error: Box<TaskError>,
-    },
     /// Setting up the work directory failed.
     #[error("{path}: {source}")]
     Io {
@@ -89,172 +75,27 @@ impl RunError {
     pub fn operator_error(&self) -> Option<&OperatorError> {
         match self {
             RunError::Operator(e) => Some(e),
-            RunError::Failed { error, .. } => match error.as_ref() {
-                TaskError::Operator(e) => Some(e),
-                _ => None,
-            },
             _ => None,
         }
     }
 }
 
-/// Counters of one vertex at the end of a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VertexSummary {
-    /// The uid.
-    pub id: String,
-    /// `source`, `operator` or `sink`.
-    pub role: &'static str,
-    /// Parallelism.
-    pub parallelism: u32,
-    /// Records received.
-    pub records_in: u64,
-    /// Records emitted.
-    pub records_out: u64,
-}
-
-/// What a finished job reports.
-#[derive(Debug, Clone)]
-pub struct JobSummary {
-    /// Job name.
-    pub name: String,
-    /// Wall time from start to the last subtask's end.
-    pub elapsed: Duration,
-    /// Per vertex, in graph order.
-    pub vertices: Vec<VertexSummary>,
-    /// Number of tasks after chaining.
-    pub tasks: usize,
-    /// Most batches seen queued in one channel.
-    pub max_queued_batches: u64,
-}
-
-impl JobSummary {
-    /// Records emitted by all sources.
-    pub fn source_records(&self) -> u64 {
-        self.vertices
-            .iter()
-            .filter(|v| v.role == "source")
-            .map(|v| v.records_out)
-            .sum()
-    }
-
-    /// Source records per second of wall time.
-    pub fn records_per_second(&self) -> f64 {
-        self.source_records() as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-}
-
-/// A running job.
-pub struct JobHandle {
-    name: String,
-    started: Instant,
-    metrics: Arc<JobMetrics>,
-    stop: Arc<AtomicBool>,
-    abort: Abort,
-    tasks: Vec<(String, tokio::task::JoinHandle<Result<(), TaskError>>)>,
-    vertices: Vec<(String, &'static str, u32)>,
-    task_count: usize,
-    work_dir: PathBuf,
-}
-
-impl std::fmt::Debug for JobHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobHandle")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl JobHandle {
-    /// Live metrics.
-    pub fn metrics(&self) -> &Arc<JobMetrics> {
-        &self.metrics
-    }
-
-    /// Stops the sources; the job then drains and finishes normally (this is
-    /// what Ctrl-C does).
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-
-    /// A flag that stops the sources when set, for signal handlers.
-    pub fn stop_flag(&self) -> Arc<AtomicBool> {
-        self.stop.clone()
-    }
-
-    /// Cancels the job at once: every subtask stops where it is.
-    pub fn cancel(&self) {
-        self.abort.trigger();
-    }
-
-    /// Waits for every subtask. On failure, returns the first root cause
-    /// (not the "aborted" errors it caused elsewhere).
-    pub async fn wait(self) -> Result<JobSummary, RunError> {
-        let mut first: Option<(String, TaskError)> = None;
-        for (name, task) in self.tasks {
-            let result = match task.await {
-                Ok(r) => r,
-                Err(join) => Err(TaskError::Panicked(join.to_string())),
-            };
-            if let Err(e) = result {
-                let root = !matches!(e, TaskError::Aborted);
-                match &first {
-                    None => first = Some((name, e)),
-                    Some((_, TaskError::Aborted)) if root => first = Some((name, e)),
-                    _ => {}
-                }
-            }
-        }
-        let elapsed = self.started.elapsed();
-        let _ = std::fs::remove_dir_all(&self.work_dir);
-        if let Some((subtask, error)) = first {
-            return Err(RunError::Failed {
-                job: self.name,
-                subtask,
-                error: Box::new(error),
-            });
-        }
-        let vertices = self
-            .vertices
-            .iter()
-            .zip(&self.metrics.vertices)
-            .map(|((id, role, p), m)| VertexSummary {
-                id: id.clone(),
-                role,
-                parallelism: *p,
-                records_in: m.records_in.load(Ordering::Relaxed),
-                records_out: m.records_out.load(Ordering::Relaxed),
-            })
-            .collect();
-        Ok(JobSummary {
-            name: self.name,
-            elapsed,
-            vertices,
-            tasks: self.task_count,
-            max_queued_batches: self.metrics.max_queued_batches.load(Ordering::Relaxed),
-        })
-    }
-}
-
-/// The embedded cluster: a Wasm runtime, a work directory, a tokio runtime
+/// What deploys subtasks: a Wasm runtime, a work directory, a tokio runtime
 /// and the directories file connectors may use.
 #[derive(Debug, Clone)]
 pub struct LocalCluster {
     runtime: Arc<Runtime>,
-    work_dir: PathBuf,
     handle: tokio::runtime::Handle,
     roots: AllowedRoots,
 }
 
 impl LocalCluster {
-    /// A cluster running subtasks on `handle`, keeping RocksDB state of each
-    /// job under `work_dir/<job>-<n>` (removed when the job ends). It allows
-    /// no file source or sink until given roots
+    /// Deploys subtasks onto `handle`'s blocking threads. It allows no file
+    /// source or sink until given roots
     /// ([`with_allowed_roots`](Self::with_allowed_roots)).
-    pub fn new(runtime: Arc<Runtime>, work_dir: PathBuf, handle: tokio::runtime::Handle) -> Self {
+    pub fn new(runtime: Arc<Runtime>, handle: tokio::runtime::Handle) -> Self {
         LocalCluster {
             runtime,
-            work_dir,
             handle,
             roots: AllowedRoots::none(),
         }
@@ -339,46 +180,6 @@ impl LocalCluster {
             out.insert(i, entry);
         }
         Ok(out)
-    }
-
-    /// Starts `graph`. Blocking: compiles (or loads from cache) and
-    /// instantiates every operator before returning.
-    pub fn submit(&self, graph: &JobGraph) -> Result<JobHandle, RunError> {
-        check_file_connectors(graph, &self.roots).map_err(RunError::Plan)?;
-        static JOB_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let work_dir = self.work_dir.join(format!(
-            "{}-{}-{}",
-            sanitize(&graph.name),
-            std::process::id(),
-            JOB_SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let modules = self.load_modules(graph)?;
-        let deployed = self.deploy(
-            graph,
-            &modules,
-            work_dir,
-            &AllLocal,
-            &DeployOptions::default(),
-        )?;
-        Ok(JobHandle {
-            name: graph.name.clone(),
-            started: deployed.started,
-            metrics: deployed.metrics,
-            stop: deployed.stop,
-            abort: deployed.abort,
-            tasks: deployed
-                .subtasks
-                .into_iter()
-                .map(|s| (s.name, s.join))
-                .collect(),
-            vertices: graph
-                .vertices
-                .iter()
-                .map(|v| (v.id.0.clone(), v.kind.role(), v.parallelism))
-                .collect(),
-            task_count: deployed.tasks.len(),
-            work_dir: deployed.work_dir,
-        })
     }
 
     /// Builds and starts the subtasks of `graph` that `exchange` says run

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use weir_host::job::JobGraph;
-use weir_host::local::LocalCluster;
+use weir_host::jobmanager::JobState;
 use weir_host::wasm::{Runtime, RuntimeConfig};
 use weir_tests::artifacts;
 
@@ -65,9 +65,12 @@ partition = "rebalance"
         })
         .unwrap(),
     );
-    let cluster = LocalCluster::new(runtime, dir.path().join("work"), rt.handle().clone());
-    let job = cluster.submit(&graph).unwrap();
-    let metrics = job.metrics().clone();
+    let mut cluster = rt
+        .block_on(async { crate::embedded::cluster(dir.path(), runtime, None) })
+        .unwrap();
+    let job = rt.block_on(cluster.submit(graph.clone())).unwrap();
+    let metrics =
+        crate::cluster::harness::wait_for("the job's subtasks to start", || cluster.metrics(&job));
     let (source, sink) = (
         graph.vertex_index("gen").unwrap(),
         graph.vertex_index("slow").unwrap(),
@@ -86,17 +89,19 @@ partition = "rebalance"
     }
     let elapsed = started.elapsed().as_secs_f64();
     let produced = metrics.vertices[source].records_out.load(Ordering::Relaxed);
-    job.stop();
-    let summary = rt.block_on(job.wait()).unwrap();
+    cluster.stop(&job);
+    let detail = rt.block_on(cluster.wait(&job)).unwrap();
+    assert_eq!(detail.summary.state, JobState::Finished, "{detail:?}");
+    rt.block_on(async { cluster.shutdown() });
 
     assert!(
         max_in_flight <= bound,
         "{max_in_flight} records in flight, bound {bound}"
     );
     assert!(
-        summary.max_queued_batches <= CAPACITY,
+        detail.max_queued_batches <= CAPACITY,
         "{} batches queued",
-        summary.max_queued_batches
+        detail.max_queued_batches
     );
     // Unthrottled, the generator makes millions of records per second; held
     // back, it can only get `bound` ahead of a sink consuming SINK_RATE/s.
@@ -108,13 +113,6 @@ partition = "rebalance"
     );
     assert!(produced > 0);
     // After stop, everything produced was consumed: nothing lost.
-    let v = |id: &str| {
-        summary
-            .vertices
-            .iter()
-            .find(|v| v.id == id)
-            .unwrap()
-            .clone()
-    };
+    let v = |id: &str| detail.vertices.iter().find(|v| v.id == id).unwrap().clone();
     assert_eq!(v("gen").records_out, v("slow").records_in);
 }

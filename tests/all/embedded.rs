@@ -3,12 +3,34 @@
 //! its latest checkpoint, and its committed output is exactly once.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::Value;
+use weir_host::connectors::AllowedRoots;
+use weir_host::embedded::{EmbeddedCluster, EmbeddedConfig};
+use weir_host::wasm::Runtime;
 use weir_tests::artifacts;
 
 use crate::exactly_once::assert_exactly_once;
 use crate::util::{describe, toml_path, weir};
+
+/// An embedded cluster (what `weir run` starts) working in `dir`, whose
+/// file connectors may use `dir` and the bundled data; `slots` as
+/// [`EmbeddedConfig::slots`]. Call inside a tokio runtime.
+pub fn cluster(dir: &Path, runtime: Arc<Runtime>, slots: Option<u32>) -> Option<EmbeddedCluster> {
+    let roots = AllowedRoots::new([dir, &crate::util::data_dir()]).ok()?;
+    EmbeddedCluster::start(
+        EmbeddedConfig {
+            work_dir: dir.join("work"),
+            checkpoint_dir: dir.join("checkpoints"),
+            allowed_roots: roots,
+            buffer_size: 1024,
+            slots,
+        },
+        runtime,
+    )
+    .ok()
+}
 
 /// A per-key sequence generator (parallelism 2) → `fail-once` (fails on
 /// the first attempt after `fail_at` records per subtask) → the sequence

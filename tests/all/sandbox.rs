@@ -6,9 +6,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use weir_host::connectors::AllowedRoots;
 use weir_host::job::JobGraph;
-use weir_host::local::{LocalCluster, RunError};
+use weir_host::jobmanager::JobState;
 use weir_host::wasm::{FailureKind, Runtime, RuntimeConfig};
 use weir_tests::artifacts;
 
@@ -129,9 +128,10 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
         })
         .unwrap(),
     );
-    let roots = AllowedRoots::new([dir.path(), crate::util::kjv().parent().unwrap()]).unwrap();
-    let cluster = LocalCluster::new(runtime, dir.path().join("work"), rt.handle().clone())
-        .with_allowed_roots(roots);
+    // Slots for the healthy job and one adversarial job at a time.
+    let mut cluster = rt
+        .block_on(async { crate::embedded::cluster(dir.path(), runtime, Some(8)) })
+        .unwrap();
 
     // The healthy job: word count over the bundled text, running throughout.
     let healthy_out = dir.path().join("healthy.txt");
@@ -140,7 +140,7 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
         "healthy.toml",
         &crate::word_count::word_count_spec(&crate::util::kjv(), &healthy_out),
     );
-    let healthy = cluster.submit(&healthy).unwrap();
+    let healthy = rt.block_on(cluster.submit(healthy)).unwrap();
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -157,18 +157,18 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
             &format!("evil-{i}.toml"),
             &adversarial_spec(case.module, &case.config, &sink),
         );
-        let err = rt.block_on(cluster.submit(&g).unwrap().wait()).unwrap_err();
-        let op = err
-            .operator_error()
-            .unwrap_or_else(|| panic!("{}: not an operator error: {err}", case.module));
-        assert_eq!(op.kind, case.kind, "{}: {err}", case.module);
-        assert_eq!(op.operator, "evil");
+        let job = rt.block_on(cluster.submit(g)).unwrap();
+        let ended = rt.block_on(cluster.wait(&job)).unwrap();
+        assert_eq!(ended.summary.state, JobState::Failed, "{}", case.module);
+        let failure = ended.summary.failure.unwrap_or_default();
+        // The root cause, typed: `operator `evil`: <kind>: <message>`.
+        let typed = format!("operator `evil`: {}:", case.kind);
         assert!(
-            err.to_string().contains(&case.needle),
-            "{}: {err}",
-            case.module
+            failure.contains(&typed) && failure.contains(&case.needle),
+            "{}: wanted {typed:?} and {:?} in {failure:?}",
+            case.module,
+            case.needle
         );
-        assert!(matches!(err, RunError::Failed { .. }));
         // Nothing escaped the sandbox into the output.
         let written =
             std::fs::read_to_string(dir.path().join(format!("evil-{i}.txt"))).unwrap_or_default();
@@ -195,10 +195,19 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
 
     let text = std::fs::read_to_string(crate::util::kjv()).unwrap();
     let text_lines = || text.lines().count() as u64;
-    let summary = rt
-        .block_on(healthy.wait())
-        .expect("the healthy job is unaffected");
-    assert_eq!(summary.source_records(), text_lines());
+    let summary = rt.block_on(cluster.wait(&healthy)).unwrap();
+    assert_eq!(
+        summary.summary.state,
+        JobState::Finished,
+        "the healthy job is unaffected: {summary:?}"
+    );
+    let source_records: u64 = summary
+        .vertices
+        .iter()
+        .filter(|v| v.role == "source")
+        .map(|v| v.records_out)
+        .sum();
+    assert_eq!(source_records, text_lines());
     let lines = crate::util::read_sink(&healthy_out);
     let the = lines
         .iter()

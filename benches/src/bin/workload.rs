@@ -41,8 +41,9 @@ use weir_host::connectors::AllowedRoots;
 use weir_host::connectors::{
     BlackholeSink, ConnectorError, GeneratorConfig, GeneratorKind, GeneratorSource, Sink, Source,
 };
+use weir_host::embedded::{EmbeddedCluster, EmbeddedConfig};
 use weir_host::job::JobGraph;
-use weir_host::local::{JobSummary, LocalCluster};
+use weir_host::jobmanager::{JobDetail, JobState, VertexDetail};
 use weir_host::record::Batch;
 use weir_host::taskmanager::{Abort, ChainedOperator, Head, JobMetrics, Subtask, TailSink};
 use weir_host::wasm::{InstanceConfig, Runtime, RuntimeConfig};
@@ -408,19 +409,36 @@ to = "out"
     })
 }
 
-fn vertex<'a>(
-    summary: &'a JobSummary,
-    id: &str,
-) -> anyhow::Result<&'a weir_host::local::VertexSummary> {
+fn vertex<'a>(summary: &'a JobSummary, id: &str) -> anyhow::Result<&'a VertexDetail> {
     summary
+        .detail
         .vertices
         .iter()
         .find(|v| v.id == id)
         .with_context(|| format!("no vertex `{id}` in the summary"))
 }
 
-/// Runs the job in `spec` on an embedded cluster and waits for it. File
-/// sources may read the temporary directory (where the inputs are written).
+/// A finished job: its counters and wall time (submit to end, as the
+/// JobManager saw it).
+struct JobSummary {
+    detail: JobDetail,
+    elapsed: std::time::Duration,
+}
+
+impl JobSummary {
+    fn source_records(&self) -> u64 {
+        self.detail
+            .vertices
+            .iter()
+            .filter(|v| v.role == "source")
+            .map(|v| v.records_out)
+            .sum()
+    }
+}
+
+/// Runs the job in `spec` on an embedded cluster (what `weir run` starts)
+/// and waits for it. File sources may read the temporary directory (where
+/// the inputs are written).
 fn run_job(spec: &str) -> anyhow::Result<JobSummary> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("job.toml");
@@ -431,10 +449,40 @@ fn run_job(spec: &str) -> anyhow::Result<JobSummary> {
         .enable_all()
         .build()?;
     let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None })?);
-    let cluster = LocalCluster::new(runtime, dir.path().join("work"), rt.handle().clone())
-        .with_allowed_roots(AllowedRoots::new([std::env::temp_dir()])?);
-    let handle = cluster.submit(&graph)?;
-    Ok(rt.block_on(handle.wait())?)
+    let detail = rt.block_on(async {
+        let mut cluster = EmbeddedCluster::start(
+            EmbeddedConfig {
+                work_dir: dir.path().join("work"),
+                checkpoint_dir: dir.path().join("checkpoints"),
+                allowed_roots: AllowedRoots::new([std::env::temp_dir()])?,
+                buffer_size: 1024,
+                slots: None,
+            },
+            runtime,
+        )?;
+        let job = cluster
+            .submit(graph)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+        let detail = cluster
+            .wait(&job)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+        cluster.shutdown();
+        anyhow::Ok(detail)
+    })?;
+    if detail.summary.state != JobState::Finished {
+        bail!(
+            "the job ended {:?}: {}",
+            detail.summary.state,
+            detail.summary.failure.unwrap_or_default()
+        );
+    }
+    let s = &detail.summary;
+    let elapsed = std::time::Duration::from_millis(
+        s.ended_at_ms.unwrap_or(s.submitted_at_ms) - s.submitted_at_ms,
+    );
+    Ok(JobSummary { detail, elapsed })
 }
 
 // ---- identity ----------------------------------------------------------------

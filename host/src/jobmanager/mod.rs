@@ -623,12 +623,8 @@ impl JobManager {
         Arc::new(JobManager {
             state: Mutex::new(State::default()),
             store,
-            checker: LocalCluster::new(
-                runtime.clone(),
-                config.data_dir.join("work"),
-                tokio::runtime::Handle::current(),
-            )
-            .with_allowed_roots(config.allowed_roots),
+            checker: LocalCluster::new(runtime.clone(), tokio::runtime::Handle::current())
+                .with_allowed_roots(config.allowed_roots),
             runtime,
             heartbeat_interval: config.heartbeat_interval,
             heartbeat_timeout: config.heartbeat_timeout,

@@ -349,7 +349,7 @@ pub async fn start(
         slots: config.slots,
         buffer_size: config.net.buffer_size,
         data_address,
-        cluster: LocalCluster::new(runtime, work_dir.clone(), tokio::runtime::Handle::current())
+        cluster: LocalCluster::new(runtime, tokio::runtime::Handle::current())
             .with_allowed_roots(config.allowed_roots.clone()),
         data: Some(data),
         store,
@@ -447,12 +447,8 @@ impl InProcessTaskManager {
             buffer_size: config.buffer_size,
             data_address: SocketAddr::from(([0, 0, 0, 0], 0)),
             data: None,
-            cluster: LocalCluster::new(
-                runtime,
-                work_dir.clone(),
-                tokio::runtime::Handle::current(),
-            )
-            .with_allowed_roots(config.allowed_roots),
+            cluster: LocalCluster::new(runtime, tokio::runtime::Handle::current())
+                .with_allowed_roots(config.allowed_roots),
             store,
             jobs: Mutex::new(HashMap::new()),
             canceled: Mutex::new(HashSet::new()),
@@ -483,6 +479,14 @@ impl InProcessTaskManager {
     /// Ctrl-C does to `weir run`).
     pub fn stop_sources(&self, job: &str) {
         self.inner.stop_sources(job);
+    }
+
+    /// Live metrics of the attempt of `job` running here.
+    pub fn metrics(&self, job: &str) -> Option<Arc<JobMetrics>> {
+        let jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.values()
+            .find(|j| j.job == job)
+            .map(|j| j.metrics.clone())
     }
 
     /// Waits until no attempt of `job` runs here (its last `run_job` ended:
