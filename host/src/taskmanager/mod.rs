@@ -32,6 +32,7 @@
 //! [`crate::local`]'s job).
 
 pub mod daemon;
+pub mod input;
 mod partition;
 
 pub use partition::{KeyExtractor, Partitioning};
