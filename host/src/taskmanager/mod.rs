@@ -5,8 +5,14 @@
 //!
 //! - [`Subtask`]: one parallel instance of a task (a chain of a source or an
 //!   input gate, operators, and optionally a sink), run on a blocking thread.
-//! - [`Message`]: what travels on a channel: record batches, watermarks, and
-//!   the end of a channel's input.
+//!   Its driver is the shell around the pure parts: it receives, sends,
+//!   calls operators and takes snapshots.
+//! - [`input::InputGate`]: a subtask's input channels as a pure state
+//!   machine: checkpoint barrier alignment (and the messages it holds back)
+//!   and the combined watermark. The driver feeds it every message received
+//!   and carries out the [`input::GateEvent`]s it returns, in order.
+//! - [`Message`]: what travels on a channel: record batches, watermarks,
+//!   checkpoint barriers, and the end of a channel's input.
 //! - [`Output`]: one outgoing edge of a task with its partitioner and the
 //!   senders to every downstream subtask.
 //! - [`JobMetrics`]: per-vertex record counters and per-edge queue depth,
@@ -19,6 +25,11 @@
 //!   consumer blocks its producers and memory stays bounded all the way
 //!   back to the sources (backpressure).
 //! - Within a chain, records pass as in-memory batches, never serialized.
+//! - Checkpoints are aligned, as in Flink: a subtask snapshots checkpoint
+//!   `n` once every input channel has delivered barrier `n` (or ended), with
+//!   exactly the records before those barriers processed, and forwards the
+//!   barrier after every record emitted before it. The input gate's module
+//!   docs have the rules (newer barriers overtaking, ends during alignment).
 //! - A subtask's watermark is the minimum over its input channels; a channel
 //!   that ended no longer holds it back. At the end of input every operator
 //!   sees a final watermark of `i64::MAX` (firing all timers), then `close`.
@@ -29,12 +40,16 @@
 //! heartbeats, module fetch, deployment and state reports.
 //!
 //! The driver must not parse job specs or load modules (that is
-//! [`crate::local`]'s job).
+//! [`crate::local`]'s job), and must not decide alignment or watermarks
+//! itself (that is the input gate's).
 
 pub mod daemon;
+pub mod input;
 mod partition;
 
 pub use partition::{KeyExtractor, Partitioning};
+
+use input::{BadChannel, GateEvent, InputGate};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -133,6 +148,15 @@ pub enum TaskError {
         /// The subtask's number of input channels.
         channels: u32,
     },
+}
+
+impl From<BadChannel> for TaskError {
+    fn from(e: BadChannel) -> Self {
+        TaskError::BadChannel {
+            channel: e.channel,
+            channels: e.channels,
+        }
+    }
 }
 
 impl From<OperatorError> for TaskError {
@@ -479,87 +503,30 @@ impl Subtask {
                 return Ok(());
             }
             Head::Input { mut rx, channels } => {
-                let mut marks = vec![i64::MIN; channels as usize];
-                let mut ended = vec![false; channels as usize];
-                let mut open = channels;
-                let mut current = i64::MIN;
-                // Barrier alignment: a channel that delivered the barrier of
-                // `aligning` is blocked: its later messages are held back,
-                // in order, until every open channel has delivered it. Held
-                // messages are bounded by what upstream sends meanwhile
-                // (typically a few batches: alignment is short).
-                let mut aligning: Option<(u64, Instant)> = None;
-                let mut last_checkpoint = 0u64;
-                let mut blocked = vec![false; channels as usize];
-                let mut held: std::collections::VecDeque<Message> = Default::default();
-                while open > 0 {
-                    let next_held = held
-                        .iter()
-                        .position(|m| aligning.is_none() || !blocked[m.channel() as usize]);
-                    let message = match next_held.and_then(|i| held.remove(i)) {
-                        Some(m) => m,
-                        None => self.recv(&mut rx)?,
-                    };
-                    let c = message.channel() as usize;
-                    if c >= blocked.len() {
-                        return Err(TaskError::BadChannel {
-                            channel: message.channel(),
-                            channels,
-                        });
-                    }
-                    if aligning.is_some() && blocked[c] {
-                        held.push_back(message);
-                        continue;
-                    }
-                    match message {
-                        Message::Barrier { checkpoint, .. } => {
-                            if checkpoint <= last_checkpoint {
-                                continue;
+                let mut gate = InputGate::new(channels);
+                let mut alignment_started = None;
+                while !gate.is_ended() {
+                    let message = self.recv(&mut rx)?;
+                    for event in gate.offer(message)? {
+                        match event {
+                            GateEvent::Records(batch) => self.push(0, batch)?,
+                            GateEvent::Watermark(watermark) => self.watermark(watermark)?,
+                            GateEvent::AlignmentStarted { .. } => {
+                                alignment_started = Some(Instant::now());
                             }
-                            match aligning {
-                                Some((id, _)) if checkpoint < id => continue,
-                                Some((id, _)) if checkpoint > id => {
-                                    // A newer barrier overtook an alignment
-                                    // (the older checkpoint was abandoned).
-                                    blocked.iter_mut().for_each(|b| *b = false);
-                                    aligning = Some((checkpoint, Instant::now()));
-                                }
-                                Some(_) => {}
-                                None => aligning = Some((checkpoint, Instant::now())),
+                            GateEvent::Aligned { checkpoint } => {
+                                let alignment = alignment_started
+                                    .take()
+                                    .map_or(Duration::ZERO, |t| t.elapsed());
+                                self.checkpoint(checkpoint, None, alignment)?;
                             }
-                            blocked[c] = true;
-                        }
-                        Message::Records { batch, .. } => self.push(0, batch)?,
-                        Message::Watermark { channel, watermark } => {
-                            let c = channel as usize;
-                            marks[c] = marks[c].max(watermark);
-                            let min = min_open(&marks, &ended);
-                            if min > current {
-                                current = min;
-                                self.watermark(current)?;
+                            GateEvent::Abandoned { checkpoint, by } => {
+                                tracing::debug!(
+                                    subtask = %self.name,
+                                    "checkpoint {checkpoint} abandoned: barrier {by} overtook it"
+                                );
                             }
                         }
-                        Message::End { channel } => {
-                            let c = channel as usize;
-                            if !ended[c] {
-                                ended[c] = true;
-                                open -= 1;
-                            }
-                            blocked[c] = false;
-                            let min = min_open(&marks, &ended);
-                            if open > 0 && min > current {
-                                current = min;
-                                self.watermark(current)?;
-                            }
-                        }
-                    }
-                    if let Some((id, started)) = aligning
-                        && (0..blocked.len()).all(|c| blocked[c] || ended[c])
-                    {
-                        aligning = None;
-                        last_checkpoint = id;
-                        blocked.iter_mut().for_each(|b| *b = false);
-                        self.checkpoint(id, None, started.elapsed())?;
                     }
                 }
             }
@@ -848,14 +815,4 @@ impl Subtask {
             .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
         got
     }
-}
-
-fn min_open(marks: &[i64], ended: &[bool]) -> i64 {
-    marks
-        .iter()
-        .zip(ended)
-        .filter(|(_, e)| !**e)
-        .map(|(m, _)| *m)
-        .min()
-        .unwrap_or(i64::MAX)
 }
