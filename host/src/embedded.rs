@@ -86,6 +86,7 @@ impl EmbeddedCluster {
                 max_module_bytes: usize::MAX,
                 checkpoint_dir: Some(config.checkpoint_dir.clone()),
                 allowed_roots: config.allowed_roots.clone(),
+                clock: crate::jobmanager::Clock::Real,
             },
             runtime.clone(),
             store,

@@ -57,6 +57,8 @@ pub mod modules;
 pub mod rest;
 pub mod restart;
 pub mod scheduler;
+#[cfg(test)]
+mod sim;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -162,6 +164,7 @@ impl JobManagerConfig {
             max_module_bytes: self.max_module_bytes,
             checkpoint_dir: self.checkpoint_dir.clone(),
             allowed_roots: self.allowed_roots.clone(),
+            clock: Clock::Real,
         }
     }
 }
@@ -184,6 +187,36 @@ pub struct CoreConfig {
     pub checkpoint_dir: Option<PathBuf>,
     /// Where jobs' file sources and sinks may be.
     pub allowed_roots: AllowedRoots,
+    /// Its clock.
+    pub clock: Clock,
+}
+
+/// The JobManager's clock: the real one, or one a test moves
+/// ([`Clock::simulated`]) so that heartbeat timeouts, checkpoint intervals
+/// and restart delays run on simulated time.
+#[derive(Debug, Clone, Default)]
+pub enum Clock {
+    /// `Instant::now()`.
+    #[default]
+    Real,
+    /// Whatever the test last set.
+    Simulated(Arc<Mutex<Instant>>),
+}
+
+impl Clock {
+    /// A simulated clock starting now, and its hand.
+    pub fn simulated() -> (Clock, Arc<Mutex<Instant>>) {
+        let hand = Arc::new(Mutex::new(Instant::now()));
+        (Clock::Simulated(hand.clone()), hand)
+    }
+
+    /// The time.
+    pub fn now(&self) -> Instant {
+        match self {
+            Clock::Real => Instant::now(),
+            Clock::Simulated(hand) => *hand.lock().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
 }
 
 /// An in-process TaskManager's connection to its JobManager
@@ -583,6 +616,7 @@ pub struct JobManager {
     storage: DirStorage,
     /// Bumped after anything may have changed a job.
     changes: tokio::sync::watch::Sender<u64>,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for JobManager {
@@ -633,6 +667,7 @@ impl JobManager {
             storage: DirStorage::new(checkpoint_root.clone()),
             checkpoint_root,
             changes: tokio::sync::watch::Sender::new(0),
+            clock: config.clock,
         })
     }
 
@@ -643,9 +678,7 @@ impl JobManager {
             let mut tick = tokio::time::interval(Duration::from_millis(50));
             loop {
                 tick.tick().await;
-                self.check_heartbeats();
-                self.tick_jobs();
-                self.changed();
+                self.tick();
             }
         })
     }
@@ -655,12 +688,8 @@ impl JobManager {
     /// says from the returned receiver and answers into the sender; when it
     /// drops the sender, it is lost.
     pub fn attach(self: &Arc<Self>, id: &str, slots: u32) -> InProcessLink {
-        let session = random_u64();
-        let (tx, from_jobmanager) = mpsc::unbounded_channel::<ToTaskManager>();
+        let (session, from_jobmanager) = self.register_in_process(id, slots);
         let (to_jobmanager, mut rx) = mpsc::unbounded_channel::<ToJobManager>();
-        // No data plane: the embedded cluster's channels stay in memory.
-        let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
-        self.register(id, slots, nowhere, tx, session);
         let jm = self.clone();
         let id = id.to_owned();
         let forwarder = tokio::spawn(async move {
@@ -696,6 +725,43 @@ impl JobManager {
                 return Err(ApiError::internal("the JobManager stopped"));
             }
         }
+    }
+
+    /// Registers a TaskManager without a network (no data plane: its
+    /// channels stay in memory); returns its session and what the
+    /// JobManager tells it. Its messages go to [`JobManager::deliver`].
+    pub fn register_in_process(
+        &self,
+        id: &str,
+        slots: u32,
+    ) -> (u64, mpsc::UnboundedReceiver<ToTaskManager>) {
+        let session = random_u64();
+        let (tx, rx) = mpsc::unbounded_channel::<ToTaskManager>();
+        let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
+        self.register(id, slots, nowhere, tx, session);
+        self.changed();
+        (session, rx)
+    }
+
+    /// A message of TaskManager `id` in session `session` (ignored unless
+    /// that is its current, live session).
+    pub fn deliver(&self, id: &str, session: u64, message: ToJobManager) {
+        self.on_message(id, session, message);
+    }
+
+    /// TaskManager `id`'s session `session` ended (its connection closed):
+    /// it is lost, with its jobs' subtasks.
+    pub fn disconnect(&self, id: &str, session: u64, reason: &str) {
+        self.lose_if_current(id, session, reason.to_owned());
+    }
+
+    /// One tick of the clock: heartbeat check, checkpoint triggers and
+    /// timeouts, due restarts. [`JobManager::spawn_clock`] calls it every
+    /// 50 ms; a simulation calls it after moving its [`Clock`].
+    pub fn tick(&self) {
+        self.check_heartbeats();
+        self.tick_jobs();
+        self.changed();
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -816,7 +882,7 @@ impl JobManager {
                 break id;
             }
         };
-        let now = Instant::now();
+        let now = self.clock.now();
         let checkpoints = graph.settings.checkpoints.clone().map(|config| {
             let subtasks = tasks
                 .iter()
@@ -988,7 +1054,7 @@ impl JobManager {
             }
             _ => {}
         }
-        settle(taskmanagers, job);
+        settle(taskmanagers, job, self.clock.now());
         Ok(job.summary())
     }
 
@@ -1155,7 +1221,12 @@ impl JobManager {
             .is_some_and(|tm| tm.lost.is_none())
         {
             // Same id, new connection: the old process is gone (restarted).
-            lose(&mut state, id, "registered again (restarted)".to_owned());
+            lose(
+                &mut state,
+                id,
+                "registered again (restarted)".to_owned(),
+                self.clock.now(),
+            );
         }
         state.taskmanagers.insert(
             id.to_owned(),
@@ -1165,7 +1236,7 @@ impl JobManager {
                 occupied: BTreeMap::new(),
                 lost: None,
                 registered_at_ms: now_ms(),
-                last_heartbeat: Instant::now(),
+                last_heartbeat: self.clock.now(),
                 net: NetStats::default(),
                 tx,
                 session,
@@ -1188,7 +1259,8 @@ impl JobManager {
         else {
             return;
         };
-        tm.last_heartbeat = Instant::now();
+        let now = self.clock.now();
+        tm.last_heartbeat = now;
         match message {
             ToJobManager::Register { .. } => {}
             ToJobManager::Heartbeat { net, jobs: reports } => {
@@ -1208,9 +1280,26 @@ impl JobManager {
                 snapshot,
                 alignment_ms,
             } => {
-                let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
+                let Some(job) = jobs.get_mut(&job) else {
                     return;
                 };
+                if job.attempt != attempt {
+                    // An attempt that was canceled finished an upload
+                    // after the restart's sweep: its files are nobody's.
+                    // (Only files of the job's own folders, and none a
+                    // retained checkpoint uses, are deleted.)
+                    if job.checkpoints.is_some()
+                        && snapshot.foreign_path(&job.id, checkpoint).is_none()
+                    {
+                        let shared: Vec<StoragePath> = snapshot
+                            .states
+                            .iter()
+                            .flat_map(|(_, h)| h.shared_paths().cloned())
+                            .collect();
+                        discard_uploads(job, &self.storage, checkpoint, &shared);
+                    }
+                    return;
+                }
                 if !job.placed_on(task, subtask, tm_id) {
                     return;
                 }
@@ -1225,9 +1314,9 @@ impl JobManager {
                          job's own folder"
                     );
                     tracing::warn!(job = %job.id, checkpoint, "{reason}");
-                    let actions =
-                        c.coordinator
-                            .decline(checkpoint, (task, subtask), reason, Instant::now());
+                    let actions = c
+                        .coordinator
+                        .decline(checkpoint, (task, subtask), reason, now);
                     checkpoint_actions(taskmanagers, job, &self.storage, actions);
                     return;
                 }
@@ -1246,7 +1335,7 @@ impl JobManager {
                     (task, subtask),
                     snapshot,
                     Duration::from_millis(alignment_ms),
-                    Instant::now(),
+                    now,
                 );
                 checkpoint_actions(taskmanagers, job, &self.storage, actions);
             }
@@ -1284,9 +1373,9 @@ impl JobManager {
                     return;
                 };
                 if let Some(c) = job.checkpoints.as_mut() {
-                    let actions =
-                        c.coordinator
-                            .decline(checkpoint, (task, subtask), reason, Instant::now());
+                    let actions = c
+                        .coordinator
+                        .decline(checkpoint, (task, subtask), reason, now);
                     checkpoint_actions(taskmanagers, job, &self.storage, actions);
                 }
             }
@@ -1322,6 +1411,7 @@ impl JobManager {
                             error.as_deref().unwrap_or("failed")
                         ),
                         true,
+                        now,
                     ),
                     TaskState::Canceled if job.state == JobState::Running => fail(
                         taskmanagers,
@@ -1331,10 +1421,11 @@ impl JobManager {
                             error.as_deref().unwrap_or("no reason given")
                         ),
                         false,
+                        now,
                     ),
                     _ => {}
                 }
-                settle(taskmanagers, job);
+                settle(taskmanagers, job, now);
             }
         }
     }
@@ -1347,7 +1438,7 @@ impl JobManager {
                 .get(tm_id)
                 .is_some_and(|tm| tm.session == session && tm.lost.is_none())
             {
-                lose(&mut state, tm_id, reason);
+                lose(&mut state, tm_id, reason, self.clock.now());
             }
         }
         self.changed();
@@ -1357,7 +1448,7 @@ impl JobManager {
     fn tick_jobs(&self) {
         let mut state = self.lock();
         let State { taskmanagers, jobs } = &mut *state;
-        let now = Instant::now();
+        let now = self.clock.now();
         for job in jobs.values_mut() {
             let deferred = std::mem::take(&mut job.deferred);
             checkpoint_actions(taskmanagers, job, &self.storage, deferred);
@@ -1420,11 +1511,13 @@ impl JobManager {
     fn check_heartbeats(&self) {
         let mut state = self.lock();
         let timeout = self.heartbeat_timeout;
+        let now = self.clock.now();
         let late: Vec<(String, Duration)> = state
             .taskmanagers
             .iter()
-            .filter(|(_, tm)| tm.lost.is_none() && tm.last_heartbeat.elapsed() > timeout)
-            .map(|(id, tm)| (id.clone(), tm.last_heartbeat.elapsed()))
+            .map(|(id, tm)| (id, tm, now.saturating_duration_since(tm.last_heartbeat)))
+            .filter(|(_, tm, silent)| tm.lost.is_none() && *silent > timeout)
+            .map(|(id, _, silent)| (id.clone(), silent))
             .collect();
         for (id, silent) in late {
             let reason = format!(
@@ -1432,7 +1525,7 @@ impl JobManager {
                 silent.as_secs_f64(),
                 timeout.as_secs_f64()
             );
-            lose(&mut state, &id, reason);
+            lose(&mut state, &id, reason, now);
         }
     }
 }
@@ -1454,7 +1547,7 @@ fn aggregate_state(states: &[TaskState]) -> &'static str {
 
 /// Declares a TaskManager lost: its slots leave the pool, its subtasks
 /// count as failed, its jobs fail.
-fn lose(state: &mut State, tm_id: &str, reason: String) {
+fn lose(state: &mut State, tm_id: &str, reason: String, now: Instant) {
     let State { taskmanagers, jobs } = state;
     let Some(tm) = taskmanagers.get_mut(tm_id) else {
         return;
@@ -1475,14 +1568,20 @@ fn lose(state: &mut State, tm_id: &str, reason: String) {
         }
         if hit {
             let message = format!("TaskManager {tm_id} ({address}) lost: {reason}");
-            fail(taskmanagers, job, message, true);
-            settle(taskmanagers, job);
+            fail(taskmanagers, job, message, true, now);
+            settle(taskmanagers, job, now);
         }
     }
 }
 
 /// Records a failure of `job` and cancels its other subtasks.
-fn fail(taskmanagers: &BTreeMap<String, Tm>, job: &mut Job, reason: String, root: bool) {
+fn fail(
+    taskmanagers: &BTreeMap<String, Tm>,
+    job: &mut Job,
+    reason: String,
+    root: bool,
+    now: Instant,
+) {
     if job.failure.is_none() || (root && !job.failure_is_root) {
         job.failure = Some(reason);
         job.failure_is_root = root;
@@ -1491,7 +1590,7 @@ fn fail(taskmanagers: &BTreeMap<String, Tm>, job: &mut Job, reason: String, root
         job.state = JobState::Failing;
         send_cancel(taskmanagers, job);
         if let Some(c) = job.checkpoints.as_mut() {
-            let actions = c.coordinator.suspend("a task failed", Instant::now());
+            let actions = c.coordinator.suspend("a task failed", now);
             job.deferred.extend(actions);
         }
     }
@@ -1509,14 +1608,14 @@ fn send_cancel(taskmanagers: &BTreeMap<String, Tm>, job: &Job) {
 
 /// Once every subtask has stopped: ends the job, or schedules its restart
 /// (the restart strategy decides), and frees its slots.
-fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job) {
+fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job, now: Instant) {
     if job.state.is_terminal()
         || job.state == JobState::Restarting
         || !job.subtasks.iter().flatten().all(|s| s.is_terminal())
     {
         return;
     }
-    let now = Instant::now();
+
     let all_finished = job
         .subtasks
         .iter()
@@ -1745,10 +1844,15 @@ fn discard_uploads(job: &Job, storage: &DirStorage, id: u64, shared: &[StoragePa
         .filter(|f| own.as_ref().is_ok_and(|own| f.starts_with(own)))
         .cloned()
         .collect();
-    if let Some(c) = &job.checkpoints {
-        for file in c.registry.orphans(&shared) {
-            let _ = storage.delete(&file);
-        }
+    let Some(c) = &job.checkpoints else {
+        return;
+    };
+    for file in c.registry.orphans(&shared) {
+        let _ = storage.delete(&file);
+    }
+    if c.coordinator.retained().any(|r| r.id == id) {
+        // Never a completed checkpoint's own folder.
+        return;
     }
     if let Ok(dir) = StoragePath::new(format!("{}/chk-{id}", job.id)) {
         let _ = storage.delete_prefix(&dir);
