@@ -9,8 +9,9 @@
 //! carries out the [`Command`]s it returns, in the order returned:
 //! * [`AckLedger::trigger`]: the JobManager triggered a checkpoint.
 //! * [`AckLedger::taken`]: a local subtask took the synchronous part of its
-//!   snapshot; the shell uploads it from the base returned, then reports
-//!   with [`AckLedger::uploaded`] or [`AckLedger::upload_failed`].
+//!   snapshot (its sink pre-committed its output); the shell uploads it
+//!   from the base returned, then reports with [`AckLedger::uploaded`] or
+//!   [`AckLedger::upload_failed`].
 //! * [`AckLedger::finished`]: a local subtask reached the end of its input
 //!   (its snapshot with [`crate::taskmanager::FINISHED`]).
 //! * [`AckLedger::complete`], [`AckLedger::aborted`]: the JobManager
@@ -31,11 +32,17 @@
 //! * A finished subtask's last part (no state, its source position and its
 //!   final pre-committed output) answers every checkpoint triggered after
 //!   it finished, and the newest trigger it had not acked when it finished.
-//! * Sink output is committed only when a checkpoint at or after the one it
-//!   was acked for completes, in checkpoint order, and at most once per
-//!   ack. A finished subtask's final output is acked with each checkpoint
-//!   it answers, so it is committed again with each (commits are
-//!   idempotent), and once more when the job finishes.
+//! * Sink output pre-committed at checkpoint `n`'s barrier is committed
+//!   when the first checkpoint `>= n` completes (or the job finishes), in
+//!   checkpoint order, once. Never earlier: until then a restore could
+//!   produce it again. Never dropped while the attempt runs, even when `n`
+//!   is aborted or its upload fails: its records come before the barrier
+//!   of the next completed checkpoint, whose source positions are past
+//!   them, so no restore produces them again (Flink's two-phase commit
+//!   sink does the same).
+//! * A finished subtask's final output is committed with each checkpoint
+//!   its last part answers (commits are idempotent), and once more when the
+//!   job finishes.
 //! * An upload's base is, per operator vertex and subtask, the state handle
 //!   of the newest completed checkpoint that uploaded one (at first, the
 //!   restored one): never one of an aborted checkpoint.
@@ -102,7 +109,8 @@ pub struct AckLedger {
     last_trigger: u64,
     /// The checkpoint each subtask acked last.
     acked: HashMap<SubtaskId, u64>,
-    /// Sink committables acked, by checkpoint, in ack order.
+    /// Sink committables not committed yet, by checkpoint: pre-committed at
+    /// its barrier, or a finished subtask's final output answering it.
     pending_commits: BTreeMap<u64, Vec<serde_json::Value>>,
     /// Handles uploaded by checkpoint, until it completes or aborts.
     uploaded: BTreeMap<u64, HashMap<StateKey, StateHandle>>,
@@ -135,22 +143,35 @@ impl AckLedger {
             .map(|(s, part)| (*s, part.clone()))
             .collect();
         for (subtask, part) in finished {
-            commands.push(self.ack(checkpoint, subtask, part, Duration::ZERO));
+            commands.push(self.answer_finished(checkpoint, subtask, part));
         }
         commands
     }
 
-    /// `subtask` took the synchronous part of a snapshot (not the one with
-    /// [`crate::taskmanager::FINISHED`]: that is [`AckLedger::finished`]),
-    /// with local state for the operator `vertices`. The shell uploads it, each vertex's state incrementally
+    /// `subtask` took the synchronous part of its snapshot for
+    /// `checkpoint` (not [`crate::taskmanager::FINISHED`]: that is
+    /// [`AckLedger::finished`]), with local state for the operator
+    /// `vertices`; `sink` is its sink's output pre-committed at the
+    /// barrier. The shell uploads it, each vertex's state incrementally
     /// from the returned base (vertices without one upload in full), and
     /// reports the outcome with [`AckLedger::uploaded`] or
     /// [`AckLedger::upload_failed`].
     pub fn taken(
         &mut self,
+        checkpoint: u64,
         subtask: SubtaskId,
         vertices: impl IntoIterator<Item = usize>,
+        sink: Option<serde_json::Value>,
     ) -> HashMap<usize, StateHandle> {
+        // Recorded now, not when acked: whatever becomes of this checkpoint
+        // (aborted, its upload failed), the output is committed with the
+        // next one to complete.
+        if let Some(sink) = sink {
+            self.pending_commits
+                .entry(checkpoint)
+                .or_default()
+                .push(sink);
+        }
         vertices
             .into_iter()
             .filter_map(|v| self.previous.get(&(v, subtask.1)).map(|h| (v, h.clone())))
@@ -176,7 +197,7 @@ impl AckLedger {
         let mut commands = Vec::new();
         // A checkpoint triggered while it was finishing gets this part.
         if self.last_trigger > self.acked.get(&subtask).copied().unwrap_or(0) {
-            commands.push(self.ack(self.last_trigger, subtask, part.clone(), Duration::ZERO));
+            commands.push(self.answer_finished(self.last_trigger, subtask, part.clone()));
         }
         self.finished.insert(subtask, part);
         commands
@@ -198,7 +219,8 @@ impl AckLedger {
         vec![self.ack(checkpoint, subtask, part, alignment)]
     }
 
-    /// The upload of `subtask`'s snapshot for `checkpoint` failed: declines it.
+    /// The upload of `subtask`'s snapshot for `checkpoint` failed: declines
+    /// it. Its sink's output stays pending (see [`AckLedger::taken`]).
     pub fn upload_failed(
         &mut self,
         checkpoint: u64,
@@ -212,9 +234,9 @@ impl AckLedger {
         }]
     }
 
-    /// The JobManager completed `checkpoint`: commits the output acked for
-    /// it and for every older checkpoint, oldest first; its uploads (and
-    /// older ones) become the base of the next ones.
+    /// The JobManager completed `checkpoint`: commits the output pending
+    /// for it and for every older checkpoint, oldest first; its uploads
+    /// (and older ones) become the base of the next ones.
     pub fn complete(&mut self, checkpoint: u64) -> Vec<Command> {
         let commands = self.commit_up_to(checkpoint);
         let done: Vec<u64> = self
@@ -230,14 +252,14 @@ impl AckLedger {
         commands
     }
 
-    /// The JobManager abandoned `checkpoint`: forgets the output acked for
-    /// it and what was uploaded for it.
+    /// The JobManager abandoned `checkpoint`: forgets what was uploaded for
+    /// it. Its output stays pending: it is committed with the next
+    /// checkpoint to complete.
     pub fn aborted(&mut self, checkpoint: u64) {
-        self.pending_commits.remove(&checkpoint);
         self.uploaded.remove(&checkpoint);
     }
 
-    /// Every subtask of the job finished: commits everything acked, then
+    /// Every subtask of the job finished: commits everything pending, then
     /// every finished subtask's final output (also what no checkpoint
     /// completed after it finished).
     pub fn job_finished(mut self) -> Vec<Command> {
@@ -255,12 +277,13 @@ impl AckLedger {
     /// uploads still running are forgotten.
     pub fn stop(self) {}
 
-    fn ack(
+    /// Acks `checkpoint` with a finished subtask's last part: its final
+    /// output is committed when the checkpoint completes.
+    fn answer_finished(
         &mut self,
         checkpoint: u64,
         subtask: SubtaskId,
         part: SubtaskCheckpoint,
-        alignment: Duration,
     ) -> Command {
         if let Some(sink) = &part.sink {
             self.pending_commits
@@ -268,6 +291,16 @@ impl AckLedger {
                 .or_default()
                 .push(sink.clone());
         }
+        self.ack(checkpoint, subtask, part, Duration::ZERO)
+    }
+
+    fn ack(
+        &mut self,
+        checkpoint: u64,
+        subtask: SubtaskId,
+        part: SubtaskCheckpoint,
+        alignment: Duration,
+    ) -> Command {
         self.acked.insert(subtask, checkpoint);
         Command::Ack {
             checkpoint,
@@ -333,7 +366,7 @@ mod tests {
         subtask: SubtaskId,
         sink: &str,
     ) -> Vec<Command> {
-        l.taken(subtask, [V]);
+        l.taken(checkpoint, subtask, [V], Some(txn(sink)));
         l.uploaded(
             checkpoint,
             subtask,
@@ -372,8 +405,8 @@ mod tests {
     fn a_snapshot_is_acked_only_once_uploaded_with_what_was_uploaded() {
         let mut l = AckLedger::default();
         assert_eq!(l.trigger(1), vec![Command::InjectBarrier { checkpoint: 1 }]);
-        l.taken(A, [V]);
-        l.taken(B, []);
+        l.taken(1, A, [V], Some(txn("a-1")));
+        l.taken(1, B, [], None);
         // Taking a snapshot acks nothing; each subtask acks when its own
         // upload is done.
         let uploaded = part(Some(10), Some("a-1"));
@@ -394,7 +427,7 @@ mod tests {
     fn a_failed_upload_declines_and_acks_nothing() {
         let mut l = AckLedger::default();
         l.trigger(1);
-        l.taken(A, [V]);
+        l.taken(1, A, [V], None);
         assert_eq!(
             l.upload_failed(1, A, "disk full".to_owned()),
             vec![Command::Decline {
@@ -449,12 +482,52 @@ mod tests {
     }
 
     #[test]
+    fn an_aborted_checkpoints_output_is_committed_with_the_next_completed_one() {
+        // Its records precede the next completed checkpoint's barrier: no
+        // restore produces them again, so dropping them would lose them.
+        let mut l = AckLedger::default();
+        l.trigger(1);
+        take_and_upload(&mut l, 1, A, "a-1");
+        l.aborted(1);
+        l.trigger(2);
+        take_and_upload(&mut l, 2, A, "a-2");
+        assert_eq!(commits(&l.complete(2)), vec![txn("a-1"), txn("a-2")]);
+    }
+
+    #[test]
+    fn a_failed_uploads_output_is_committed_with_the_next_completed_one() {
+        let mut l = AckLedger::default();
+        l.trigger(1);
+        l.taken(1, A, [V], Some(txn("a-1")));
+        l.upload_failed(1, A, "disk full".to_owned());
+        l.aborted(1);
+        l.trigger(2);
+        take_and_upload(&mut l, 2, A, "a-2");
+        assert_eq!(commits(&l.complete(2)), vec![txn("a-1"), txn("a-2")]);
+    }
+
+    #[test]
+    fn output_still_uploading_is_committed_when_a_newer_checkpoint_completes() {
+        let mut l = AckLedger::default();
+        l.trigger(5);
+        l.trigger(6);
+        l.taken(5, A, [V], Some(txn("a-5")));
+        take_and_upload(&mut l, 6, A, "a-6");
+        // 6 completes before the upload for 5 ends (and subsumes 5).
+        assert_eq!(commits(&l.complete(6)), vec![txn("a-5"), txn("a-6")]);
+        l.aborted(5);
+        let late = l.uploaded(5, A, part(Some(5), Some("a-5")), ALIGN);
+        assert!(commits(&late).is_empty(), "{late:?}");
+        assert!(commits(&l.job_finished()).is_empty());
+    }
+
+    #[test]
     fn a_late_upload_of_an_aborted_checkpoint_is_acked_for_cleanup_but_never_becomes_the_base() {
         let mut l = AckLedger::default();
         l.trigger(5);
         l.trigger(6);
-        l.taken(A, [V]);
-        l.taken(A, [V]);
+        l.taken(5, A, [V], None);
+        l.taken(6, A, [V], None);
         l.aborted(6);
         // The JobManager answers a late ack by deleting what it uploaded.
         let commands = l.uploaded(6, A, part(Some(6), None), ALIGN);
@@ -463,7 +536,7 @@ mod tests {
         l.complete(5);
         // Checkpoint 7 is uploaded on top of 5, the newest completed.
         l.trigger(7);
-        assert_eq!(l.taken(A, [V]), HashMap::from([(V, handle(5))]));
+        assert_eq!(l.taken(7, A, [V], None), HashMap::from([(V, handle(5))]));
     }
 
     #[test]
@@ -471,14 +544,14 @@ mod tests {
         let restored = HashMap::from([((V, A.1), handle(100))]);
         let mut l = AckLedger::new([], restored);
         l.trigger(1);
-        assert_eq!(l.taken(A, [V]), HashMap::from([(V, handle(100))]));
+        assert_eq!(l.taken(1, A, [V], None), HashMap::from([(V, handle(100))]));
         // A vertex without a base uploads in full.
-        assert_eq!(l.taken(A, [V + 1]), HashMap::new());
+        assert_eq!(l.taken(1, A, [V + 1], None), HashMap::new());
         l.uploaded(1, A, part(Some(1), None), ALIGN);
         // Not before the checkpoint completes.
-        assert_eq!(l.taken(A, [V]), HashMap::from([(V, handle(100))]));
+        assert_eq!(l.taken(2, A, [V], None), HashMap::from([(V, handle(100))]));
         l.complete(1);
-        assert_eq!(l.taken(A, [V]), HashMap::from([(V, handle(1))]));
+        assert_eq!(l.taken(3, A, [V], None), HashMap::from([(V, handle(1))]));
     }
 
     #[test]

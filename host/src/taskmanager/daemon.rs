@@ -953,7 +953,12 @@ impl JobCheckpoints {
                     if snapshot.checkpoint == FINISHED {
                         ledger.finished(subtask, snapshot.source, snapshot.sink)
                     } else {
-                        let base = ledger.taken(subtask, snapshot.states.iter().map(|(v, _)| *v));
+                        let base = ledger.taken(
+                            snapshot.checkpoint,
+                            subtask,
+                            snapshot.states.iter().map(|(v, _)| *v),
+                            snapshot.sink.clone(),
+                        );
                         self.upload(snapshot, base, &uploaded_tx);
                         Vec::new()
                     }
