@@ -46,9 +46,12 @@
 //! * A finished subtask's final output is committed with each checkpoint
 //!   its last part answers (commits are idempotent), and once more when the
 //!   job finishes.
-//! * An upload's base is, per operator vertex and subtask, the state handle
-//!   of the newest completed checkpoint that uploaded one (at first, the
-//!   restored one): never one of an aborted checkpoint.
+//! * An upload's base is, per operator vertex and subtask, its state handle
+//!   in the newest completed checkpoint (at first, the restored one). An
+//!   aborted checkpoint's uploads are forgotten; one that ends after the
+//!   abort is overwritten by the next completed checkpoint's in the same
+//!   step that would make it a base (for every subtask still uploading:
+//!   each acks every checkpoint with an upload).
 //! * [`AckLedger::stop`] commits nothing: a restore commits the restored
 //!   checkpoint's output and deletes the rest.
 //!
@@ -186,8 +189,9 @@ impl AckLedger {
 
     /// `subtask` reached the end of its input: `source` is its final
     /// position, `sink` its final pre-committed output. The newest
-    /// checkpoint triggered that it has not acked gets this part, and so
-    /// does every checkpoint triggered from now on.
+    /// checkpoint triggered gets this part if it is newer than every one
+    /// the subtask acked, and so does every checkpoint triggered from now
+    /// on (see [`AckLedger::trigger`]).
     pub fn finished(
         &mut self,
         subtask: SubtaskId,
