@@ -1,8 +1,10 @@
-//! Checkpoints: state snapshots, checkpoint storage and the shared-file
-//! registry.
+//! Checkpoints: state snapshots, checkpoint storage, the shared-file
+//! registry, and the two pure state machines that drive checkpoints (the
+//! JobManager's coordinator, the TaskManager's ack ledger).
 //!
 //! This module owns the storage layer of checkpoints — what the barrier
-//! aligner, the checkpoint coordinator and failover call:
+//! aligner, the checkpoint coordinator and failover call — and the
+//! bookkeeping on both sides of the checkpoint protocol:
 //! * [`storage`]: [`StoragePath`] (relative paths that cannot escape the
 //!   storage root), the [`CheckpointStorage`] trait and [`DirStorage`] (a
 //!   local or shared directory), with atomic writes.
@@ -14,6 +16,10 @@
 //!   [`crate::state::restore_backend`] bring it back.
 //! * [`coordinator`]: the checkpoint coordinator, a pure state machine
 //!   (its own module docs say what it owns).
+//! * [`acks`]: [`acks::AckLedger`], the TaskManager's side of one
+//!   deployment's checkpoints, a pure state machine: when to upload a local
+//!   snapshot and from which base, when to ack or decline it, when to
+//!   commit sinks' pre-committed output.
 //! * [`registry`]: [`SharedStateRegistry`], the JobManager's reference
 //!   counts of shared files (RocksDB SST files referenced by several
 //!   checkpoints), which says what to delete when checkpoints are subsumed
@@ -39,10 +45,13 @@
 //! Barrier alignment, sinks and failover live with the tasks and the
 //! JobManager. The storage layer ([`storage`], [`snapshot`], [`registry`])
 //! does no networking and spawns no threads: the caller runs
-//! [`snapshot::upload`] wherever its asynchronous part belongs.
+//! [`snapshot::upload`] wherever its asynchronous part belongs. The state
+//! machines ([`coordinator`], [`acks`]) do no I/O at all: their shells in
+//! the JobManager and the TaskManager carry out what they return.
 
 use crate::state::StateError;
 
+pub mod acks;
 pub mod coordinator;
 pub mod registry;
 pub mod snapshot;

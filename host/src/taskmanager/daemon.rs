@@ -26,7 +26,7 @@
 //!
 //! This module must not decide placement or job state: the JobManager does.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +37,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch};
 
 use super::{Abort, FINISHED, JobMetrics, Message, TakenSnapshot, TaskError};
+use crate::checkpoint::acks::{AckLedger, Command};
 use crate::checkpoint::snapshot::StateHandle;
 use crate::checkpoint::storage::{CheckpointStorage, DirStorage, StoragePath};
 use crate::connectors::AllowedRoots;
@@ -956,10 +957,6 @@ async fn run_job(
                 .as_ref()
                 .map(|r| r.previous.clone())
                 .unwrap_or_default(),
-            last_trigger: 0,
-            acked: HashMap::new(),
-            pending_commits: BTreeMap::new(),
-            uploaded: BTreeMap::new(),
         };
         tokio::spawn(ctx.run(taken_rx, events_rx))
     });
@@ -1112,21 +1109,14 @@ enum JobEvent {
     Stop,
 }
 
-/// The outcome of one background upload: (checkpoint, task, subtask, the
-/// part to acknowledge, alignment, the handles uploaded), or why it failed.
-type Uploaded = Result<
-    (
-        u64,
-        u32,
-        u32,
-        SubtaskCheckpoint,
-        Duration,
-        Vec<(usize, StateHandle)>,
-    ),
-    (u64, u32, u32, String),
->;
+/// The outcome of one background upload: (checkpoint, subtask, the part to
+/// acknowledge, alignment), or why it failed.
+type Uploaded = Result<(u64, (u32, u32), SubtaskCheckpoint, Duration), (u64, (u32, u32), String)>;
 
-/// Uploads snapshots, acknowledges them, commits sinks.
+/// The shell of one deployment's checkpoint bookkeeping: feeds its
+/// [`AckLedger`] the snapshots local subtasks take, the outcomes of their
+/// uploads and the JobManager's checkpoint events, and carries out the
+/// ledger's commands (uploads run on the blocking pool).
 struct JobCheckpoints {
     inner: Arc<Inner>,
     job: String,
@@ -1134,17 +1124,10 @@ struct JobCheckpoints {
     storage: Arc<dyn CheckpointStorage>,
     backend: crate::state::BackendKind,
     triggers: HashMap<(usize, u32), Arc<std::sync::atomic::AtomicU64>>,
-    /// Finished subtasks' last part: it answers every later checkpoint.
+    /// Restored: finished subtasks' last parts (the ledger starts from them).
     finished: HashMap<(u32, u32), SubtaskCheckpoint>,
-    /// The state handles of the last completed checkpoint, per (vertex, subtask).
+    /// Restored: the state handles (the ledger starts from them).
     previous: HashMap<(usize, u32), StateHandle>,
-    last_trigger: u64,
-    /// The newest checkpoint each subtask acknowledged.
-    acked: HashMap<(u32, u32), u64>,
-    /// Sink committables by checkpoint.
-    pending_commits: BTreeMap<u64, Vec<serde_json::Value>>,
-    /// Handles uploaded by checkpoint, until it completes or aborts.
-    uploaded: BTreeMap<u64, HashMap<(usize, u32), StateHandle>>,
 }
 
 impl JobCheckpoints {
@@ -1153,95 +1136,120 @@ impl JobCheckpoints {
         mut taken: mpsc::UnboundedReceiver<TakenSnapshot>,
         mut events: mpsc::UnboundedReceiver<JobEvent>,
     ) {
+        let mut ledger = AckLedger::new(
+            std::mem::take(&mut self.finished),
+            std::mem::take(&mut self.previous),
+        );
         let (uploaded_tx, mut uploaded_rx) = mpsc::unbounded_channel();
         loop {
-            tokio::select! {
-                Some(snapshot) = taken.recv() => self.on_taken(snapshot, &uploaded_tx),
-                Some(done) = uploaded_rx.recv() => self.on_uploaded(done),
+            let commands = tokio::select! {
+                Some(snapshot) = taken.recv() => {
+                    let subtask = (snapshot.task, snapshot.subtask);
+                    if snapshot.checkpoint == FINISHED {
+                        ledger.finished(subtask, snapshot.source, snapshot.sink)
+                    } else {
+                        let base = ledger.taken(
+                            snapshot.checkpoint,
+                            subtask,
+                            snapshot.states.iter().map(|(v, _)| *v),
+                            snapshot.sink.clone(),
+                        );
+                        self.upload(snapshot, base, &uploaded_tx);
+                        Vec::new()
+                    }
+                }
+                Some(done) = uploaded_rx.recv() => match done {
+                    Ok((id, subtask, part, alignment)) => ledger.uploaded(id, subtask, part, alignment),
+                    Err((id, subtask, reason)) => ledger.upload_failed(id, subtask, reason),
+                },
                 event = events.recv() => match event {
-                    Some(JobEvent::Trigger(id)) => self.on_trigger(id),
-                    Some(JobEvent::Complete(id)) => self.on_complete(id),
+                    Some(JobEvent::Trigger(id)) => ledger.trigger(id),
+                    Some(JobEvent::Complete(id)) => ledger.complete(id),
                     Some(JobEvent::Aborted(id)) => {
-                        self.pending_commits.remove(&id);
-                        self.uploaded.remove(&id);
+                        ledger.aborted(id);
+                        Vec::new()
                     }
                     Some(JobEvent::JobFinished) => {
-                        self.commit_up_to(u64::MAX);
-                        for part in self.finished.values() {
-                            if let Some(sink) = &part.sink {
-                                self.commit(sink);
-                            }
-                        }
+                        self.carry_out(ledger.job_finished());
                         return;
                     }
-                    Some(JobEvent::Stop) | None => return,
+                    Some(JobEvent::Stop) | None => {
+                        ledger.stop();
+                        return;
+                    }
                 },
-            }
-        }
-    }
-
-    fn ack(&mut self, id: u64, t: u32, s: u32, snapshot: SubtaskCheckpoint, alignment: Duration) {
-        if let Some(sink) = &snapshot.sink {
-            self.pending_commits
-                .entry(id)
-                .or_default()
-                .push(sink.clone());
-        }
-        self.acked.insert((t, s), id);
-        self.inner.send(ToJobManager::Ack {
-            job: self.job.clone(),
-            attempt: self.attempt,
-            checkpoint: id,
-            task: t,
-            subtask: s,
-            snapshot,
-            alignment_ms: alignment.as_millis() as u64,
-        });
-    }
-
-    fn on_trigger(&mut self, id: u64) {
-        self.last_trigger = self.last_trigger.max(id);
-        for trigger in self.triggers.values() {
-            trigger.fetch_max(id, Ordering::AcqRel);
-        }
-        let finished: Vec<((u32, u32), SubtaskCheckpoint)> =
-            self.finished.iter().map(|(k, v)| (*k, v.clone())).collect();
-        for ((t, s), part) in finished {
-            self.ack(id, t, s, part, Duration::ZERO);
-        }
-    }
-
-    fn on_taken(&mut self, snapshot: TakenSnapshot, uploaded: &mpsc::UnboundedSender<Uploaded>) {
-        let (t, s) = (snapshot.task, snapshot.subtask);
-        if snapshot.checkpoint == FINISHED {
-            let part = SubtaskCheckpoint {
-                finished: true,
-                source: snapshot.source,
-                sink: snapshot.sink,
-                ..SubtaskCheckpoint::default()
             };
-            // A checkpoint triggered while it was finishing gets this part.
-            if self.last_trigger > self.acked.get(&(t, s)).copied().unwrap_or(0) {
-                self.ack(self.last_trigger, t, s, part.clone(), Duration::ZERO);
-            }
-            self.finished.insert((t, s), part);
-            return;
+            self.carry_out(commands);
         }
+    }
+
+    /// Carries out the ledger's commands, in order.
+    fn carry_out(&self, commands: Vec<Command>) {
+        for command in commands {
+            match command {
+                Command::InjectBarrier { checkpoint } => {
+                    for trigger in self.triggers.values() {
+                        trigger.fetch_max(checkpoint, Ordering::AcqRel);
+                    }
+                }
+                Command::Ack {
+                    checkpoint,
+                    subtask: (task, subtask),
+                    part,
+                    alignment,
+                } => self.inner.send(ToJobManager::Ack {
+                    job: self.job.clone(),
+                    attempt: self.attempt,
+                    checkpoint,
+                    task,
+                    subtask,
+                    snapshot: part,
+                    alignment_ms: alignment.as_millis() as u64,
+                }),
+                Command::Decline {
+                    checkpoint,
+                    subtask: (task, subtask),
+                    reason,
+                } => self.inner.send(ToJobManager::Decline {
+                    job: self.job.clone(),
+                    attempt: self.attempt,
+                    checkpoint,
+                    task,
+                    subtask,
+                    reason,
+                }),
+                Command::Commit(committable) => {
+                    if let Err(e) =
+                        crate::connectors::commit(&committable, self.inner.cluster.allowed_roots())
+                    {
+                        // The data stays pending; a restore commits it again.
+                        tracing::error!(job = %self.job, "sink commit failed: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Uploads `snapshot` on the blocking pool, each vertex's state
+    /// incrementally from `base`, then deletes the local snapshot and
+    /// reports the outcome on `uploaded`.
+    fn upload(
+        &self,
+        snapshot: TakenSnapshot,
+        base: HashMap<usize, StateHandle>,
+        uploaded: &mpsc::UnboundedSender<Uploaded>,
+    ) {
         let storage = self.storage.clone();
         let job = self.job.clone();
         let backend = self.backend;
-        let previous: HashMap<usize, StateHandle> = snapshot
-            .states
-            .iter()
-            .filter_map(|(v, _)| self.previous.get(&(*v, s)).map(|h| (*v, h.clone())))
-            .collect();
         let uploaded = uploaded.clone();
         tokio::task::spawn_blocking(move || {
             let id = snapshot.checkpoint;
-            let result = upload_snapshot(&snapshot, storage.as_ref(), &job, backend, &previous);
+            let subtask = (snapshot.task, snapshot.subtask);
+            let result = upload_snapshot(&snapshot, storage.as_ref(), &job, backend, &base);
             let message = match result {
-                Ok((part, handles)) => Ok((id, t, s, part, snapshot.alignment, handles)),
-                Err(e) => Err((id, t, s, e)),
+                Ok(part) => Ok((id, subtask, part, snapshot.alignment)),
+                Err(e) => Err((id, subtask, e)),
             };
             // The local snapshot (hard links) is no longer needed.
             if let Some(dir) = snapshot.states.first().and_then(|(_, d)| d.parent()) {
@@ -1249,52 +1257,6 @@ impl JobCheckpoints {
             }
             let _ = uploaded.send(message);
         });
-    }
-
-    fn on_uploaded(&mut self, done: Uploaded) {
-        match done {
-            Ok((id, t, s, part, alignment, handles)) => {
-                let entry = self.uploaded.entry(id).or_default();
-                for (v, h) in handles {
-                    entry.insert((v, s), h);
-                }
-                self.ack(id, t, s, part, alignment);
-            }
-            Err((id, t, s, reason)) => self.inner.send(ToJobManager::Decline {
-                job: self.job.clone(),
-                attempt: self.attempt,
-                checkpoint: id,
-                task: t,
-                subtask: s,
-                reason,
-            }),
-        }
-    }
-
-    fn on_complete(&mut self, id: u64) {
-        self.commit_up_to(id);
-        let done: Vec<u64> = self.uploaded.range(..=id).map(|(k, _)| *k).collect();
-        for k in done {
-            if let Some(handles) = self.uploaded.remove(&k) {
-                self.previous.extend(handles);
-            }
-        }
-    }
-
-    fn commit_up_to(&mut self, id: u64) {
-        let ids: Vec<u64> = self.pending_commits.range(..=id).map(|(k, _)| *k).collect();
-        for k in ids {
-            for sink in self.pending_commits.remove(&k).unwrap_or_default() {
-                self.commit(&sink);
-            }
-        }
-    }
-
-    fn commit(&self, sink: &serde_json::Value) {
-        if let Err(e) = crate::connectors::commit(sink, self.inner.cluster.allowed_roots()) {
-            // The data stays pending; a restore commits it again.
-            tracing::error!(job = %self.job, "sink commit failed: {e}");
-        }
     }
 }
 
@@ -1305,7 +1267,7 @@ fn upload_snapshot(
     job: &str,
     backend: crate::state::BackendKind,
     previous: &HashMap<usize, StateHandle>,
-) -> Result<(SubtaskCheckpoint, Vec<(usize, StateHandle)>), String> {
+) -> Result<SubtaskCheckpoint, String> {
     let e = |e: crate::checkpoint::CheckpointError| e.to_string();
     let (t, s, id) = (snapshot.task, snapshot.subtask, snapshot.checkpoint);
     let private = StoragePath::new(format!("{job}/chk-{id}/{t}-{s}")).map_err(e)?;
@@ -1331,14 +1293,13 @@ fn upload_snapshot(
         storage.put_bytes(&path, &bytes).map_err(e)?;
         Some(path)
     };
-    let part = SubtaskCheckpoint {
+    Ok(SubtaskCheckpoint {
         finished: false,
-        states: states.clone(),
+        states,
         timers,
         source: snapshot.source.clone(),
         sink: snapshot.sink.clone(),
-    };
-    Ok((part, states))
+    })
 }
 
 /// Makes every operator module of `graph` a local file: fetches the ones not
