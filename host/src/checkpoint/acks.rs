@@ -30,8 +30,11 @@
 //!   uploaded; a failed upload is declined. Acks are per subtask, as the
 //!   JobManager counts them.
 //! * A finished subtask's last part (no state, its source position and its
-//!   final pre-committed output) answers every checkpoint triggered after
-//!   it finished, and the newest trigger it had not acked when it finished.
+//!   final pre-committed output) answers each checkpoint newer than every
+//!   one the subtask acked: the newest triggered when it finishes, and
+//!   each one triggered later. Never one it acked with its state: the
+//!   JobManager keeps the first ack, and a restore from that checkpoint
+//!   would produce the final output again after it was committed.
 //! * Sink output pre-committed at checkpoint `n`'s barrier is committed
 //!   when the first checkpoint `>= n` completes (or the job finishes), in
 //!   checkpoint order, once. Never earlier: until then a restore could
@@ -110,7 +113,7 @@ pub struct AckLedger {
     previous: HashMap<StateKey, StateHandle>,
     /// The newest checkpoint triggered.
     last_trigger: u64,
-    /// The checkpoint each subtask acked last.
+    /// The newest checkpoint each subtask acked.
     acked: HashMap<SubtaskId, u64>,
     /// Sink committables not committed yet, by checkpoint: pre-committed at
     /// its barrier, or a finished subtask's final output answering it.
@@ -136,13 +139,16 @@ impl AckLedger {
     }
 
     /// The JobManager triggered `checkpoint`: sources inject its barrier,
-    /// finished subtasks answer it with their last part.
+    /// finished subtasks answer it with their last part (unless they acked
+    /// it already: a barrier from another TaskManager's source can reach a
+    /// subtask before this trigger reaches its TaskManager).
     pub fn trigger(&mut self, checkpoint: u64) -> Vec<Command> {
         self.last_trigger = self.last_trigger.max(checkpoint);
         let mut commands = vec![Command::InjectBarrier { checkpoint }];
         let finished: Vec<(SubtaskId, SubtaskCheckpoint)> = self
             .finished
             .iter()
+            .filter(|(s, _)| self.acked_up_to(**s) < checkpoint)
             .map(|(s, part)| (*s, part.clone()))
             .collect();
         for (subtask, part) in finished {
@@ -200,7 +206,7 @@ impl AckLedger {
         };
         let mut commands = Vec::new();
         // A checkpoint triggered while it was finishing gets this part.
-        if self.last_trigger > self.acked.get(&subtask).copied().unwrap_or(0) {
+        if self.last_trigger > self.acked_up_to(subtask) {
             commands.push(self.answer_finished(self.last_trigger, subtask, part.clone()));
         }
         self.finished.insert(subtask, part);
@@ -305,13 +311,19 @@ impl AckLedger {
         part: SubtaskCheckpoint,
         alignment: Duration,
     ) -> Command {
-        self.acked.insert(subtask, checkpoint);
+        let acked = self.acked.entry(subtask).or_default();
+        *acked = (*acked).max(checkpoint);
         Command::Ack {
             checkpoint,
             subtask,
             part,
             alignment,
         }
+    }
+
+    /// The newest checkpoint `subtask` acked (0: none).
+    fn acked_up_to(&self, subtask: SubtaskId) -> u64 {
+        self.acked.get(&subtask).copied().unwrap_or(0)
     }
 
     fn commit_up_to(&mut self, checkpoint: u64) -> Vec<Command> {
@@ -601,6 +613,36 @@ mod tests {
         };
         assert_eq!(part.source, Some(json!(42)));
         assert_eq!(part.sink, Some(txn("b-end")));
+    }
+
+    #[test]
+    fn a_late_upload_of_an_older_checkpoint_does_not_let_the_final_output_answer_a_newer_one() {
+        let mut l = AckLedger::default();
+        l.trigger(1);
+        l.trigger(2);
+        l.taken(1, A, [V], Some(txn("a-1")));
+        take_and_upload(&mut l, 2, A, "a-2");
+        // The upload for 1 ends after the one for 2.
+        l.uploaded(1, A, part(Some(1), Some("a-1")), ALIGN);
+        // 2 was acked with A's state: finishing answers nothing.
+        assert!(l.finished(A, None, Some(txn("a-end"))).is_empty());
+        // A restore from 2 produces A's final output again: not committed.
+        assert_eq!(commits(&l.complete(2)), vec![txn("a-1"), txn("a-2")]);
+        assert_eq!(acks(&l.trigger(3)), vec![(3, A, true)]);
+        assert_eq!(commits(&l.complete(3)), vec![txn("a-end")]);
+    }
+
+    #[test]
+    fn a_trigger_arriving_after_the_subtask_acked_it_is_not_answered_with_the_last_part() {
+        let mut l = AckLedger::default();
+        l.trigger(3);
+        take_and_upload(&mut l, 3, A, "a-3");
+        // A barrier from another TaskManager's source reaches A before
+        // this TaskManager hears of checkpoint 4; then A finishes.
+        take_and_upload(&mut l, 4, A, "a-4");
+        assert!(l.finished(A, None, Some(txn("a-end"))).is_empty());
+        assert_eq!(l.trigger(4), vec![Command::InjectBarrier { checkpoint: 4 }]);
+        assert_eq!(commits(&l.complete(4)), vec![txn("a-3"), txn("a-4")]);
     }
 
     #[test]
