@@ -281,7 +281,8 @@ pub struct Job {
     pub id: String,
     /// Job name.
     pub name: String,
-    /// `scheduled`, `running`, `canceling`, `finished`, `failed`, `canceled`.
+    /// `running`, `failing`, `canceling`, `restarting`, `finishing`, `finished`,
+    /// `failed`, `canceled`.
     pub state: String,
     /// Unix ms.
     pub submitted_at_ms: u64,

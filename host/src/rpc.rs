@@ -101,6 +101,18 @@ pub enum ToJobManager {
         /// Why.
         reason: String,
     },
+    /// After [`ToTaskManager::JobFinished`]: the TaskManager committed the
+    /// sinks' final output of its subtasks (`error`: a commit failed; the
+    /// output is still pending). The job is finished only once every
+    /// TaskManager said so.
+    Committed {
+        /// Job id.
+        job: String,
+        /// The deployment attempt.
+        attempt: u32,
+        /// Why a commit failed, if one did.
+        error: Option<String>,
+    },
     /// A subtask changed state.
     TaskState {
         /// Job id.

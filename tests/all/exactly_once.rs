@@ -269,14 +269,15 @@ fn checkpointed_job_commits_its_output_exactly_once() {
     let completed = completed_checkpoints(&cluster, &id);
     assert!(completed.len() >= 2, "checkpoints completed: {completed:?}");
     let (_, history) = cluster.get(&format!("/v1/jobs/{id}/checkpoints"));
-    let latest = &history["history"]
+    // Some checkpoint holds state (the newest may have been answered only by
+    // subtasks that had finished, with no state left).
+    let sized = history["history"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["status"] == "completed")
-        .unwrap()
-        .clone();
-    assert!(latest["full_size"].as_u64().unwrap() > 0, "{latest}");
+        .filter(|c| c["status"] == "completed")
+        .any(|c| c["full_size"].as_u64().unwrap_or(0) > 0);
+    assert!(sized, "{history}");
     assert_exactly_once(&out, &alerts, count);
 
     assert_storage_holds_only_retained(&cluster, &id);

@@ -324,7 +324,11 @@ pub enum JobState {
     /// Failed; waiting (restart delay, free slots) to restart from the
     /// latest completed checkpoint.
     Restarting,
-    /// Every subtask finished.
+    /// Every subtask finished; the TaskManagers are committing the sinks'
+    /// final output (jobs with checkpoints).
+    Finishing,
+    /// Every subtask finished (and, with checkpoints, every final commit
+    /// is done).
     Finished,
     /// Failed; `failure` says why.
     Failed,
@@ -528,6 +532,9 @@ struct Job {
     checkpoints: Option<JobCheckpoints>,
     /// Coordinator actions to carry out at the next tick.
     deferred: Vec<Action<SubtaskCheckpoint>>,
+    /// While `finishing`: the TaskManagers whose final commits are not
+    /// confirmed yet.
+    committing: BTreeSet<String>,
 }
 
 /// A job's checkpoint coordinator and the shared files its checkpoints use.
@@ -914,6 +921,7 @@ impl JobManager {
             restart_at: None,
             checkpoints,
             deferred: Vec::new(),
+            committing: BTreeSet::new(),
         };
         deploy(
             &mut state.taskmanagers,
@@ -1379,6 +1387,26 @@ impl JobManager {
                     checkpoint_actions(taskmanagers, job, &self.storage, actions);
                 }
             }
+            ToJobManager::Committed {
+                job,
+                attempt,
+                error,
+            } => {
+                let Some(job) = jobs
+                    .get_mut(&job)
+                    .filter(|j| j.attempt == attempt && j.state == JobState::Finishing)
+                else {
+                    return;
+                };
+                if let Some(error) = error {
+                    let reason = format!("TaskManager {tm_id}: {error}");
+                    not_committed(taskmanagers, job, reason, now);
+                } else if job.committing.remove(tm_id) && job.committing.is_empty() {
+                    job.state = JobState::Finished;
+                    job.ended_at_ms = Some(now_ms());
+                    tracing::info!(job = %job.id, "finished: every final commit is done");
+                }
+            }
             ToJobManager::TaskState {
                 job,
                 attempt,
@@ -1570,8 +1598,30 @@ fn lose(state: &mut State, tm_id: &str, reason: String, now: Instant) {
             let message = format!("TaskManager {tm_id} ({address}) lost: {reason}");
             fail(taskmanagers, job, message, true, now);
             settle(taskmanagers, job, now);
+        } else if job.state == JobState::Finishing && job.committing.contains(tm_id) {
+            let message = format!(
+                "TaskManager {tm_id} ({address}) lost before committing the final output: {reason}"
+            );
+            not_committed(taskmanagers, job, message, now);
         }
     }
+}
+
+/// A `finishing` job whose final commit did not happen on one of its
+/// TaskManagers: it fails, and restarts as its strategy says (the restored
+/// sinks commit again; parts committed since are rolled back and produced
+/// again).
+fn not_committed(
+    taskmanagers: &mut BTreeMap<String, Tm>,
+    job: &mut Job,
+    reason: String,
+    now: Instant,
+) {
+    job.committing.clear();
+    job.failure = Some(reason);
+    job.failure_is_root = true;
+    job.state = JobState::Failing;
+    settle(taskmanagers, job, now);
 }
 
 /// Records a failure of `job` and cancels its other subtasks.
@@ -1610,7 +1660,7 @@ fn send_cancel(taskmanagers: &BTreeMap<String, Tm>, job: &Job) {
 /// (the restart strategy decides), and frees its slots.
 fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job, now: Instant) {
     if job.state.is_terminal()
-        || job.state == JobState::Restarting
+        || matches!(job.state, JobState::Restarting | JobState::Finishing)
         || !job.subtasks.iter().flatten().all(|s| s.is_terminal())
     {
         return;
@@ -1627,7 +1677,24 @@ fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job, now: Instant) 
             tell(taskmanagers, job, |job, attempt| {
                 ToTaskManager::JobFinished { job, attempt }
             });
-            JobState::Finished
+            if job.checkpoints.is_some() {
+                // Finished once every TaskManager confirms its commits: a
+                // reader of the output, or a TaskManager lost meanwhile
+                // (then the job restarts), never misses the last part.
+                job.committing = job
+                    .taskmanagers()
+                    .into_iter()
+                    .filter(|tm| taskmanagers.get(*tm).is_some_and(|t| t.lost.is_none()))
+                    .map(str::to_owned)
+                    .collect();
+                if job.committing.is_empty() {
+                    JobState::Finished
+                } else {
+                    JobState::Finishing
+                }
+            } else {
+                JobState::Finished
+            }
         }
         JobState::Canceling => JobState::Canceled,
         _ => match job.restarts.on_failure(now) {

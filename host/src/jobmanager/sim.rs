@@ -89,20 +89,20 @@ struct InFlight {
     uploads: Vec<StoragePath>,
 }
 
-struct Sim<'a> {
+struct Sim {
     rng: Rng,
     jm: Arc<JobManager>,
     hand: Arc<Mutex<Instant>>,
     tms: Vec<FakeTm>,
     queue: Vec<InFlight>,
-    storage_root: &'a Path,
+    storage_root: std::path::PathBuf,
     faults: bool,
     finishing: bool,
     job: String,
     uploads: u64,
 }
 
-impl Sim<'_> {
+impl Sim {
     fn now(&self) -> Instant {
         *self.hand.lock().unwrap()
     }
@@ -193,7 +193,7 @@ impl Sim<'_> {
         match message {
             ToTaskManager::Deploy(d) => {
                 if let Some(point) = &d.restore {
-                    check_restorable(self.storage_root, &d.job, point.checkpoint);
+                    check_restorable(&self.storage_root, &d.job, point.checkpoint);
                 }
                 let me = self.tms[t].id.clone();
                 let subtasks: BTreeMap<(u32, u32), bool> = d
@@ -345,11 +345,23 @@ impl Sim<'_> {
                     );
                 }
             }
+            ToTaskManager::JobFinished { job, attempt } => {
+                // The final commits take a while.
+                let delay = self.rng.below(20);
+                self.send(
+                    t,
+                    delay,
+                    ToJobManager::Committed {
+                        job,
+                        attempt,
+                        error: None,
+                    },
+                );
+            }
             // A lost notification changes nothing here: commits are the
             // TaskManagers' business, and the next completion subsumes it.
             ToTaskManager::CheckpointComplete { .. }
             | ToTaskManager::CheckpointAborted { .. }
-            | ToTaskManager::JobFinished { .. }
             | ToTaskManager::Registered { .. }
             | ToTaskManager::Rejected { .. } => {}
         }
@@ -533,19 +545,14 @@ fn check_restorable(root: &Path, job: &str, checkpoint: u64) -> BTreeSet<String>
     shared
 }
 
-/// Runs one seeded schedule; panics with the seed on a broken invariant.
-pub(super) fn run(seed: u64, runtime: &Arc<Runtime>) {
-    let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _guard = rt.enter();
+/// A JobManager on simulated time with [`TASKMANAGERS`] fake TaskManagers
+/// and the job submitted; `dir` holds storage and data.
+fn start(seed: u64, runtime: &Arc<Runtime>, dir: &Path, rt: &tokio::runtime::Runtime) -> Sim {
     let (clock, hand) = Clock::simulated();
-    let storage_root = dir.path().join("checkpoints");
+    let storage_root = dir.join("checkpoints");
     let jm = JobManager::new(
         CoreConfig {
-            data_dir: dir.path().join("jm"),
+            data_dir: dir.join("jm"),
             heartbeat_interval: Duration::from_secs(1),
             heartbeat_timeout: Duration::from_secs(10),
             scheduling: Strategy::Spread,
@@ -555,7 +562,7 @@ pub(super) fn run(seed: u64, runtime: &Arc<Runtime>) {
             clock,
         },
         runtime.clone(),
-        ModuleStore::open(&dir.path().join("modules")).unwrap(),
+        ModuleStore::open(&dir.join("modules")).unwrap(),
     );
     let tms = (0..TASKMANAGERS)
         .map(|i| {
@@ -570,19 +577,32 @@ pub(super) fn run(seed: u64, runtime: &Arc<Runtime>) {
             }
         })
         .collect();
-    let (created, _modules) = rt.block_on(jm.submit_graph(graph(dir.path()))).unwrap();
-    let mut sim = Sim {
+    let (created, _modules) = rt.block_on(jm.submit_graph(graph(dir))).unwrap();
+    Sim {
         rng: Rng(seed),
-        jm: jm.clone(),
+        jm,
         hand,
         tms,
         queue: Vec::new(),
-        storage_root: &storage_root,
+        storage_root,
         faults: true,
         finishing: false,
         job: created.id,
         uploads: 0,
-    };
+    }
+}
+
+/// Runs one seeded schedule; panics with the seed on a broken invariant.
+pub(super) fn run(seed: u64, runtime: &Arc<Runtime>) {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let mut sim = start(seed, runtime, dir.path(), &rt);
+    let jm = sim.jm.clone();
+    let storage_root = sim.storage_root.clone();
     for _ in 0..FAULTY_STEPS {
         sim.step();
     }
@@ -661,6 +681,68 @@ pub(super) fn run(seed: u64, runtime: &Arc<Runtime>) {
         stored, named,
         "seed {seed}: shared files in storage (left) differ from those retained checkpoints name (right)"
     );
+}
+
+/// A TaskManager lost after every subtask finished but before it confirmed
+/// its final commits: the job is `finishing` until then, never `finished`,
+/// and restarts from its latest checkpoint instead of ending with output
+/// missing.
+#[test]
+fn a_taskmanager_lost_before_its_final_commit_restarts_the_job() {
+    let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None }).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let mut sim = start(7, &runtime, dir.path(), &rt);
+    sim.faults = false;
+    let state = |sim: &Sim| sim.jm.job(&sim.job).unwrap().summary.state;
+    // Running with a completed checkpoint, then the input ends.
+    for _ in 0..300 {
+        sim.step();
+    }
+    assert!(sim.jm.checkpoints(&sim.job).unwrap().latest.is_some());
+    sim.finishing = true;
+    let mut steps = 0;
+    while state(&sim) != JobState::Finishing {
+        assert_ne!(
+            state(&sim),
+            JobState::Finished,
+            "finished before any commit"
+        );
+        sim.step();
+        steps += 1;
+        assert!(steps < 1_000, "never finishing: {:?}", state(&sim));
+    }
+    // tm-0 dies with its confirmation unsent.
+    sim.queue.retain(|m| m.tm != 0);
+    let tm = &mut sim.tms[0];
+    sim.jm
+        .disconnect(&tm.id, tm.session, "killed while committing");
+    tm.rx = None;
+    tm.deployed = None;
+    tm.down_for = Some(5);
+    sim.finishing = false;
+    assert_eq!(
+        state(&sim),
+        JobState::Restarting,
+        "a lost commit restarts the job"
+    );
+    while state(&sim) != JobState::Running {
+        sim.step();
+    }
+    sim.finishing = true;
+    let mut steps = 0;
+    while state(&sim) != JobState::Finished {
+        sim.step();
+        steps += 1;
+        assert!(steps < 3_000, "stuck in {:?}", state(&sim));
+    }
+    let restores = sim.jm.checkpoints(&sim.job).unwrap().restores;
+    assert_eq!(restores.len(), 1, "{restores:?}");
+    assert!(restores[0].checkpoint.is_some(), "{restores:?}");
 }
 
 /// The simulated cluster under 1,000 random failure schedules.

@@ -1170,7 +1170,12 @@ impl JobCheckpoints {
                         Vec::new()
                     }
                     Some(JobEvent::JobFinished) => {
-                        self.carry_out(ledger.job_finished());
+                        let error = self.carry_out(ledger.job_finished());
+                        self.inner.send(ToJobManager::Committed {
+                            job: self.job.clone(),
+                            attempt: self.attempt,
+                            error,
+                        });
                         return;
                     }
                     Some(JobEvent::Stop) | None => {
@@ -1183,8 +1188,10 @@ impl JobCheckpoints {
         }
     }
 
-    /// Carries out the ledger's commands, in order.
-    fn carry_out(&self, commands: Vec<Command>) {
+    /// Carries out the ledger's commands, in order; returns why a commit
+    /// failed, if one did.
+    fn carry_out(&self, commands: Vec<Command>) -> Option<String> {
+        let mut failed = None;
         for command in commands {
             match command {
                 Command::InjectBarrier { checkpoint } => {
@@ -1224,10 +1231,12 @@ impl JobCheckpoints {
                     {
                         // The data stays pending; a restore commits it again.
                         tracing::error!(job = %self.job, "sink commit failed: {e}");
+                        failed.get_or_insert_with(|| format!("sink commit failed: {e}"));
                     }
                 }
             }
         }
+        failed
     }
 
     /// Uploads `snapshot` on the blocking pool, each vertex's state
