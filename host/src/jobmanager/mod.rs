@@ -21,7 +21,9 @@
 //! place in the graph, places the subtasks ([`scheduler::place`]), reserves
 //! the slots and sends a [`Deployment`] to every TaskManager involved. The
 //! job is then `running`. TaskManagers report every subtask's state; when
-//! all are finished the job is `finished`. The first failure (or a lost
+//! all are finished the job is `finished` — with checkpoints, first
+//! `finishing` until every TaskManager confirms the sinks' final commits
+//! ([`ToJobManager::Committed`]); one lost meanwhile restarts the job. The first failure (or a lost
 //! TaskManager) makes it `failing`: every TaskManager is told to cancel, and
 //! once every subtask has stopped the job is `failed` with the root cause.
 //! `cancel` does the same and ends in `canceled`. Slots are released when
