@@ -51,23 +51,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
-/// Default time a checkpoint may take before it is aborted. Flink's default:
-/// long enough for a first full upload of a large RocksDB state.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Default number of checkpoints pending at once. One keeps the cost of
-/// checkpointing bounded; more only helps when uploads are slow.
-pub const DEFAULT_MAX_CONCURRENT: u32 = 1;
-
-/// Default minimum pause between the end of one checkpoint and the trigger
-/// of the next: none, the interval alone paces checkpoints.
-pub const DEFAULT_MIN_PAUSE: Duration = Duration::ZERO;
-
-/// Default number of completed checkpoints retained: the latest, plus one to
-/// fall back to if the latest cannot be read.
-pub const DEFAULT_RETAIN: u32 = 2;
+pub use crate::job::config::{
+    CheckpointConfig, ConfigError, DEFAULT_MAX_CONCURRENT, DEFAULT_MIN_PAUSE, DEFAULT_RETAIN,
+    DEFAULT_TIMEOUT,
+};
 
 /// Checkpoints kept in [`Coordinator::history`]: enough for `weir
 /// checkpoints` and the web UI, bounded so a long-running job's
@@ -84,114 +72,6 @@ pub const MAX_NAMED_MISSING: usize = 10;
 
 /// Identifies one subtask that must acknowledge: (task index, subtask index).
 pub type SubtaskId = (u32, u32);
-
-/// How a job checkpoints. There is no default interval: a job checkpoints
-/// only when its spec sets one; the other fields default to
-/// [`DEFAULT_TIMEOUT`], [`DEFAULT_MAX_CONCURRENT`], [`DEFAULT_MIN_PAUSE`]
-/// and [`DEFAULT_RETAIN`].
-///
-/// Serialized with millisecond fields, as in the job spec:
-/// `interval_ms`, `timeout_ms`, `max_concurrent`, `min_pause_ms`, `retain`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckpointConfig {
-    /// Time between triggers (measured from the previous trigger).
-    #[serde(rename = "interval_ms", with = "duration_ms")]
-    pub interval: Duration,
-    /// A checkpoint not complete this long after its trigger is aborted.
-    #[serde(
-        rename = "timeout_ms",
-        with = "duration_ms",
-        default = "default_timeout"
-    )]
-    pub timeout: Duration,
-    /// Most checkpoints pending at once (at least 1).
-    #[serde(default = "default_max_concurrent")]
-    pub max_concurrent: u32,
-    /// Least time between the end (completion or abort) of one checkpoint
-    /// and the trigger of the next. Non-zero means one checkpoint at a time,
-    /// whatever `max_concurrent` says.
-    #[serde(rename = "min_pause_ms", with = "duration_ms", default)]
-    pub min_pause: Duration,
-    /// Completed checkpoints retained (at least 1); older ones are discarded.
-    #[serde(default = "default_retain")]
-    pub retain: u32,
-}
-
-fn default_timeout() -> Duration {
-    DEFAULT_TIMEOUT
-}
-
-fn default_max_concurrent() -> u32 {
-    DEFAULT_MAX_CONCURRENT
-}
-
-fn default_retain() -> u32 {
-    DEFAULT_RETAIN
-}
-
-impl CheckpointConfig {
-    /// Checkpoints every `interval`, everything else at its default.
-    pub fn every(interval: Duration) -> Self {
-        Self {
-            interval,
-            timeout: DEFAULT_TIMEOUT,
-            max_concurrent: DEFAULT_MAX_CONCURRENT,
-            min_pause: DEFAULT_MIN_PAUSE,
-            retain: DEFAULT_RETAIN,
-        }
-    }
-
-    /// Rejects settings that cannot work. [`Coordinator::new`] does not
-    /// call this; it clamps `max_concurrent` and `retain` to at least 1.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.interval.is_zero() {
-            return Err(ConfigError::ZeroInterval);
-        }
-        if self.timeout.is_zero() {
-            return Err(ConfigError::ZeroTimeout);
-        }
-        if self.max_concurrent == 0 {
-            return Err(ConfigError::ZeroMaxConcurrent);
-        }
-        if self.retain == 0 {
-            return Err(ConfigError::ZeroRetain);
-        }
-        Ok(())
-    }
-}
-
-/// An unusable [`CheckpointConfig`].
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum ConfigError {
-    /// `interval_ms` is 0.
-    #[error("checkpoint interval_ms must be greater than 0")]
-    ZeroInterval,
-    /// `timeout_ms` is 0.
-    #[error("checkpoint timeout_ms must be greater than 0")]
-    ZeroTimeout,
-    /// `max_concurrent` is 0.
-    #[error("checkpoint max_concurrent must be at least 1")]
-    ZeroMaxConcurrent,
-    /// `retain` is 0.
-    #[error("checkpoint retain must be at least 1 (the latest checkpoint is always kept)")]
-    ZeroRetain,
-}
-
-/// `Duration` as whole milliseconds, the unit of every `*_ms` spec field.
-mod duration_ms {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
-    }
-}
 
 /// What the caller must do, in the order returned.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -187,10 +187,7 @@ pub enum FileFormat {
     },
 }
 
-/// Default longest line a file source accepts, without its line ending
-/// (`max_record_bytes`): the default output cap of one guest call, so
-/// that one record always fits a batch an operator may emit.
-pub const DEFAULT_MAX_RECORD_BYTES: u64 = 16 << 20;
+pub use crate::job::config::DEFAULT_MAX_RECORD_BYTES;
 
 /// Reads a file of lines or JSON lines.
 #[derive(Debug)]

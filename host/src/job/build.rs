@@ -218,9 +218,9 @@ impl Builder {
             buffer_timeout_ms: job.buffer_timeout_ms.unwrap_or(DEFAULT_BUFFER_TIMEOUT_MS),
             limits,
             restart: job.restart.unwrap_or(if checkpoints.is_some() {
-                crate::jobmanager::restart::RestartStrategy::WITH_CHECKPOINTS
+                super::config::RestartStrategy::WITH_CHECKPOINTS
             } else {
-                crate::jobmanager::restart::RestartStrategy::None
+                super::config::RestartStrategy::None
             }),
             checkpoints,
         }
@@ -303,7 +303,7 @@ impl Builder {
                 let what = "for type = \"file\" (a generator field)";
                 let max_record_bytes = t
                     .max_record_bytes
-                    .unwrap_or(crate::connectors::DEFAULT_MAX_RECORD_BYTES);
+                    .unwrap_or(super::config::DEFAULT_MAX_RECORD_BYTES);
                 self.check_range(
                     &format!("{label}.max_record_bytes"),
                     max_record_bytes,

@@ -83,9 +83,9 @@ pub struct JobSettings {
     /// `[job.limits]`: the sandbox of every operator instance.
     pub limits: OperatorLimits,
     /// `[job.checkpoints]`: absent, no checkpoints.
-    pub checkpoints: Option<crate::checkpoint::coordinator::CheckpointConfig>,
+    pub checkpoints: Option<super::config::CheckpointConfig>,
     /// `[job.restart]`, default: fixed-delay with checkpoints, none without.
-    pub restart: crate::jobmanager::restart::RestartStrategy,
+    pub restart: super::config::RestartStrategy,
 }
 
 /// Where keyed state lives.
@@ -171,13 +171,13 @@ pub struct FileSourceSpec {
     pub timestamp_field: Option<String>,
     /// `max_record_bytes`: the longest line accepted, without its line
     /// ending; a longer one fails the task (default
-    /// [`DEFAULT_MAX_RECORD_BYTES`](crate::connectors::DEFAULT_MAX_RECORD_BYTES)).
+    /// [`DEFAULT_MAX_RECORD_BYTES`](super::config::DEFAULT_MAX_RECORD_BYTES)).
     #[serde(default = "default_max_record_bytes")]
     pub max_record_bytes: u64,
 }
 
 fn default_max_record_bytes() -> u64 {
-    crate::connectors::DEFAULT_MAX_RECORD_BYTES
+    super::config::DEFAULT_MAX_RECORD_BYTES
 }
 
 /// How a file source turns a line into a record.

@@ -22,6 +22,8 @@
 //!   specs the connectors and the Wasm runtime consume.
 //! * `build` (private): validation of a [`JobSpec`] and construction of the
 //!   [`JobGraph`]; every problem found is reported, not only the first.
+//! * [`config`]: the configuration types the spec carries and lower layers
+//!   read (checkpoints, restarts, record-size default).
 //! * [`mod@chain`]: operator chaining into [`TaskSpec`]s and the [`TaskEdge`]s
 //!   that cross task boundaries.
 //!
@@ -45,6 +47,7 @@
 //! TaskManagers. Errors are [`JobError`]s — user errors, all of them.
 
 pub mod chain;
+pub mod config;
 pub mod graph;
 pub mod spec;
 

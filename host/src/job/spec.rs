@@ -163,8 +163,8 @@ pub(super) struct JobTable {
     pub channel_capacity: Option<u32>,
     pub buffer_timeout_ms: Option<u64>,
     pub limits: Option<LimitsTable>,
-    pub checkpoints: Option<crate::checkpoint::coordinator::CheckpointConfig>,
-    pub restart: Option<crate::jobmanager::restart::RestartStrategy>,
+    pub checkpoints: Option<super::config::CheckpointConfig>,
+    pub restart: Option<super::config::RestartStrategy>,
 }
 
 /// `[job.limits]`.

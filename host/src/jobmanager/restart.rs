@@ -5,54 +5,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-/// A job's restart strategy (`[job.restart]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "strategy", rename_all = "kebab-case")]
-pub enum RestartStrategy {
-    /// A failure fails the job.
-    None,
-    /// Up to `attempts` restarts, `delay_ms` apart.
-    FixedDelay {
-        /// Most restarts over the job's life.
-        attempts: u32,
-        /// Wait before each restart, in milliseconds.
-        delay_ms: u64,
-    },
-    /// Restarts without limit; the wait doubles (×`multiplier`) per
-    /// consecutive failure up to `max_delay_ms`, and goes back to
-    /// `initial_delay_ms` after `reset_after_ms` without a failure.
-    ExponentialDelay {
-        /// First wait, in milliseconds.
-        initial_delay_ms: u64,
-        /// Longest wait, in milliseconds.
-        max_delay_ms: u64,
-        /// Growth factor per consecutive failure (at least 1).
-        multiplier: u32,
-        /// Quiet time after which the wait resets, in milliseconds.
-        reset_after_ms: u64,
-    },
-    /// Restarts after `delay_ms` unless more than `max_failures` failures
-    /// happened within the last `interval_ms`.
-    FailureRate {
-        /// Most failures tolerated per interval.
-        max_failures: u32,
-        /// The interval, in milliseconds.
-        interval_ms: u64,
-        /// Wait before each restart, in milliseconds.
-        delay_ms: u64,
-    },
-}
-
-impl RestartStrategy {
-    /// Flink's default for jobs with checkpoints: restart (practically)
-    /// forever, one second apart.
-    pub const WITH_CHECKPOINTS: RestartStrategy = RestartStrategy::FixedDelay {
-        attempts: u32::MAX,
-        delay_ms: 1000,
-    };
-}
+pub use crate::job::config::RestartStrategy;
 
 /// A job's restart history, deciding each restart.
 #[derive(Debug, Clone)]
