@@ -8,6 +8,8 @@
 //!
 //! - [`job`]: the job spec (TOML), its validation, the logical [`job::JobGraph`]
 //!   and chaining of operators into tasks.
+//! - [`channel`]: what moves between subtasks ([`channel::Message`]), the
+//!   job's abort signal, and the [`channel::Exchange`] a deployment uses.
 //! - [`record`]: the packed [`record::Batch`] that flows between operators and
 //!   across the Wasm boundary.
 //! - [`wasm`]: the wasmtime engine, the compiled-component cache, sandboxed
@@ -33,6 +35,7 @@
 //!
 //! `weir-host` knows nothing of the CLI; the guest never sees its types.
 
+pub mod channel;
 pub mod checkpoint;
 pub mod connectors;
 pub mod embedded;

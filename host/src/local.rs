@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+pub use crate::channel::{AllLocal, Exchange};
 use crate::connectors::{
     AllowedRoots, BlackholeSink, FileFormat, FileSink, FileSource, GeneratorConfig,
     GeneratorKind as GenKind, GeneratorSource, OutputFormat, Sink, Source, StdoutSink,
@@ -506,35 +507,6 @@ impl LocalCluster {
 
 /// Compiled modules of a job's operators with what they declared, by vertex index.
 pub type LoadedModules = HashMap<usize, (Arc<OperatorModule>, OperatorInfo)>;
-
-/// Where a job's subtasks run, for [`LocalCluster::deploy`]: the embedded
-/// cluster runs all of them; a TaskManager runs those placed on it and
-/// reaches the others over the network.
-pub trait Exchange {
-    /// Whether subtask `subtask` of task `task` (an index into
-    /// [`chain`]'s result) runs here.
-    fn is_local(&self, task: usize, subtask: u32) -> bool;
-    /// A sender into the input gate of a subtask that runs elsewhere.
-    /// `abort` is the job's: the channel triggers it when it fails.
-    fn remote_sender(&self, task: usize, subtask: u32, abort: &Abort) -> mpsc::Sender<Message>;
-    /// Announces the input gate of a local subtask, with its number of
-    /// input channels, for producers elsewhere.
-    fn register_input(&self, task: usize, subtask: u32, channels: u32, tx: mpsc::Sender<Message>);
-}
-
-/// Every subtask runs in this process.
-#[derive(Debug, Clone, Copy)]
-pub struct AllLocal;
-
-impl Exchange for AllLocal {
-    fn is_local(&self, _: usize, _: u32) -> bool {
-        true
-    }
-    fn remote_sender(&self, task: usize, subtask: u32, _: &Abort) -> mpsc::Sender<Message> {
-        unreachable!("AllLocal has no remote subtask ({task}, {subtask})")
-    }
-    fn register_input(&self, _: usize, _: u32, _: u32, _: mpsc::Sender<Message>) {}
-}
 
 /// One started subtask.
 #[derive(Debug)]

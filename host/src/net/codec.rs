@@ -20,7 +20,7 @@
 //! and returns a [`DecodeError`] on corrupt input; it never panics.
 
 use crate::record::Batch;
-use crate::taskmanager::Message;
+use crate::channel::Message;
 
 const TAG_RECORDS: u8 = 0;
 const TAG_WATERMARK: u8 = 1;

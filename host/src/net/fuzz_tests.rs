@@ -15,7 +15,7 @@ use super::codec::{Decoder, MAX_MESSAGE_BYTES, encode};
 use super::{InputKey, wire};
 use crate::fuzz::{config, cuts, mutate, mutations, split};
 use crate::record::Batch;
-use crate::taskmanager::Message;
+use crate::channel::Message;
 
 fn batch() -> impl Strategy<Value = Batch> {
     prop::collection::vec(

@@ -108,7 +108,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::taskmanager::{Abort, Message};
+use crate::channel::{Abort, Message};
 
 pub use codec::DecodeError;
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::codec::Decoder;
 use super::tls::{self, Role};
 use super::{Input, InputKey, Lookup, Shared, wire};
-use crate::taskmanager::Message;
+use crate::channel::Message;
 
 /// How long a new stream may take to send its header: the writer sends it
 /// at once, so this only frees streams of a peer that hangs.

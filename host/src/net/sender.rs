@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::codec::Encoder;
 use super::credit::CreditLedger;
 use super::{ChannelOptions, InputKey, NetError, Peer, Shared, aborted, wire};
-use crate::taskmanager::{Abort, Message};
+use crate::channel::{Abort, Message};
 
 /// Bytes of a buffer's length prefix on the wire.
 const PREFIX: usize = 4;

@@ -56,8 +56,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
+pub use crate::channel::{Abort, Message};
 use crate::connectors::{ConnectorError, Sink, Source};
 use crate::record::{Batch, Emitted};
 use crate::wasm::{OperatorError, OperatorInstance};
@@ -65,50 +66,6 @@ use crate::wasm::{OperatorError, OperatorInstance};
 /// How often a source emits its watermark (at most). Timers fire that much
 /// later at worst; the end of input always sends the final watermark.
 pub const WATERMARK_INTERVAL: Duration = Duration::from_millis(200);
-
-/// What travels on a channel between tasks.
-#[derive(Debug)]
-pub enum Message {
-    /// A batch of records.
-    Records {
-        /// The input channel index at the receiver.
-        channel: u32,
-        /// The records.
-        batch: Batch,
-    },
-    /// The sender's watermark advanced.
-    Watermark {
-        /// The input channel index at the receiver.
-        channel: u32,
-        /// The new watermark.
-        watermark: i64,
-    },
-    /// Checkpoint barrier: every record before it on this channel belongs
-    /// to checkpoint `checkpoint`, every record after it to the next.
-    Barrier {
-        /// The input channel index at the receiver.
-        channel: u32,
-        /// The checkpoint id.
-        checkpoint: u64,
-    },
-    /// The sender has no more records for this channel.
-    End {
-        /// The input channel index at the receiver.
-        channel: u32,
-    },
-}
-
-impl Message {
-    /// The input channel it arrived on, at the receiver.
-    pub fn channel(&self) -> u32 {
-        match self {
-            Message::Records { channel, .. }
-            | Message::Watermark { channel, .. }
-            | Message::Barrier { channel, .. }
-            | Message::End { channel } => *channel,
-        }
-    }
-}
 
 /// Why a subtask failed.
 #[derive(Debug, thiserror::Error)]
@@ -202,48 +159,6 @@ impl JobMetrics {
             vertices: (0..vertices).map(|_| VertexMetrics::default()).collect(),
             max_queued_batches: AtomicU64::new(0),
         }
-    }
-}
-
-/// The job-wide abort signal.
-#[derive(Debug, Clone)]
-pub struct Abort {
-    tx: Arc<watch::Sender<bool>>,
-    rx: watch::Receiver<bool>,
-    /// The same signal for code that cannot await: guest calls poll it at
-    /// every epoch tick.
-    flag: Arc<AtomicBool>,
-}
-
-impl Abort {
-    /// A fresh, unset signal.
-    pub fn new() -> Abort {
-        let (tx, rx) = watch::channel(false);
-        Abort {
-            tx: Arc::new(tx),
-            rx,
-            flag: Arc::default(),
-        }
-    }
-    /// Sets it; wakes every blocked channel operation and interrupts every
-    /// running guest call that was given [`Abort::flag`].
-    pub fn trigger(&self) {
-        self.flag.store(true, Ordering::Relaxed);
-        self.tx.send_replace(true);
-    }
-    /// The signal as a flag, for [`crate::wasm::InstanceConfig::cancel`].
-    pub fn flag(&self) -> Arc<AtomicBool> {
-        self.flag.clone()
-    }
-    /// Whether it is set.
-    pub fn is_set(&self) -> bool {
-        *self.rx.borrow()
-    }
-}
-
-impl Default for Abort {
-    fn default() -> Self {
-        Abort::new()
     }
 }
 
@@ -770,11 +685,10 @@ impl Subtask {
                 // The channel is full: wait for room, and count the wait as
                 // backpressure.
                 let waited = Instant::now();
-                let mut abort = self.abort.rx.clone();
                 let sent = self.handle.block_on(async {
                     tokio::select! {
                         biased;
-                        _ = abort.wait_for(|a| *a) => Err(TaskError::Aborted),
+                        _ = self.abort.triggered() => Err(TaskError::Aborted),
                         r = target.tx.send(msg) => r.map_err(|_| TaskError::Aborted),
                     }
                 });
@@ -802,11 +716,10 @@ impl Subtask {
         }
         // Nothing queued: wait, and count the wait as idle time.
         let waited = Instant::now();
-        let mut abort = self.abort.rx.clone();
         let got = self.handle.block_on(async {
             tokio::select! {
                 biased;
-                _ = abort.wait_for(|a| *a) => Err(TaskError::Aborted),
+                _ = self.abort.triggered() => Err(TaskError::Aborted),
                 m = rx.recv() => m.ok_or(TaskError::Aborted),
             }
         });
