@@ -10,6 +10,7 @@
 //!   and chaining of operators into tasks.
 //! - [`channel`]: what moves between subtasks ([`channel::Message`]), the
 //!   job's abort signal, and the [`channel::Exchange`] a deployment uses.
+//! - [`contract`]: the bindings generated from `wit/operator.wit`.
 //! - [`record`]: the packed [`record::Batch`] that flows between operators and
 //!   across the Wasm boundary.
 //! - [`wasm`]: the wasmtime engine, the compiled-component cache, sandboxed
@@ -38,6 +39,7 @@
 pub mod channel;
 pub mod checkpoint;
 pub mod connectors;
+pub mod contract;
 pub mod embedded;
 pub mod job;
 pub mod jobmanager;

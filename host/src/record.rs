@@ -12,7 +12,7 @@
 //! length, the sum of its key (where `key_len >= 0`) and value lengths equals
 //! `data.len()`, and no key length is below -1.
 
-pub use crate::wasm::bindings::weir::operator::types::{Batch, Emitted, SideOutput};
+pub use crate::contract::weir::operator::types::{Batch, Emitted, SideOutput};
 
 /// `key_len` of a record without a key.
 pub const NO_KEY: i32 = -1;

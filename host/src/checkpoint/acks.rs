@@ -65,7 +65,7 @@ use std::time::Duration;
 
 use super::coordinator::SubtaskId;
 use super::snapshot::StateHandle;
-use crate::rpc::SubtaskCheckpoint;
+use super::snapshot::SubtaskCheckpoint;
 
 /// An operator's state in one subtask: (vertex index, subtask index).
 pub type StateKey = (usize, u32);

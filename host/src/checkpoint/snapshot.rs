@@ -246,3 +246,57 @@ pub fn download(
     }
     Ok(())
 }
+
+/// One subtask's part of a completed checkpoint: what it restores from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskCheckpoint {
+    /// It had finished (it restores as finished: ends its outputs only).
+    pub finished: bool,
+    /// Keyed state per operator vertex (index in the graph).
+    pub states: Vec<(usize, StateHandle)>,
+    /// A file with the event-time timers of its operators, if any.
+    pub timers: Option<StoragePath>,
+    /// The source's position.
+    pub source: Option<serde_json::Value>,
+    /// The sink's committable (committed on completion, and again on restore).
+    pub sink: Option<serde_json::Value>,
+}
+
+impl SubtaskCheckpoint {
+    /// The first storage path it names outside job `job`'s own folders for
+    /// checkpoint `checkpoint`: shared files must lie under `<job>/shared`,
+    /// private files and timers under `<job>/chk-<checkpoint>` (where
+    /// TaskManagers upload them). The JobManager refuses an ack that names
+    /// another path: it would register, restore from and later delete what
+    /// the path names, which may be another job's.
+    pub fn foreign_path(
+        &self,
+        job: &str,
+        checkpoint: u64,
+    ) -> Option<&StoragePath> {
+        let (Ok(shared), Ok(private)) = (
+            StoragePath::new(format!("{job}/shared")),
+            StoragePath::new(format!("{job}/chk-{checkpoint}")),
+        ) else {
+            // No path can lie under a folder that cannot be named.
+            return self
+                .states
+                .iter()
+                .flat_map(|(_, h)| h.files.iter().map(|f| &f.path))
+                .chain(&self.timers)
+                .next();
+        };
+        let files = self.states.iter().flat_map(|(_, h)| &h.files);
+        files
+            .filter_map(|f| {
+                let folder = if f.shared { &shared } else { &private };
+                (!f.path.starts_with(folder) || f.path == *folder).then_some(&f.path)
+            })
+            .chain(
+                self.timers
+                    .iter()
+                    .filter(|t| !t.starts_with(&private) || **t == private),
+            )
+            .next()
+    }
+}

@@ -46,16 +46,7 @@ use wasmtime::{Config, Engine};
 
 use instance::InstanceState;
 
-/// Bindings generated from `wit/operator.wit`, world `stream-operator`.
-/// The WIT file documents every item.
-#[allow(missing_docs)]
-pub mod bindings {
-    wasmtime::component::bindgen!({
-        path: "../wit/operator.wit",
-        world: "stream-operator",
-        additional_derives: [PartialEq],
-    });
-}
+pub use crate::contract as bindings;
 
 pub use bindings::weir::operator::types::{OperatorInfo, StateDescriptor, StateKind};
 
