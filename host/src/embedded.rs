@@ -85,6 +85,7 @@ impl EmbeddedCluster {
                 scheduling: Strategy::Pack,
                 max_module_bytes: usize::MAX,
                 checkpoint_dir: Some(config.checkpoint_dir.clone()),
+                checkpoint_storage: None,
                 allowed_roots: config.allowed_roots.clone(),
                 clock: crate::jobmanager::Clock::Real,
             },

@@ -165,6 +165,7 @@ impl JobManagerConfig {
             scheduling: self.scheduling,
             max_module_bytes: self.max_module_bytes,
             checkpoint_dir: self.checkpoint_dir.clone(),
+            checkpoint_storage: None,
             allowed_roots: self.allowed_roots.clone(),
             clock: Clock::Real,
         }
@@ -187,6 +188,13 @@ pub struct CoreConfig {
     pub max_module_bytes: usize,
     /// Checkpoint storage root (default: `<data_dir>/checkpoints`).
     pub checkpoint_dir: Option<PathBuf>,
+    /// What the JobManager reads and writes checkpoint files through
+    /// (checkpoint metadata, deletes of discarded checkpoints); `None`: a
+    /// [`DirStorage`] at the checkpoint root. TaskManagers keep using a
+    /// [`DirStorage`] at the root, so this must show the same files: a
+    /// wrapper of one (instrumented, slowed down, as in tests), not a
+    /// different store.
+    pub checkpoint_storage: Option<Arc<dyn CheckpointStorage>>,
     /// Where jobs' file sources and sinks may be.
     pub allowed_roots: AllowedRoots,
     /// Its clock.
@@ -622,7 +630,7 @@ pub struct JobManager {
     scheduling: Strategy,
     max_module_bytes: usize,
     checkpoint_root: PathBuf,
-    storage: DirStorage,
+    storage: Arc<dyn CheckpointStorage>,
     /// Bumped after anything may have changed a job.
     changes: tokio::sync::watch::Sender<u64>,
     clock: Clock,
@@ -673,7 +681,9 @@ impl JobManager {
             heartbeat_timeout: config.heartbeat_timeout,
             scheduling: config.scheduling,
             max_module_bytes: config.max_module_bytes,
-            storage: DirStorage::new(checkpoint_root.clone()),
+            storage: config
+                .checkpoint_storage
+                .unwrap_or_else(|| Arc::new(DirStorage::new(checkpoint_root.clone()))),
             checkpoint_root,
             changes: tokio::sync::watch::Sender::new(0),
             clock: config.clock,
@@ -1306,7 +1316,7 @@ impl JobManager {
                             .iter()
                             .flat_map(|(_, h)| h.shared_paths().cloned())
                             .collect();
-                        discard_uploads(job, &self.storage, checkpoint, &shared);
+                        discard_uploads(job, self.storage.as_ref(), checkpoint, &shared);
                     }
                     return;
                 }
@@ -1327,7 +1337,7 @@ impl JobManager {
                     let actions = c
                         .coordinator
                         .decline(checkpoint, (task, subtask), reason, now);
-                    checkpoint_actions(taskmanagers, job, &self.storage, actions);
+                    checkpoint_actions(taskmanagers, job, self.storage.as_ref(), actions);
                     return;
                 }
                 if !c.coordinator.pending().any(|p| p == checkpoint) {
@@ -1337,7 +1347,7 @@ impl JobManager {
                         .iter()
                         .flat_map(|(_, h)| h.shared_paths().cloned())
                         .collect();
-                    discard_uploads(job, &self.storage, checkpoint, &shared);
+                    discard_uploads(job, self.storage.as_ref(), checkpoint, &shared);
                     return;
                 }
                 let actions = c.coordinator.ack(
@@ -1347,7 +1357,7 @@ impl JobManager {
                     Duration::from_millis(alignment_ms),
                     now,
                 );
-                checkpoint_actions(taskmanagers, job, &self.storage, actions);
+                checkpoint_actions(taskmanagers, job, self.storage.as_ref(), actions);
             }
             ToJobManager::RestoreFailed {
                 job,
@@ -1386,7 +1396,7 @@ impl JobManager {
                     let actions = c
                         .coordinator
                         .decline(checkpoint, (task, subtask), reason, now);
-                    checkpoint_actions(taskmanagers, job, &self.storage, actions);
+                    checkpoint_actions(taskmanagers, job, self.storage.as_ref(), actions);
                 }
             }
             ToJobManager::Committed {
@@ -1481,7 +1491,7 @@ impl JobManager {
         let now = self.clock.now();
         for job in jobs.values_mut() {
             let deferred = std::mem::take(&mut job.deferred);
-            checkpoint_actions(taskmanagers, job, &self.storage, deferred);
+            checkpoint_actions(taskmanagers, job, self.storage.as_ref(), deferred);
             match job.state {
                 JobState::Running => {
                     // Checkpoints start once every subtask runs (a trigger
@@ -1493,7 +1503,7 @@ impl JobManager {
                         .all(|s| matches!(s, TaskState::Running | TaskState::Finished));
                     if let Some(c) = job.checkpoints.as_mut().filter(|_| deployed) {
                         let actions = c.coordinator.tick(now);
-                        checkpoint_actions(taskmanagers, job, &self.storage, actions);
+                        checkpoint_actions(taskmanagers, job, self.storage.as_ref(), actions);
                     }
                 }
                 JobState::Restarting if job.restart_at.is_some_and(|t| now >= t) => {
@@ -1509,7 +1519,7 @@ impl JobManager {
                             // The failed attempt may have uploaded files it
                             // never acked (a TaskManager killed mid-upload);
                             // nothing of the new attempt is uploading yet.
-                            sweep_unreferenced(job, &self.storage);
+                            sweep_unreferenced(job, self.storage.as_ref());
                             if let Some(c) = job.checkpoints.as_mut() {
                                 let (from, skipped) = c.restore_point();
                                 let from = from.map(|l| l.id);
@@ -1821,7 +1831,7 @@ fn tell(
 fn checkpoint_actions(
     taskmanagers: &BTreeMap<String, Tm>,
     job: &mut Job,
-    storage: &DirStorage,
+    storage: &dyn CheckpointStorage,
     actions: Vec<Action<SubtaskCheckpoint>>,
 ) {
     let chk_dir = |job: &str, id: u64| StoragePath::new(format!("{job}/chk-{id}"));
@@ -1904,7 +1914,7 @@ fn checkpoint_actions(
 
 /// Deletes what was uploaded for a checkpoint that will never complete:
 /// its private directory and the shared files no completed checkpoint uses.
-fn discard_uploads(job: &Job, storage: &DirStorage, id: u64, shared: &[StoragePath]) {
+fn discard_uploads(job: &Job, storage: &dyn CheckpointStorage, id: u64, shared: &[StoragePath]) {
     // Only the job's own shared files (acks naming others are refused
     // before they get here; this keeps it so).
     let own = StoragePath::new(format!("{}/shared", job.id));
@@ -1931,7 +1941,7 @@ fn discard_uploads(job: &Job, storage: &DirStorage, id: u64, shared: &[StoragePa
 /// Deletes the job's shared checkpoint files that no retained checkpoint
 /// references: uploads of a failed attempt that were never acked. Called
 /// when a restart is deployed, before the new attempt can upload anything.
-fn sweep_unreferenced(job: &Job, storage: &DirStorage) {
+fn sweep_unreferenced(job: &Job, storage: &dyn CheckpointStorage) {
     let Some(c) = &job.checkpoints else { return };
     let Ok(shared) = StoragePath::new(format!("{}/shared", job.id)) else {
         return;

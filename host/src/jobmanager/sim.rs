@@ -558,6 +558,7 @@ fn start(seed: u64, runtime: &Arc<Runtime>, dir: &Path, rt: &tokio::runtime::Run
             scheduling: Strategy::Spread,
             max_module_bytes: 1 << 20,
             checkpoint_dir: Some(storage_root.clone()),
+            checkpoint_storage: None,
             allowed_roots: AllowedRoots::none(),
             clock,
         },
