@@ -88,6 +88,7 @@ impl EmbeddedCluster {
                 checkpoint_storage: None,
                 allowed_roots: config.allowed_roots.clone(),
                 clock: crate::jobmanager::Clock::Real,
+                storage_io: crate::jobmanager::StorageIo::Background,
             },
             runtime.clone(),
             store,

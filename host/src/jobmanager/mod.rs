@@ -8,6 +8,8 @@
 //! - [`rest`]: the axum router (thin: parses, calls [`JobManager`], maps
 //!   errors), its HTTP server with timeouts, and [`rest::auth`]: the token
 //!   (generated into the data dir by default) and the `Host` allow-list.
+//! - `storage_io`: the checkpoint storage commands the JobManager decides
+//!   under its lock and runs off it, one queue per job.
 //! - this file: [`JobManager`], the state behind one mutex, and the RPC
 //!   server TaskManagers connect to ([`crate::rpc`] protocol over QUIC with
 //!   mutual TLS).
@@ -31,6 +33,33 @@
 //! `restarting`: after the delay it is placed and deployed again, restoring
 //! the latest completed checkpoint it can (`[job.checkpoints]`, driven by
 //! [`crate::checkpoint::coordinator`]).
+//!
+//! # Checkpoint storage, off the lock
+//!
+//! Checkpoint storage ([`CoreConfig::checkpoint_storage`], a directory by
+//! default) may be slow (NFS, an object store), so no storage I/O happens
+//! under the state lock. Under it the JobManager decides what to write and
+//! delete: a completed checkpoint's `_metadata`, the files of the
+//! checkpoints it subsumes (which the [`SharedStateRegistry`] says no
+//! retained checkpoint references), an aborted checkpoint's uploads, the
+//! sweep before a restart. These commands join the job's queue; a drain
+//! task per job runs them in that order on the blocking pool, then records
+//! under the lock what they did (or, with [`StorageIo::Stepped`], the
+//! caller runs them: the simulation in `sim` makes storage slow that way).
+//! A slow store delays only its own job's storage work; the REST API,
+//! other jobs and TaskManager messages go on.
+//! The order that matters is kept:
+//!
+//! - a checkpoint's metadata is written before the checkpoints it subsumes
+//!   are deleted (one queue per job, in the coordinator's order);
+//! - `latest` in [`CheckpointsView`] is a checkpoint whose metadata is in
+//!   storage; TaskManagers are told a checkpoint completed at once (why:
+//!   `checkpoint_actions`);
+//! - a restart deploys only after the sweep of the job's shared folder has
+//!   run, which is after every command queued before it: the new attempt
+//!   cannot upload a file the sweep would take for an orphan;
+//! - [`JobManager::wait_until_ended`] returns once the ended job's storage
+//!   work has run too.
 //!
 //! # Core and shells
 //!
@@ -61,11 +90,12 @@ pub mod restart;
 pub mod scheduler;
 #[cfg(test)]
 mod sim;
+mod storage_io;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -91,6 +121,7 @@ use modules::{ModuleInfo, ModuleStore, StoreError};
 use rest::auth::{AuthError, RestAuth};
 use restart::Restarts;
 use scheduler::Strategy;
+use storage_io::{Outcome, StorageCommand, StorageQueue};
 
 /// A checked job: its graph (modules by hash), the hashes, and the loaded
 /// modules.
@@ -168,6 +199,7 @@ impl JobManagerConfig {
             checkpoint_storage: None,
             allowed_roots: self.allowed_roots.clone(),
             clock: Clock::Real,
+            storage_io: StorageIo::Background,
         }
     }
 }
@@ -199,6 +231,21 @@ pub struct CoreConfig {
     pub allowed_roots: AllowedRoots,
     /// Its clock.
     pub clock: Clock,
+    /// Who runs its checkpoint storage commands.
+    pub storage_io: StorageIo,
+}
+
+/// Who runs the JobManager's checkpoint storage commands (see the module
+/// docs: decided under the state lock, run off it, in order per job).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StorageIo {
+    /// A drain task per job, on the runtime's blocking pool.
+    #[default]
+    Background,
+    /// The caller, with [`JobManager::run_storage`]: a simulation steps
+    /// storage as it steps its [`Clock`], and can make it slow. Nothing
+    /// else runs them ([`JobManager::wait_until_ended`] waits for them).
+    Stepped,
 }
 
 /// The JobManager's clock: the real one, or one a test moves
@@ -431,7 +478,10 @@ pub struct SubtaskDetail {
 pub struct CheckpointsView {
     /// Whether the job takes checkpoints.
     pub enabled: bool,
-    /// The latest completed checkpoint.
+    /// The newest retained checkpoint whose metadata
+    /// (`<job>/chk-<n>/_metadata`) is in storage. A checkpoint every
+    /// subtask acked shows as `completed` in `history` a little earlier,
+    /// while its metadata is being written.
     pub latest: Option<u64>,
     /// Newest first: pending, completed and aborted checkpoints.
     pub history: Vec<CheckpointStats>,
@@ -545,6 +595,18 @@ struct Job {
     /// While `finishing`: the TaskManagers whose final commits are not
     /// confirmed yet.
     committing: BTreeSet<String>,
+    /// Checkpoint storage commands decided, not yet run ([`storage_io`]).
+    storage: StorageQueue,
+    /// The sweep of the shared folder before the next attempt.
+    sweep: Option<Sweep>,
+}
+
+/// Where the sweep before a restart stands: requested or done, for the
+/// attempt it prepares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    Requested(u32),
+    Done(u32),
 }
 
 /// A job's checkpoint coordinator and the shared files its checkpoints use.
@@ -554,6 +616,8 @@ struct JobCheckpoints {
     /// Retained checkpoints a TaskManager could not restore (a file missing
     /// or corrupt in storage): restarts pass over them to an older one.
     unrestorable: BTreeSet<u64>,
+    /// Retained checkpoints whose metadata is in storage.
+    stored: BTreeSet<u64>,
 }
 
 impl JobCheckpoints {
@@ -574,6 +638,25 @@ impl JobCheckpoints {
 }
 
 impl Job {
+    /// Records what a storage command of the job did ([`JobManager::drain`]).
+    fn record(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::MetadataStored(id) => {
+                if let Some(c) = self.checkpoints.as_mut()
+                    && c.coordinator.retained().any(|r| r.id == id)
+                {
+                    c.stored.insert(id);
+                }
+            }
+            Outcome::Swept(attempt) => {
+                if self.sweep == Some(Sweep::Requested(attempt)) {
+                    self.sweep = Some(Sweep::Done(attempt));
+                }
+            }
+            Outcome::Nothing => {}
+        }
+    }
+
     /// Whether subtask (`task`, `subtask`) runs on TaskManager `tm`: a
     /// TaskManager reports only on its own subtasks.
     fn placed_on(&self, task: u32, subtask: u32, tm: &str) -> bool {
@@ -630,10 +713,17 @@ pub struct JobManager {
     scheduling: Strategy,
     max_module_bytes: usize,
     checkpoint_root: PathBuf,
+    /// Used only by drain tasks, off the state lock ([`storage_io`]).
     storage: Arc<dyn CheckpointStorage>,
     /// Bumped after anything may have changed a job.
     changes: tokio::sync::watch::Sender<u64>,
     clock: Clock,
+    /// Who runs storage commands.
+    storage_io: StorageIo,
+    /// Itself, for the drain tasks it starts under the state lock.
+    me: Weak<JobManager>,
+    /// The runtime its drain tasks and their blocking I/O run on.
+    handle: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for JobManager {
@@ -671,7 +761,7 @@ impl JobManager {
             .checkpoint_dir
             .clone()
             .unwrap_or_else(|| config.data_dir.join("checkpoints"));
-        Arc::new(JobManager {
+        Arc::new_cyclic(|me| JobManager {
             state: Mutex::new(State::default()),
             store,
             checker: LocalCluster::new(runtime.clone(), tokio::runtime::Handle::current())
@@ -687,6 +777,9 @@ impl JobManager {
             checkpoint_root,
             changes: tokio::sync::watch::Sender::new(0),
             clock: config.clock,
+            storage_io: config.storage_io,
+            me: me.clone(),
+            handle: tokio::runtime::Handle::current(),
         })
     }
 
@@ -731,13 +824,22 @@ impl JobManager {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Waits until job `id` has ended; returns it then.
+    /// Waits until job `id` has ended and the checkpoint storage work it
+    /// left has run (metadata written, discarded checkpoints deleted);
+    /// returns it then.
     pub async fn wait_until_ended(&self, id: &str) -> Result<JobDetail, ApiError> {
         // Subscribed before the first look: no change is missed.
         let mut changes = self.changes.subscribe();
         loop {
-            let job = self.job(id)?;
-            if job.summary.state.is_terminal() {
+            let (job, settled) = {
+                let state = self.lock();
+                let settled = state
+                    .jobs
+                    .get(id)
+                    .is_some_and(|j| j.deferred.is_empty() && j.storage.is_idle());
+                (job_detail(&state, id)?, settled)
+            };
+            if job.summary.state.is_terminal() && settled {
                 return Ok(job);
             }
             if changes.changed().await.is_err() {
@@ -786,6 +888,85 @@ impl JobManager {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock is a bug; keep serving the rest.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a storage command of `job`, to run after those queued before
+    /// it, and starts the job's drain task if none runs. Called under the
+    /// state lock: it does no I/O.
+    fn enqueue(&self, job: &mut Job, command: StorageCommand) {
+        if job.storage.push(command)
+            && self.storage_io == StorageIo::Background
+            && let Some(jm) = self.me.upgrade()
+        {
+            self.handle.spawn(jm.drain(job.id.clone()));
+        }
+    }
+
+    /// Job `id`'s drain task: runs its storage commands in order on the
+    /// blocking pool, without the state lock, and records what they did,
+    /// until none is left.
+    async fn drain(self: Arc<Self>, id: String) {
+        let mut batch = self.take_storage(&id);
+        while let Some(commands) = batch {
+            let storage = self.storage.clone();
+            let job = id.clone();
+            let outcomes = self
+                .handle
+                .spawn_blocking(move || {
+                    commands
+                        .into_iter()
+                        .map(|c| storage_io::run(&job, c, storage.as_ref()))
+                        .collect::<Vec<_>>()
+                })
+                .await
+                .unwrap_or_default();
+            batch = self.record_storage(&id, outcomes);
+            self.changed();
+        }
+    }
+
+    /// Runs every queued storage command on this thread, in order per job,
+    /// without the state lock ([`StorageIo::Stepped`]); returns how many
+    /// ran.
+    pub fn run_storage(&self) -> usize {
+        let mut ran = 0;
+        let busy: Vec<String> = self
+            .lock()
+            .jobs
+            .values()
+            .filter(|j| !j.storage.is_idle())
+            .map(|j| j.id.clone())
+            .collect();
+        for id in busy {
+            let mut batch = self.take_storage(&id);
+            while let Some(commands) = batch {
+                ran += commands.len();
+                let outcomes = commands
+                    .into_iter()
+                    .map(|c| storage_io::run(&id, c, self.storage.as_ref()))
+                    .collect();
+                batch = self.record_storage(&id, outcomes);
+            }
+        }
+        self.changed();
+        ran
+    }
+
+    /// Takes job `id`'s queued storage commands; `None` (and the queue
+    /// idle) when there are none.
+    fn take_storage(&self, id: &str) -> Option<Vec<StorageCommand>> {
+        self.lock().jobs.get_mut(id).and_then(|j| j.storage.take())
+    }
+
+    /// Records what job `id`'s storage commands did; takes the commands
+    /// queued meanwhile.
+    fn record_storage(&self, id: &str, outcomes: Vec<Outcome>) -> Option<Vec<StorageCommand>> {
+        let mut state = self.lock();
+        let job = state.jobs.get_mut(id)?;
+        for outcome in outcomes {
+            job.record(outcome);
+        }
+        job.storage.take()
     }
 
     /// The module store.
@@ -912,6 +1093,7 @@ impl JobManager {
                 coordinator: Coordinator::new(config, subtasks, 1, now, now_ms()),
                 registry: SharedStateRegistry::new(),
                 unrestorable: BTreeSet::new(),
+                stored: BTreeSet::new(),
             }
         });
         let mut job = Job {
@@ -934,6 +1116,8 @@ impl JobManager {
             checkpoints,
             deferred: Vec::new(),
             committing: BTreeSet::new(),
+            storage: StorageQueue::default(),
+            sweep: None,
         };
         deploy(
             &mut state.taskmanagers,
@@ -1088,68 +1272,7 @@ impl JobManager {
 
     /// One job with per-vertex state and metrics.
     pub fn job(&self, id: &str) -> Result<JobDetail, ApiError> {
-        let state = self.lock();
-        let job = state
-            .jobs
-            .get(id)
-            .ok_or_else(|| ApiError::not_found(format!("no job with id {id:?}")))?;
-        let task_of: HashMap<usize, usize> = job
-            .tasks
-            .iter()
-            .enumerate()
-            .flat_map(|(t, spec)| spec.vertices.iter().map(move |v| (*v, t)))
-            .collect();
-        let vertices = job
-            .graph
-            .vertices
-            .iter()
-            .enumerate()
-            .map(|(v, vertex)| {
-                let t = task_of[&v];
-                let head = job.tasks[t].head();
-                let sum = |f: &dyn Fn(&crate::rpc::VertexReport) -> u64, at: usize| -> u64 {
-                    job.reports
-                        .values()
-                        .filter_map(|r| r.vertices.get(at))
-                        .map(f)
-                        .sum()
-                };
-                let states = &job.subtasks[t];
-                VertexDetail {
-                    id: vertex.id.0.clone(),
-                    role: vertex.kind.role(),
-                    parallelism: vertex.parallelism,
-                    state: aggregate_state(states),
-                    records_in: sum(&|r| r.records_in, v),
-                    records_out: sum(&|r| r.records_out, v),
-                    busy_ms: sum(&|r| r.busy_ms, head),
-                    backpressured_ms: sum(&|r| r.backpressured_ms, head),
-                    idle_ms: sum(&|r| r.idle_ms, head),
-                    subtasks: job.placement[t]
-                        .iter()
-                        .zip(states)
-                        .enumerate()
-                        .map(|(i, (slot, st))| SubtaskDetail {
-                            index: i as u32,
-                            taskmanager: slot.taskmanager.clone(),
-                            state: *st,
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
-        Ok(JobDetail {
-            summary: job.summary(),
-            vertices,
-            tasks: job.tasks.len() as u32,
-            attempt: job.attempt,
-            max_queued_batches: job
-                .reports
-                .values()
-                .map(|r| r.max_queued_batches)
-                .max()
-                .unwrap_or(0),
-        })
+        job_detail(&self.lock(), id)
     }
 
     /// A job's checkpoint history and restores (`GET /v1/jobs/{id}/checkpoints`).
@@ -1169,7 +1292,12 @@ impl JobManager {
         };
         Ok(CheckpointsView {
             enabled: true,
-            latest: c.coordinator.latest().map(|l| l.id),
+            latest: c
+                .coordinator
+                .retained()
+                .rev()
+                .map(|r| r.id)
+                .find(|id| c.stored.contains(id)),
             history: c.coordinator.history(),
             restores: c.coordinator.restores().to_vec(),
         })
@@ -1316,7 +1444,7 @@ impl JobManager {
                             .iter()
                             .flat_map(|(_, h)| h.shared_paths().cloned())
                             .collect();
-                        discard_uploads(job, self.storage.as_ref(), checkpoint, &shared);
+                        discard_uploads(self, job, checkpoint, &shared);
                     }
                     return;
                 }
@@ -1337,7 +1465,7 @@ impl JobManager {
                     let actions = c
                         .coordinator
                         .decline(checkpoint, (task, subtask), reason, now);
-                    checkpoint_actions(taskmanagers, job, self.storage.as_ref(), actions);
+                    checkpoint_actions(taskmanagers, job, self, actions);
                     return;
                 }
                 if !c.coordinator.pending().any(|p| p == checkpoint) {
@@ -1347,7 +1475,7 @@ impl JobManager {
                         .iter()
                         .flat_map(|(_, h)| h.shared_paths().cloned())
                         .collect();
-                    discard_uploads(job, self.storage.as_ref(), checkpoint, &shared);
+                    discard_uploads(self, job, checkpoint, &shared);
                     return;
                 }
                 let actions = c.coordinator.ack(
@@ -1357,7 +1485,7 @@ impl JobManager {
                     Duration::from_millis(alignment_ms),
                     now,
                 );
-                checkpoint_actions(taskmanagers, job, self.storage.as_ref(), actions);
+                checkpoint_actions(taskmanagers, job, self, actions);
             }
             ToJobManager::RestoreFailed {
                 job,
@@ -1396,7 +1524,7 @@ impl JobManager {
                     let actions = c
                         .coordinator
                         .decline(checkpoint, (task, subtask), reason, now);
-                    checkpoint_actions(taskmanagers, job, self.storage.as_ref(), actions);
+                    checkpoint_actions(taskmanagers, job, self, actions);
                 }
             }
             ToJobManager::Committed {
@@ -1491,7 +1619,7 @@ impl JobManager {
         let now = self.clock.now();
         for job in jobs.values_mut() {
             let deferred = std::mem::take(&mut job.deferred);
-            checkpoint_actions(taskmanagers, job, self.storage.as_ref(), deferred);
+            checkpoint_actions(taskmanagers, job, self, deferred);
             match job.state {
                 JobState::Running => {
                     // Checkpoints start once every subtask runs (a trigger
@@ -1503,10 +1631,14 @@ impl JobManager {
                         .all(|s| matches!(s, TaskState::Running | TaskState::Finished));
                     if let Some(c) = job.checkpoints.as_mut().filter(|_| deployed) {
                         let actions = c.coordinator.tick(now);
-                        checkpoint_actions(taskmanagers, job, self.storage.as_ref(), actions);
+                        checkpoint_actions(taskmanagers, job, self, actions);
                     }
                 }
-                JobState::Restarting if job.restart_at.is_some_and(|t| now >= t) => {
+                JobState::Restarting => {
+                    // Deployed once the sweep has run (see `swept`), and due.
+                    if !self.swept(job) || job.restart_at.is_none_or(|t| now < t) {
+                        continue;
+                    }
                     job.attempt += 1;
                     match deploy(taskmanagers, job, self.scheduling, &self.checkpoint_root) {
                         Ok(()) => {
@@ -1516,10 +1648,6 @@ impl JobManager {
                             // The next failure is reported as itself.
                             job.failure = None;
                             job.failure_is_root = false;
-                            // The failed attempt may have uploaded files it
-                            // never acked (a TaskManager killed mid-upload);
-                            // nothing of the new attempt is uploading yet.
-                            sweep_unreferenced(job, self.storage.as_ref());
                             if let Some(c) = job.checkpoints.as_mut() {
                                 let (from, skipped) = c.restore_point();
                                 let from = from.map(|l| l.id);
@@ -1548,6 +1676,44 @@ impl JobManager {
         }
     }
 
+    /// Whether a restarting job's shared folder has been swept for its
+    /// next attempt; if not, requests the sweep (once).
+    ///
+    /// The failed attempt may have uploaded files it never acked (a
+    /// TaskManager killed mid-upload); the sweep deletes whatever in the
+    /// job's shared folder no retained checkpoint references. It lists the
+    /// folder, so it must run before the new attempt can upload anything:
+    /// the restart waits for it. Being behind every storage command the
+    /// job queued before, it also means the metadata of the checkpoint the
+    /// restart restores from has been written. The registry does not
+    /// change meanwhile: nothing completes while the job is restarting.
+    fn swept(&self, job: &mut Job) -> bool {
+        let next = job.attempt + 1;
+        let Some(c) = &job.checkpoints else {
+            return true;
+        };
+        match job.sweep {
+            Some(Sweep::Done(a)) if a == next => true,
+            Some(Sweep::Requested(a)) if a == next => false,
+            _ => {
+                let Ok(prefix) = StoragePath::new(format!("{}/shared", job.id)) else {
+                    return true;
+                };
+                let keep = c.registry.referenced().into_iter().collect();
+                job.sweep = Some(Sweep::Requested(next));
+                self.enqueue(
+                    job,
+                    StorageCommand::Sweep {
+                        prefix,
+                        keep,
+                        attempt: next,
+                    },
+                );
+                false
+            }
+        }
+    }
+
     fn check_heartbeats(&self) {
         let mut state = self.lock();
         let timeout = self.heartbeat_timeout;
@@ -1568,6 +1734,71 @@ impl JobManager {
             lose(&mut state, &id, reason, now);
         }
     }
+}
+
+/// Job `id` with per-vertex state and metrics.
+fn job_detail(state: &State, id: &str) -> Result<JobDetail, ApiError> {
+    let job = state
+        .jobs
+        .get(id)
+        .ok_or_else(|| ApiError::not_found(format!("no job with id {id:?}")))?;
+    let task_of: HashMap<usize, usize> = job
+        .tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(t, spec)| spec.vertices.iter().map(move |v| (*v, t)))
+        .collect();
+    let vertices = job
+        .graph
+        .vertices
+        .iter()
+        .enumerate()
+        .map(|(v, vertex)| {
+            let t = task_of[&v];
+            let head = job.tasks[t].head();
+            let sum = |f: &dyn Fn(&crate::rpc::VertexReport) -> u64, at: usize| -> u64 {
+                job.reports
+                    .values()
+                    .filter_map(|r| r.vertices.get(at))
+                    .map(f)
+                    .sum()
+            };
+            let states = &job.subtasks[t];
+            VertexDetail {
+                id: vertex.id.0.clone(),
+                role: vertex.kind.role(),
+                parallelism: vertex.parallelism,
+                state: aggregate_state(states),
+                records_in: sum(&|r| r.records_in, v),
+                records_out: sum(&|r| r.records_out, v),
+                busy_ms: sum(&|r| r.busy_ms, head),
+                backpressured_ms: sum(&|r| r.backpressured_ms, head),
+                idle_ms: sum(&|r| r.idle_ms, head),
+                subtasks: job.placement[t]
+                    .iter()
+                    .zip(states)
+                    .enumerate()
+                    .map(|(i, (slot, st))| SubtaskDetail {
+                        index: i as u32,
+                        taskmanager: slot.taskmanager.clone(),
+                        state: *st,
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    Ok(JobDetail {
+        summary: job.summary(),
+        vertices,
+        tasks: job.tasks.len() as u32,
+        attempt: job.attempt,
+        max_queued_batches: job
+            .reports
+            .values()
+            .map(|r| r.max_queued_batches)
+            .max()
+            .unwrap_or(0),
+    })
 }
 
 fn aggregate_state(states: &[TaskState]) -> &'static str {
@@ -1827,11 +2058,23 @@ fn tell(
     }
 }
 
-/// Carries out what the coordinator decided.
+/// Carries out what the coordinator decided, under the state lock:
+/// TaskManagers are told at once, storage work is queued for the job's
+/// drain task ([`storage_io`]) in the order the coordinator gave it.
+///
+/// `CheckpointComplete` is sent when the checkpoint completes, not after
+/// its metadata is written: nothing restores from `_metadata` (a restart
+/// restores from the retained handles in memory, after its sweep, which
+/// runs after the metadata write), and a subtask that learned of a
+/// completion only after storage caught up could take its next
+/// incremental checkpoint on an older base, the case the registry cannot
+/// see ([`crate::checkpoint::registry`]). Its place among the other
+/// messages to TaskManagers (triggers, cancels, `JobFinished`) stays
+/// what it was.
 fn checkpoint_actions(
     taskmanagers: &BTreeMap<String, Tm>,
     job: &mut Job,
-    storage: &dyn CheckpointStorage,
+    jm: &JobManager,
     actions: Vec<Action<SubtaskCheckpoint>>,
 ) {
     let chk_dir = |job: &str, id: u64| StoragePath::new(format!("{job}/chk-{id}"));
@@ -1867,11 +2110,15 @@ fn checkpoint_actions(
                     "completed_at_ms": done.completed_at_ms,
                     "subtasks": done.acks.iter().collect::<Vec<_>>(),
                 });
-                if let Ok(dir) = chk_dir(&job.id, done.id)
-                    && let Ok(path) = dir.join("_metadata")
-                    && let Err(e) = storage.put_bytes(&path, metadata.to_string().as_bytes())
-                {
-                    tracing::error!(job = %job.id, "cannot write checkpoint metadata: {e}");
+                if let Ok(path) = chk_dir(&job.id, done.id).and_then(|d| d.join("_metadata")) {
+                    jm.enqueue(
+                        job,
+                        StorageCommand::WriteMetadata {
+                            checkpoint: done.id,
+                            path,
+                            bytes: metadata.to_string().into_bytes(),
+                        },
+                    );
                 }
                 tracing::info!(job = %job.id, checkpoint = done.id, full, incremental, "checkpoint completed");
                 tell(taskmanagers, job, |job, attempt| {
@@ -1886,11 +2133,16 @@ fn checkpoint_actions(
                 let Some(c) = job.checkpoints.as_mut() else {
                     continue;
                 };
-                for file in c.registry.release(old.id) {
-                    let _ = storage.delete(&file);
+                c.stored.remove(&old.id);
+                // Decided here, under the lock: after the checkpoint that
+                // subsumes it was registered, so these are files no
+                // retained checkpoint references.
+                let unused = c.registry.release(old.id);
+                for file in unused {
+                    jm.enqueue(job, StorageCommand::Delete(file));
                 }
                 if let Ok(dir) = chk_dir(&job.id, old.id) {
-                    let _ = storage.delete_prefix(&dir);
+                    jm.enqueue(job, StorageCommand::DeletePrefix(dir));
                 }
             }
             Action::Abort { id, reason, acked } => {
@@ -1906,15 +2158,16 @@ fn checkpoint_actions(
                     .iter()
                     .flat_map(|(_, a)| a.states.iter().flat_map(|(_, h)| h.shared_paths().cloned()))
                     .collect();
-                discard_uploads(job, storage, id, &uploaded);
+                discard_uploads(jm, job, id, &uploaded);
             }
         }
     }
 }
 
-/// Deletes what was uploaded for a checkpoint that will never complete:
-/// its private directory and the shared files no completed checkpoint uses.
-fn discard_uploads(job: &Job, storage: &dyn CheckpointStorage, id: u64, shared: &[StoragePath]) {
+/// Queues the deletion of what was uploaded for a checkpoint that will
+/// never complete: its private directory and the shared files no completed
+/// checkpoint uses (decided now, under the lock).
+fn discard_uploads(jm: &JobManager, job: &mut Job, id: u64, shared: &[StoragePath]) {
     // Only the job's own shared files (acks naming others are refused
     // before they get here; this keeps it so).
     let own = StoragePath::new(format!("{}/shared", job.id));
@@ -1926,32 +2179,14 @@ fn discard_uploads(job: &Job, storage: &dyn CheckpointStorage, id: u64, shared: 
     let Some(c) = &job.checkpoints else {
         return;
     };
-    for file in c.registry.orphans(&shared) {
-        let _ = storage.delete(&file);
+    let orphans = c.registry.orphans(&shared);
+    // Never a completed checkpoint's own folder.
+    let retained = c.coordinator.retained().any(|r| r.id == id);
+    for file in orphans {
+        jm.enqueue(job, StorageCommand::Delete(file));
     }
-    if c.coordinator.retained().any(|r| r.id == id) {
-        // Never a completed checkpoint's own folder.
-        return;
-    }
-    if let Ok(dir) = StoragePath::new(format!("{}/chk-{id}", job.id)) {
-        let _ = storage.delete_prefix(&dir);
-    }
-}
-
-/// Deletes the job's shared checkpoint files that no retained checkpoint
-/// references: uploads of a failed attempt that were never acked. Called
-/// when a restart is deployed, before the new attempt can upload anything.
-fn sweep_unreferenced(job: &Job, storage: &dyn CheckpointStorage) {
-    let Some(c) = &job.checkpoints else { return };
-    let Ok(shared) = StoragePath::new(format!("{}/shared", job.id)) else {
-        return;
-    };
-    let Ok(listed) = storage.list(&shared) else {
-        return;
-    };
-    for file in c.registry.orphans(&listed) {
-        tracing::debug!(job = %job.id, file = %file, "deleting an unreferenced checkpoint file");
-        let _ = storage.delete(&file);
+    if !retained && let Ok(dir) = StoragePath::new(format!("{}/chk-{id}", job.id)) {
+        jm.enqueue(job, StorageCommand::DeletePrefix(dir));
     }
 }
 

@@ -4,9 +4,12 @@
 //! and a seeded schedule of failures — TaskManagers killed (connection
 //! closed, or silent until the heartbeat timeout) and restarted, subtasks
 //! failing, checkpoint notifications lost, acks arriving late or after an
-//! abort or from an attempt already canceled. No processes, no sleeps, no
-//! Wasm: the job is a generator and a blackhole, and the fake TaskManagers
-//! "upload" their snapshots as files into the real checkpoint storage.
+//! abort or from an attempt already canceled, checkpoint storage slow (the
+//! JobManager's storage commands run steps after they were decided). No
+//! processes, no sleeps, no Wasm: the job is a generator and a blackhole,
+//! the fake TaskManagers "upload" their snapshots as files into the real
+//! checkpoint storage, and the JobManager's storage commands run when a
+//! step says ([`StorageIo::Stepped`]).
 //!
 //! Every seed checks:
 //! - every checkpoint whose metadata exists was acked by every subtask, and
@@ -24,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::{Clock, CoreConfig, JobManager, JobState, modules::ModuleStore, scheduler::Strategy};
+use super::{
+    Clock, CoreConfig, JobManager, JobState, StorageIo, modules::ModuleStore, scheduler::Strategy,
+};
 use crate::checkpoint::snapshot::{FileHandle, StateHandle};
 use crate::checkpoint::storage::StoragePath;
 use crate::connectors::AllowedRoots;
@@ -100,6 +105,8 @@ struct Sim {
     finishing: bool,
     job: String,
     uploads: u64,
+    /// Steps checkpoint storage stays stalled.
+    storage_stalled: u32,
 }
 
 impl Sim {
@@ -149,6 +156,17 @@ impl Sim {
         }
         if self.finishing {
             self.finish_sources();
+        }
+        // While faults happen, checkpoint storage is slow: what the
+        // JobManager decided waits a step now and then, or stalls for up
+        // to 80 steps (longer than a restart delay and a checkpoint
+        // interval: a restart must wait for its sweep).
+        if self.storage_stalled > 0 {
+            self.storage_stalled -= 1;
+        } else if self.faults && self.rng.chance(10) {
+            self.storage_stalled = self.rng.below(80) as u32;
+        } else if !self.faults || !self.rng.chance(300) {
+            self.jm.run_storage();
         }
     }
 
@@ -561,6 +579,7 @@ fn start(seed: u64, runtime: &Arc<Runtime>, dir: &Path, rt: &tokio::runtime::Run
             checkpoint_storage: None,
             allowed_roots: AllowedRoots::none(),
             clock,
+            storage_io: StorageIo::Stepped,
         },
         runtime.clone(),
         ModuleStore::open(&dir.join("modules")).unwrap(),
@@ -590,6 +609,7 @@ fn start(seed: u64, runtime: &Arc<Runtime>, dir: &Path, rt: &tokio::runtime::Run
         finishing: false,
         job: created.id,
         uploads: 0,
+        storage_stalled: 0,
     }
 }
 
@@ -641,6 +661,7 @@ pub(super) fn run(seed: u64, runtime: &Arc<Runtime>) {
 
     // Every retained checkpoint is whole; the job's shared files are exactly
     // what the retained checkpoints name.
+    jm.run_storage();
     let view = jm.checkpoints(&sim.job).unwrap();
     // (No folder at all: nothing was ever uploaded.)
     let retained: Vec<u64> = std::fs::read_dir(storage_root.join(&sim.job))
