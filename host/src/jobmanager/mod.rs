@@ -92,6 +92,9 @@ pub mod scheduler;
 mod sim;
 mod storage_io;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
