@@ -56,8 +56,9 @@
 //!   storage; TaskManagers are told a checkpoint completed at once (why:
 //!   `checkpoint_actions`);
 //! - a restart deploys only after the sweep of the job's shared folder has
-//!   run, which is after every command queued before it: the new attempt
-//!   cannot upload a file the sweep would take for an orphan;
+//!   run, which is after every command queued before it: the checkpoint it
+//!   restores from has its metadata, and the new attempt cannot upload a
+//!   file the sweep would take for an orphan;
 //! - [`JobManager::wait_until_ended`] returns once the ended job's storage
 //!   work has run too.
 //!
