@@ -133,4 +133,3 @@ impl Exchange for AllLocal {
     }
     fn register_input(&self, _: usize, _: u32, _: u32, _: mpsc::Sender<Message>) {}
 }
-

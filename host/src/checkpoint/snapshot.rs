@@ -269,11 +269,7 @@ impl SubtaskCheckpoint {
     /// TaskManagers upload them). The JobManager refuses an ack that names
     /// another path: it would register, restore from and later delete what
     /// the path names, which may be another job's.
-    pub fn foreign_path(
-        &self,
-        job: &str,
-        checkpoint: u64,
-    ) -> Option<&StoragePath> {
+    pub fn foreign_path(&self, job: &str, checkpoint: u64) -> Option<&StoragePath> {
         let (Ok(shared), Ok(private)) = (
             StoragePath::new(format!("{job}/shared")),
             StoragePath::new(format!("{job}/chk-{checkpoint}")),

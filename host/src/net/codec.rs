@@ -19,8 +19,8 @@
 //! Decoding validates every length (a batch must pass [`Batch::validate`])
 //! and returns a [`DecodeError`] on corrupt input; it never panics.
 
-use crate::record::Batch;
 use crate::channel::Message;
+use crate::record::Batch;
 
 const TAG_RECORDS: u8 = 0;
 const TAG_WATERMARK: u8 = 1;

@@ -13,9 +13,9 @@ use proptest::prelude::*;
 
 use super::codec::{Decoder, MAX_MESSAGE_BYTES, encode};
 use super::{InputKey, wire};
+use crate::channel::Message;
 use crate::fuzz::{config, cuts, mutate, mutations, split};
 use crate::record::Batch;
-use crate::channel::Message;
 
 fn batch() -> impl Strategy<Value = Batch> {
     prop::collection::vec(
