@@ -26,6 +26,9 @@
 //! - [`net`]: QUIC with mutual TLS between daemons, and the data plane that
 //!   moves records between TaskManagers with credit-based flow control.
 //! - [`rpc`]: the control protocol between TaskManagers and the JobManager.
+//! - [`modules`]: the content-addressed module store (JobManager uploads,
+//!   TaskManager caches).
+//! - [`start`]: why a daemon could not start.
 //! - [`jobmanager`]: the JobManager daemon: registry, heartbeats, slots,
 //!   scheduling, job lifecycle, module store, REST API.
 //! - [`embedded`]: `weir run`'s cluster: a JobManager core and a
@@ -44,9 +47,11 @@ pub mod embedded;
 pub mod job;
 pub mod jobmanager;
 pub mod local;
+pub mod modules;
 pub mod net;
 pub mod record;
 pub mod rpc;
+pub mod start;
 pub mod state;
 pub mod taskmanager;
 pub mod wasm;

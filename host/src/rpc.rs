@@ -369,6 +369,21 @@ pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
     Ok(Some(serde_json::from_slice(&body)?))
 }
 
+/// An in-process TaskManager's connection to its JobManager
+/// (`JobManager::attach`).
+#[derive(Debug)]
+pub struct InProcessLink {
+    /// What the JobManager says.
+    pub from_jobmanager: tokio::sync::mpsc::UnboundedReceiver<ToTaskManager>,
+    /// Where the TaskManager answers.
+    pub to_jobmanager: tokio::sync::mpsc::UnboundedSender<ToJobManager>,
+    /// How often to send heartbeats.
+    pub heartbeat_interval: std::time::Duration,
+    /// Passes the TaskManager's messages on; aborted at a deliberate
+    /// shutdown (the TaskManager is then not reported lost).
+    pub forwarder: tokio::task::AbortHandle,
+}
+
 #[cfg(test)]
 mod fuzz_tests;
 

@@ -85,7 +85,7 @@
 //!
 //! This module must not run operators: TaskManagers do.
 
-pub mod modules;
+pub use crate::modules;
 pub mod rest;
 pub mod restart;
 pub mod scheduler;
@@ -123,6 +123,15 @@ use crate::wasm::Runtime;
 
 use modules::{ModuleInfo, ModuleStore, StoreError};
 use rest::auth::{AuthError, RestAuth};
+
+pub use crate::rpc::InProcessLink;
+pub use crate::start::StartError;
+
+impl From<AuthError> for StartError {
+    fn from(e: AuthError) -> Self {
+        StartError::RestAuth(e.to_string())
+    }
+}
 use restart::Restarts;
 use scheduler::Strategy;
 use storage_io::{Outcome, StorageCommand, StorageQueue};
@@ -278,21 +287,6 @@ impl Clock {
             Clock::Simulated(hand) => *hand.lock().unwrap_or_else(|p| p.into_inner()),
         }
     }
-}
-
-/// An in-process TaskManager's connection to its JobManager
-/// ([`JobManager::attach`]).
-#[derive(Debug)]
-pub struct InProcessLink {
-    /// What the JobManager says.
-    pub from_jobmanager: mpsc::UnboundedReceiver<ToTaskManager>,
-    /// Where the TaskManager answers.
-    pub to_jobmanager: mpsc::UnboundedSender<ToJobManager>,
-    /// How often to send heartbeats.
-    pub heartbeat_interval: Duration,
-    /// Passes the TaskManager's messages on; aborted at a deliberate
-    /// shutdown (the TaskManager is then not reported lost).
-    pub forwarder: tokio::task::AbortHandle,
 }
 
 /// Default heartbeat interval.
@@ -2231,37 +2225,6 @@ impl RunningJobManager {
         }
         self.endpoint.wait_idle().await;
     }
-}
-
-/// Why a daemon could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// A socket could not be bound.
-    #[error("cannot listen on {address}: {message}")]
-    Bind {
-        /// The address.
-        address: SocketAddr,
-        /// Why.
-        message: String,
-    },
-    /// The data directory is unusable.
-    #[error("data directory {}: {message}", path.display())]
-    DataDir {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// The Wasm runtime could not start.
-    #[error("wasm runtime: {0}")]
-    Runtime(String),
-    /// REST authentication is misconfigured (an empty token, no token off
-    /// loopback) or its token file is unusable.
-    #[error(transparent)]
-    RestAuth(#[from] AuthError),
-    /// The daemon's certificate is not for its role.
-    #[error("{0}")]
-    Identity(String),
 }
 
 /// Starts a JobManager on the current tokio runtime: RPC endpoint, REST

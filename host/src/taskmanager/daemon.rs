@@ -42,16 +42,17 @@ use crate::checkpoint::snapshot::StateHandle;
 use crate::checkpoint::storage::{CheckpointStorage, DirStorage, StoragePath};
 use crate::connectors::AllowedRoots;
 use crate::job::{JobGraph, ModuleRef, TaskSpec, VertexKind};
-use crate::jobmanager::InProcessLink;
-use crate::jobmanager::modules::ModuleStore;
 use crate::local::{CheckpointSetup, DeployOptions, SubtaskRestore};
 use crate::local::{Exchange, LocalCluster};
+use crate::modules::ModuleStore;
 use crate::net::tls::{JOBMANAGER_NAME, NodeIdentity, Role};
 use crate::net::{ChannelOptions, DataPlane, Input, InputKey, NetConfig, NetStats, Peer};
+use crate::rpc::InProcessLink;
 use crate::rpc::{
     Deployment, FetchModule, JobReport, ModuleHeader, RestorePoint, SlotRef, SubtaskCheckpoint,
     TaskState, ToJobManager, ToTaskManager, VertexReport, read_frame, write_frame,
 };
+use crate::start::StartError;
 use crate::wasm::Runtime;
 
 /// Settings of `weir taskmanager`.
@@ -326,8 +327,7 @@ impl Inner {
 pub async fn start(
     config: TaskManagerConfig,
     runtime: Arc<Runtime>,
-) -> Result<RunningTaskManager, crate::jobmanager::StartError> {
-    use crate::jobmanager::StartError;
+) -> Result<RunningTaskManager, StartError> {
     let data_dir_error = |message: String| StartError::DataDir {
         path: config.data_dir.clone(),
         message,
@@ -410,7 +410,7 @@ pub struct InProcessConfig {
 }
 
 /// A TaskManager running in this process, attached to an in-process
-/// JobManager ([`crate::jobmanager::JobManager::attach`]): the same code
+/// JobManager (`JobManager::attach`): the same code
 /// as the daemon's, without a network.
 pub struct InProcessTaskManager {
     inner: Arc<Inner>,
@@ -433,8 +433,8 @@ impl InProcessTaskManager {
         config: InProcessConfig,
         runtime: Arc<Runtime>,
         link: InProcessLink,
-    ) -> Result<InProcessTaskManager, crate::jobmanager::StartError> {
-        let data_dir_error = |message: String| crate::jobmanager::StartError::DataDir {
+    ) -> Result<InProcessTaskManager, StartError> {
+        let data_dir_error = |message: String| StartError::DataDir {
             path: config.data_dir.clone(),
             message,
         };
