@@ -21,8 +21,8 @@ use crate::job::{JobGraph, chain};
 use crate::jobmanager::modules::ModuleStore;
 use crate::jobmanager::scheduler::Strategy;
 use crate::jobmanager::{
-    ApiError, CheckpointsView, CoreConfig, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HEARTBEAT_TIMEOUT,
-    JobDetail, JobManager, StartError,
+    ApiError, CheckpointsView, CoreConfig, DEFAULT_HEARTBEAT_INTERVAL, JobDetail, JobManager,
+    StartError,
 };
 use crate::local::LoadedModules;
 use crate::taskmanager::JobMetrics;
@@ -64,6 +64,10 @@ pub struct EmbeddedJob {
     _modules: LoadedModules,
 }
 
+/// Heartbeat timeout of the in-process TaskManager: practically never.
+const IN_PROCESS_HEARTBEAT_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_secs(365 * 24 * 3600);
+
 /// The id of the embedded TaskManager.
 pub const TASKMANAGER_ID: &str = "embedded";
 
@@ -81,7 +85,10 @@ impl EmbeddedCluster {
             CoreConfig {
                 data_dir,
                 heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
-                heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
+                // An in-process TaskManager cannot go silent: it is lost
+                // only when its link closes. A busy machine delaying a
+                // heartbeat must not fail the job.
+                heartbeat_timeout: IN_PROCESS_HEARTBEAT_TIMEOUT,
                 scheduling: Strategy::Pack,
                 max_module_bytes: usize::MAX,
                 checkpoint_dir: Some(config.checkpoint_dir.clone()),
