@@ -1844,6 +1844,18 @@ fn lose(state: &mut State, tm_id: &str, reason: String, now: Instant) {
                 "TaskManager {tm_id} ({address}) lost before committing the final output: {reason}"
             );
             not_committed(taskmanagers, job, message, now);
+        } else if job.state == JobState::Running
+            && job.checkpoints.is_some()
+            && job.taskmanagers().contains(tm_id)
+        {
+            // Its subtasks had all finished, but their sinks' final output
+            // waits for the job's end to be committed there: it never will.
+            let message = format!(
+                "TaskManager {tm_id} ({address}) lost with its subtasks' final output \
+                 uncommitted: {reason}"
+            );
+            fail(taskmanagers, job, message, true, now);
+            settle(taskmanagers, job, now);
         }
     }
 }

@@ -767,6 +767,77 @@ fn a_taskmanager_lost_before_its_final_commit_restarts_the_job() {
     assert!(restores[0].checkpoint.is_some(), "{restores:?}");
 }
 
+/// A TaskManager whose subtasks have all finished, lost while others still
+/// run: its sinks' final output was waiting for the job's end to be
+/// committed, so the job restarts rather than finish without it.
+#[test]
+fn a_taskmanager_lost_after_its_subtasks_finished_restarts_the_job() {
+    let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None }).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let mut sim = start(11, &runtime, dir.path(), &rt);
+    sim.faults = false;
+    let state = |sim: &Sim| sim.jm.job(&sim.job).unwrap().summary.state;
+    for _ in 0..300 {
+        sim.step();
+    }
+    assert!(sim.jm.checkpoints(&sim.job).unwrap().latest.is_some());
+    // Only the subtasks of one TaskManager finish, and it says so.
+    let t = (0..sim.tms.len())
+        .find(|t| sim.tms[*t].deployed.is_some())
+        .expect("a TaskManager runs subtasks");
+    let d = sim.tms[t].deployed.as_mut().unwrap();
+    let (job, attempt) = (d.job.clone(), d.attempt);
+    let mine: Vec<(u32, u32)> = d.subtasks.keys().copied().collect();
+    d.subtasks.values_mut().for_each(|r| *r = false);
+    let id = sim.tms[t].id.clone();
+    for (task, subtask) in mine {
+        sim.jm.deliver(
+            &id,
+            sim.tms[t].session,
+            ToJobManager::TaskState {
+                job: job.clone(),
+                attempt,
+                task,
+                subtask,
+                state: TaskState::Finished,
+                error: None,
+            },
+        );
+    }
+    assert_eq!(state(&sim), JobState::Running, "others still run");
+    // Then it is lost.
+    sim.queue.retain(|m| m.tm != t);
+    sim.jm
+        .disconnect(&id, sim.tms[t].session, "killed after finishing");
+    let tm = &mut sim.tms[t];
+    tm.rx = None;
+    tm.deployed = None;
+    tm.down_for = Some(5);
+    assert!(
+        matches!(state(&sim), JobState::Failing | JobState::Restarting),
+        "{:?}",
+        state(&sim)
+    );
+    let mut steps = 0;
+    while state(&sim) != JobState::Running {
+        sim.step();
+        steps += 1;
+        assert!(steps < 1_000, "no restart: {:?}", state(&sim));
+    }
+    sim.finishing = true;
+    while state(&sim) != JobState::Finished {
+        sim.step();
+        steps += 1;
+        assert!(steps < 4_000, "stuck in {:?}", state(&sim));
+    }
+    assert_eq!(sim.jm.checkpoints(&sim.job).unwrap().restores.len(), 1);
+}
+
 /// The simulated cluster under 1,000 random failure schedules.
 #[test]
 fn a_thousand_random_failover_schedules_keep_checkpoints_consistent() {
