@@ -263,6 +263,11 @@ pub struct SubtaskCheckpoint {
 }
 
 impl SubtaskCheckpoint {
+    /// The storage paths of every shared file its states reference.
+    pub fn shared_paths(&self) -> impl Iterator<Item = &StoragePath> {
+        self.states.iter().flat_map(|(_, h)| h.shared_paths())
+    }
+
     /// The first storage path it names outside job `job`'s own folders for
     /// checkpoint `checkpoint`: shared files must lie under `<job>/shared`,
     /// private files and timers under `<job>/chk-<checkpoint>` (where

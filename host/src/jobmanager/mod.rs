@@ -1437,11 +1437,7 @@ impl JobManager {
                     if job.checkpoints.is_some()
                         && snapshot.foreign_path(&job.id, checkpoint).is_none()
                     {
-                        let shared: Vec<StoragePath> = snapshot
-                            .states
-                            .iter()
-                            .flat_map(|(_, h)| h.shared_paths().cloned())
-                            .collect();
+                        let shared: Vec<StoragePath> = snapshot.shared_paths().cloned().collect();
                         discard_uploads(self, job, checkpoint, &shared);
                     }
                     return;
@@ -1468,11 +1464,7 @@ impl JobManager {
                 }
                 if !c.coordinator.pending().any(|p| p == checkpoint) {
                     // Late: the checkpoint was aborted; drop its uploads.
-                    let shared: Vec<StoragePath> = snapshot
-                        .states
-                        .iter()
-                        .flat_map(|(_, h)| h.shared_paths().cloned())
-                        .collect();
+                    let shared: Vec<StoragePath> = snapshot.shared_paths().cloned().collect();
                     discard_uploads(self, job, checkpoint, &shared);
                     return;
                 }
@@ -2166,7 +2158,7 @@ fn checkpoint_actions(
                 });
                 let uploaded: Vec<StoragePath> = acked
                     .iter()
-                    .flat_map(|(_, a)| a.states.iter().flat_map(|(_, h)| h.shared_paths().cloned()))
+                    .flat_map(|(_, a)| a.shared_paths().cloned())
                     .collect();
                 discard_uploads(jm, job, id, &uploaded);
             }

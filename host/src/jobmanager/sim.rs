@@ -408,31 +408,35 @@ impl Sim {
         }
     }
 
+    /// TaskManager `t` dies: its connection closes with `reason` (`None`:
+    /// it falls silent, for the heartbeat timeout to find). What it had not
+    /// sent dies with it, uploads too; it comes back after `down_for` steps.
+    fn kill(&mut self, t: usize, reason: Option<&str>, down_for: u32) {
+        if let Some(reason) = reason {
+            let id = self.tms[t].id.clone();
+            self.jm.disconnect(&id, self.tms[t].session, reason);
+        }
+        self.queue.retain(|m| m.tm != t);
+        let tm = &mut self.tms[t];
+        tm.rx = None;
+        tm.deployed = None;
+        tm.down_for = Some(down_for);
+    }
+
     fn inject_fault(&mut self) {
         let t = self.rng.below(self.tms.len() as u64) as usize;
         if self.tms[t].down_for.is_some() {
             return;
         }
         if self.rng.chance(8) {
-            // Killed: its connection closes (or, sometimes, it falls
-            // silent and the heartbeat timeout finds it). Its messages in
-            // flight still arrive, under a session that is over.
-            let silent = self.rng.chance(300);
-            if !silent {
-                let id = self.tms[t].id.clone();
-                self.jm
-                    .disconnect(&id, self.tms[t].session, "simulated kill");
-            }
-            // What it had not sent dies with it (uploads too).
-            self.queue.retain(|m| m.tm != t);
-            let tm = &mut self.tms[t];
-            tm.rx = None;
-            tm.deployed = None;
-            tm.down_for = Some(if silent {
-                1_100
+            // Killed: its connection closes or, sometimes, it falls
+            // silent and the heartbeat timeout finds it.
+            if self.rng.chance(300) {
+                self.kill(t, None, 1_100);
             } else {
-                5 + (self.rng.below(50) as u32)
-            });
+                let down_for = 5 + self.rng.below(50) as u32;
+                self.kill(t, Some("simulated kill"), down_for);
+            }
         } else if self.rng.chance(8) {
             // A subtask fails.
             let Some(d) = self.tms[t].deployed.as_mut() else {
@@ -705,27 +709,49 @@ pub(super) fn run(seed: u64, runtime: &Arc<Runtime>) {
     );
 }
 
+/// What a targeted scenario runs in: a Wasm runtime (no module is ever
+/// loaded), a folder, and a tokio runtime for the submit.
+struct Env {
+    runtime: Arc<Runtime>,
+    dir: tempfile::TempDir,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            runtime: Arc::new(Runtime::new(RuntimeConfig { cache_dir: None }).unwrap()),
+            dir: tempfile::tempdir().unwrap(),
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        }
+    }
+}
+
+/// The job running without faults, with a completed checkpoint.
+fn checkpointed(env: &Env, seed: u64) -> Sim {
+    let mut sim = start(seed, &env.runtime, env.dir.path(), &env.rt);
+    sim.faults = false;
+    for _ in 0..300 {
+        sim.step();
+    }
+    assert!(sim.jm.checkpoints(&sim.job).unwrap().latest.is_some());
+    sim
+}
+
 /// A TaskManager lost after every subtask finished but before it confirmed
 /// its final commits: the job is `finishing` until then, never `finished`,
 /// and restarts from its latest checkpoint instead of ending with output
 /// missing.
 #[test]
 fn a_taskmanager_lost_before_its_final_commit_restarts_the_job() {
-    let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None }).unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _guard = rt.enter();
-    let mut sim = start(7, &runtime, dir.path(), &rt);
-    sim.faults = false;
+    let env = Env::new();
+    let _guard = env.rt.enter();
+    let mut sim = checkpointed(&env, 7);
     let state = |sim: &Sim| sim.jm.job(&sim.job).unwrap().summary.state;
-    // Running with a completed checkpoint, then the input ends.
-    for _ in 0..300 {
-        sim.step();
-    }
-    assert!(sim.jm.checkpoints(&sim.job).unwrap().latest.is_some());
+    // Running with a completed checkpoint; then the input ends.
     sim.finishing = true;
     let mut steps = 0;
     while state(&sim) != JobState::Finishing {
@@ -739,13 +765,7 @@ fn a_taskmanager_lost_before_its_final_commit_restarts_the_job() {
         assert!(steps < 1_000, "never finishing: {:?}", state(&sim));
     }
     // tm-0 dies with its confirmation unsent.
-    sim.queue.retain(|m| m.tm != 0);
-    let tm = &mut sim.tms[0];
-    sim.jm
-        .disconnect(&tm.id, tm.session, "killed while committing");
-    tm.rx = None;
-    tm.deployed = None;
-    tm.down_for = Some(5);
+    sim.kill(0, Some("killed while committing"), 5);
     sim.finishing = false;
     assert_eq!(
         state(&sim),
@@ -772,20 +792,10 @@ fn a_taskmanager_lost_before_its_final_commit_restarts_the_job() {
 /// committed, so the job restarts rather than finish without it.
 #[test]
 fn a_taskmanager_lost_after_its_subtasks_finished_restarts_the_job() {
-    let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None }).unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _guard = rt.enter();
-    let mut sim = start(11, &runtime, dir.path(), &rt);
-    sim.faults = false;
+    let env = Env::new();
+    let _guard = env.rt.enter();
+    let mut sim = checkpointed(&env, 11);
     let state = |sim: &Sim| sim.jm.job(&sim.job).unwrap().summary.state;
-    for _ in 0..300 {
-        sim.step();
-    }
-    assert!(sim.jm.checkpoints(&sim.job).unwrap().latest.is_some());
     // Only the subtasks of one TaskManager finish, and it says so.
     let t = (0..sim.tms.len())
         .find(|t| sim.tms[*t].deployed.is_some())
@@ -811,13 +821,7 @@ fn a_taskmanager_lost_after_its_subtasks_finished_restarts_the_job() {
     }
     assert_eq!(state(&sim), JobState::Running, "others still run");
     // Then it is lost.
-    sim.queue.retain(|m| m.tm != t);
-    sim.jm
-        .disconnect(&id, sim.tms[t].session, "killed after finishing");
-    let tm = &mut sim.tms[t];
-    tm.rx = None;
-    tm.deployed = None;
-    tm.down_for = Some(5);
+    sim.kill(t, Some("killed after finishing"), 5);
     assert!(
         matches!(state(&sim), JobState::Failing | JobState::Restarting),
         "{:?}",

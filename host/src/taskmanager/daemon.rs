@@ -248,17 +248,17 @@ impl Inner {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(format!("{job}#{attempt}"));
         }
-        for j in self
-            .jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|j| j.job == job)
-        {
+        self.for_each_attempt(job, |j| {
             j.canceled.store(true, Ordering::Relaxed);
             j.abort.trigger();
             let _ = j.events.send(JobEvent::Stop);
-        }
+        });
+    }
+
+    /// Calls `f` on every attempt of `job` running here.
+    fn for_each_attempt(&self, job: &str, f: impl Fn(&LocalJob)) {
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.values().filter(|j| j.job == job).for_each(f);
     }
 
     /// Passes a checkpoint event to attempt `attempt` of `job`.
@@ -288,15 +288,7 @@ impl Inner {
 
     /// Stops the sources of `job` here: it drains and finishes.
     fn stop_sources(&self, job: &str) {
-        for j in self
-            .jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|j| j.job == job)
-        {
-            j.stop.store(true, Ordering::Relaxed);
-        }
+        self.for_each_attempt(job, |j| j.stop.store(true, Ordering::Relaxed));
     }
 
     fn net_stats(&self) -> NetStats {
