@@ -16,8 +16,9 @@
 //!   (its snapshot with [`crate::taskmanager::FINISHED`]).
 //! * [`AckLedger::complete`], [`AckLedger::aborted`]: the JobManager
 //!   completed or abandoned a checkpoint.
-//! * [`AckLedger::job_finished`], [`AckLedger::stop`]: the attempt ends;
-//!   both consume the ledger, so no event can follow them.
+//! * [`AckLedger::job_finished`], [`AckLedger::stop`]: the attempt ends.
+//!   Only the outcomes of uploads still running may follow; the shell
+//!   waits for them until [`AckLedger::quiet`].
 //!
 //! # Key types
 //! * [`AckLedger`]: the state machine. It starts from what the attempt
@@ -54,6 +55,10 @@
 //!   each acks every checkpoint with an upload).
 //! * [`AckLedger::stop`] commits nothing: a restore commits the restored
 //!   checkpoint's output and deletes the rest.
+//! * Every upload started is acked, also one that ends after the attempt
+//!   ended: the JobManager finds no pending checkpoint for it and deletes
+//!   its files. Without that ack nobody would know they exist (a finished
+//!   job's storage is never swept).
 //!
 //! # Must not touch
 //! No I/O: the shell uploads (on the blocking pool), sends to the
@@ -120,6 +125,11 @@ pub struct AckLedger {
     pending_commits: BTreeMap<u64, Vec<serde_json::Value>>,
     /// Handles uploaded by checkpoint, until it completes or aborts.
     uploaded: BTreeMap<u64, HashMap<StateKey, StateHandle>>,
+    /// Uploads started and not reported yet.
+    uploading: usize,
+    /// The attempt ended ([`AckLedger::job_finished`] or
+    /// [`AckLedger::stop`]): uploads still running are acked, nothing else.
+    ended: bool,
 }
 
 impl AckLedger {
@@ -175,6 +185,7 @@ impl AckLedger {
         // Recorded now, not when acked: whatever becomes of this checkpoint
         // (aborted, its upload failed), the output is committed with the
         // next one to complete.
+        self.uploading += 1;
         if let Some(sink) = sink {
             self.pending_commits
                 .entry(checkpoint)
@@ -222,9 +233,12 @@ impl AckLedger {
         part: SubtaskCheckpoint,
         alignment: Duration,
     ) -> Vec<Command> {
-        let entry = self.uploaded.entry(checkpoint).or_default();
-        for (v, h) in &part.states {
-            entry.insert((*v, subtask.1), h.clone());
+        self.uploading = self.uploading.saturating_sub(1);
+        if !self.ended {
+            let entry = self.uploaded.entry(checkpoint).or_default();
+            for (v, h) in &part.states {
+                entry.insert((*v, subtask.1), h.clone());
+            }
         }
         vec![self.ack(checkpoint, subtask, part, alignment)]
     }
@@ -237,6 +251,10 @@ impl AckLedger {
         subtask: SubtaskId,
         reason: String,
     ) -> Vec<Command> {
+        self.uploading = self.uploading.saturating_sub(1);
+        if self.ended {
+            return Vec::new();
+        }
         vec![Command::Decline {
             checkpoint,
             subtask,
@@ -271,8 +289,12 @@ impl AckLedger {
 
     /// Every subtask of the job finished: commits everything pending, then
     /// every finished subtask's final output (also what no checkpoint
-    /// completed after it finished).
-    pub fn job_finished(mut self) -> Vec<Command> {
+    /// completed after it finished). Uploads still running are acked when
+    /// they end (see [`AckLedger::quiet`]).
+    pub fn job_finished(&mut self) -> Vec<Command> {
+        if std::mem::replace(&mut self.ended, true) {
+            return Vec::new();
+        }
         let mut commands = self.commit_up_to(u64::MAX);
         for part in self.finished.values() {
             if let Some(sink) = &part.sink {
@@ -283,9 +305,19 @@ impl AckLedger {
     }
 
     /// The attempt ended without finishing: nothing is committed (the
-    /// restore of the next attempt commits what its checkpoint holds), and
-    /// uploads still running are forgotten.
-    pub fn stop(self) {}
+    /// restore of the next attempt commits what its checkpoint holds).
+    /// Uploads still running are acked when they end, for the JobManager to
+    /// delete (see [`AckLedger::quiet`]).
+    pub fn stop(&mut self) {
+        self.ended = true;
+        self.pending_commits.clear();
+    }
+
+    /// Whether no upload is running: once the attempt ended, the shell may
+    /// drop the ledger (and report the end) only then.
+    pub fn quiet(&self) -> bool {
+        self.uploading == 0
+    }
 
     /// Acks `checkpoint` with a finished subtask's last part: its final
     /// output is committed when the checkpoint completes.
@@ -654,5 +686,45 @@ mod tests {
         // No checkpoint completed after A finished: its final output is
         // committed when the job finishes, after the pending one.
         assert_eq!(commits(&l.job_finished()), vec![txn("a-1"), txn("a-end")]);
+    }
+
+    #[test]
+    fn uploads_running_when_the_job_finishes_are_still_acked_before_it_is_quiet() {
+        let mut l = AckLedger::default();
+        l.trigger(1);
+        l.trigger(2);
+        take_and_upload(&mut l, 1, A, "a-1");
+        l.taken(2, A, [V], Some(txn("a-2")));
+        l.taken(2, B, [V], None);
+        assert!(!l.quiet(), "two uploads run");
+        assert_eq!(commits(&l.job_finished()), vec![txn("a-1"), txn("a-2")]);
+        // Ending twice commits nothing again.
+        assert!(l.job_finished().is_empty());
+        assert!(!l.quiet());
+        // The JobManager learns of the upload (and deletes its files if no
+        // checkpoint completes with it).
+        assert_eq!(
+            acks(&l.uploaded(2, A, part(Some(2), Some("a-2")), ALIGN)),
+            vec![(2, A, false)]
+        );
+        assert!(!l.quiet());
+        // A failed upload of an ended attempt is not declined.
+        assert!(l.upload_failed(2, B, "gone".to_owned()).is_empty());
+        assert!(l.quiet());
+    }
+
+    #[test]
+    fn a_stopped_attempt_commits_nothing_but_acks_the_uploads_still_running() {
+        let mut l = AckLedger::default();
+        l.trigger(1);
+        l.taken(1, A, [V], Some(txn("a-1")));
+        l.stop();
+        assert!(!l.quiet());
+        let commands = l.uploaded(1, A, part(Some(1), Some("a-1")), ALIGN);
+        assert_eq!(acks(&commands), vec![(1, A, false)]);
+        assert!(commits(&commands).is_empty());
+        assert!(l.quiet());
+        // Nothing pending is committed after a stop, even by a late finish.
+        assert!(commits(&l.job_finished()).is_empty());
     }
 }

@@ -1163,6 +1163,7 @@ impl JobCheckpoints {
                     }
                     Some(JobEvent::JobFinished) => {
                         let error = self.carry_out(ledger.job_finished());
+                        self.drain(&mut ledger, uploaded_tx, uploaded_rx).await;
                         self.inner.send(ToJobManager::Committed {
                             job: self.job.clone(),
                             attempt: self.attempt,
@@ -1172,9 +1173,33 @@ impl JobCheckpoints {
                     }
                     Some(JobEvent::Stop) | None => {
                         ledger.stop();
+                        self.drain(&mut ledger, uploaded_tx, uploaded_rx).await;
                         return;
                     }
                 },
+            };
+            self.carry_out(commands);
+        }
+    }
+
+    /// After the attempt ended: waits for the uploads still running and
+    /// acks each, so the JobManager deletes what nobody will reference.
+    async fn drain(
+        &self,
+        ledger: &mut AckLedger,
+        uploaded_tx: mpsc::UnboundedSender<Uploaded>,
+        mut uploaded_rx: mpsc::UnboundedReceiver<Uploaded>,
+    ) {
+        // Only the uploads hold senders now: should one die without
+        // reporting, `recv` ends instead of waiting forever.
+        drop(uploaded_tx);
+        while !ledger.quiet() {
+            let commands = match uploaded_rx.recv().await {
+                Some(Ok((id, subtask, part, alignment))) => {
+                    ledger.uploaded(id, subtask, part, alignment)
+                }
+                Some(Err((id, subtask, reason))) => ledger.upload_failed(id, subtask, reason),
+                None => return,
             };
             self.carry_out(commands);
         }
