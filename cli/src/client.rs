@@ -1,6 +1,6 @@
 //! The cluster client commands of `weir`: `upload`, `modules`, `submit`,
 //! `list`, `status`, `cancel` and `taskmanagers`, all talking to a
-//! JobManager over its REST API (`host/src/jobmanager/REST.md`).
+//! JobManager over its REST API (`host/jobmanager/src/REST.md`).
 //!
 //! Layout: the clap arguments ([`ClientCommand`]), a thin blocking HTTP
 //! client ([`Rest`]) that turns every failure into a [`Failure`] with its exit

@@ -1,60 +1,41 @@
-//! `weir-host`: everything Weir's daemons run.
+//! `weir-host`: everything Weir's daemons run, as one crate.
 //!
 //! Operators are WebAssembly components written against the contract in
-//! `wit/operator.wit`; this crate compiles and sandboxes them, gives them
-//! keyed state, wires them into a job graph and moves records between them.
+//! `wit/operator.wit`; the crates under `host/` compile and sandbox them,
+//! give them keyed state, wire them into a job graph and move records
+//! between them. This crate re-exports them under one set of paths (what
+//! the CLI, the tests and the benches use) and adds the embedded cluster
+//! of `weir run`. `host/README.md` draws the crate graph.
 //!
-//! # Layout
+//! # Layout (each a crate, lowest first)
 //!
-//! - [`job`]: the job spec (TOML), its validation, the logical [`job::JobGraph`]
-//!   and chaining of operators into tasks.
-//! - [`channel`]: what moves between subtasks ([`channel::Message`]), the
-//!   job's abort signal, and the [`channel::Exchange`] a deployment uses.
-//! - [`contract`]: the bindings generated from `wit/operator.wit`.
-//! - [`record`]: the packed [`record::Batch`] that flows between operators and
-//!   across the Wasm boundary.
-//! - [`wasm`]: the wasmtime engine, the compiled-component cache, sandboxed
-//!   operator instances and the host functions they import.
-//! - [`state`]: key groups and the keyed state backends (RocksDB, heap).
-//! - [`checkpoint`]: state snapshots (incremental for RocksDB), checkpoint
-//!   storage and the registry of shared checkpoint files.
-//! - [`connectors`]: sources (file, generator) and sinks (file, stdout, blackhole).
-//! - [`taskmanager`]: runs one subtask of a task: the operator-chain driver,
-//!   partitioners and bounded channels; and the TaskManager daemon.
-//! - [`local`]: the deployment of a job's subtasks (every spec → runtime
-//!   translation) that TaskManagers use.
-//! - [`net`]: QUIC with mutual TLS between daemons, and the data plane that
-//!   moves records between TaskManagers with credit-based flow control.
-//! - [`rpc`]: the control protocol between TaskManagers and the JobManager.
-//! - [`modules`]: the content-addressed module store (JobManager uploads,
-//!   TaskManager caches).
-//! - [`start`]: why a daemon could not start.
-//! - [`jobmanager`]: the JobManager daemon: registry, heartbeats, slots,
+//! - [`job`] (`weir-job`): the job spec (TOML), its validation, the
+//!   logical [`job::JobGraph`], chaining, every config type.
+//! - [`state`] (`weir-state`): key groups and the keyed state backends.
+//! - `weir-runtime`: [`contract`], [`record`], [`wasm`], [`channel`],
+//!   [`connectors`], [`net`], [`checkpoint`], [`rpc`], the subtask driver
+//!   in [`taskmanager`], the deployment in [`local`], [`modules`],
+//!   [`start`].
+//! - [`jobmanager`] (`weir-jobmanager`): registry, heartbeats, slots,
 //!   scheduling, job lifecycle, module store, REST API.
-//! - [`embedded`]: `weir run`'s cluster: a JobManager core and a
-//!   TaskManager core in one process, joined by in-memory channels.
-//!
-//! In tests only, `fuzz` holds what the property-based fuzz tests of every
-//! decoder of untrusted bytes share (SECURITY.md, "Fuzzing").
+//! - [`taskmanager::daemon`] (`weir-taskmanager`): the TaskManager daemon.
+//! - [`embedded`] (this crate): `weir run`'s cluster: a JobManager core and
+//!   a TaskManager core in one process, joined by in-memory channels.
 //!
 //! `weir-host` knows nothing of the CLI; the guest never sees its types.
 
-pub mod channel;
-pub mod checkpoint;
-pub mod connectors;
-pub mod contract;
-pub mod embedded;
-pub mod job;
-pub mod jobmanager;
-pub mod local;
-pub mod modules;
-pub mod net;
-pub mod record;
-pub mod rpc;
-pub mod start;
-pub mod state;
-pub mod taskmanager;
-pub mod wasm;
+pub use weir_job as job;
+pub use weir_jobmanager as jobmanager;
+pub use weir_runtime::{
+    channel, checkpoint, connectors, contract, local, modules, net, record, rpc, start, wasm,
+};
+pub use weir_state as state;
 
-#[cfg(test)]
-mod fuzz;
+pub mod embedded;
+
+/// One subtask (the driver, from `weir-runtime`) and the TaskManager
+/// daemon that runs many ([`daemon`], the `weir-taskmanager` crate).
+pub mod taskmanager {
+    pub use weir_runtime::taskmanager::*;
+    pub use weir_taskmanager as daemon;
+}

@@ -1,5 +1,5 @@
 //! The JobManager's REST API over real HTTP, endpoint by endpoint, as
-//! `host/src/jobmanager/REST.md` documents it: one cluster of real daemons
+//! `host/jobmanager/src/REST.md` documents it: one cluster of real daemons
 //! per test (modules, jobs, limits and auth), every success checked against
 //! values computed here (hashes with `sha2`, counts from what the test did)
 //! and every error checked for its status and its `{"error": "..."}` body.

@@ -1,0 +1,273 @@
+//! The job spec as written: the TOML document, deserialised.
+//!
+//! [`JobSpec`] is the document after `--set` overrides, before validation:
+//! paths are still relative, ids still unchecked. Every table is
+//! deserialised with `deny_unknown_fields`, and every closed set of choices
+//! (`type`, `format`, `kind`, `partition`, `state_backend`) is an enum, so a
+//! typo fails here with toml's line and column. What needs more than one
+//! field to judge (ids, edges, parallelism, key_by, …) is checked when the
+//! [`JobGraph`](super::JobGraph) is built.
+//!
+//! The reference for users is `host/job/src/SPEC.md`, included below;
+//! keep the two in step.
+//!
+#![doc = include_str!("SPEC.md")]
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::JobError;
+use super::graph::{SinkFormat, SourceFormat, StateBackendKind};
+
+/// A parsed job spec: the document plus the file it came from.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    /// The spec file, absolute. Relative paths in the document are resolved
+    /// against its directory; errors name it.
+    pub path: PathBuf,
+    pub(super) doc: Document,
+}
+
+impl JobSpec {
+    /// Reads and parses the spec at `path`, applying `overrides` (from the
+    /// CLI's `--set key=value`; `--parallelism N` is `job.parallelism=N`)
+    /// to the TOML document before deserialising it.
+    pub fn from_file(
+        path: impl AsRef<Path>,
+        overrides: &[(String, String)],
+    ) -> Result<JobSpec, JobError> {
+        let path = absolute(path.as_ref());
+        let text = std::fs::read_to_string(&path).map_err(|source| JobError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        JobSpec::parse(&text, &path, overrides)
+    }
+
+    /// Parses `text` as if it were the file at `path` (which need not
+    /// exist: it names the spec in errors and anchors relative paths).
+    pub fn parse(
+        text: &str,
+        path: impl AsRef<Path>,
+        overrides: &[(String, String)],
+    ) -> Result<JobSpec, JobError> {
+        let path = absolute(path.as_ref());
+        let parse_error = |error: toml::de::Error| JobError::Parse {
+            path: path.clone(),
+            message: error.to_string().trim_end().to_owned(),
+        };
+        let doc = if overrides.is_empty() {
+            toml::from_str::<Document>(text).map_err(parse_error)?
+        } else {
+            let mut table: toml::Table = toml::from_str(text).map_err(parse_error)?;
+            for (key, value) in overrides {
+                super::overrides::apply(&mut table, key, value).map_err(|message| {
+                    JobError::Override {
+                        path: path.clone(),
+                        key: key.clone(),
+                        message,
+                    }
+                })?;
+            }
+            match table.try_into::<Document>() {
+                Ok(doc) => doc,
+                // Deserialising a `toml::Table` loses positions. When the
+                // document as written has the same problem, report that
+                // error: it has line and column.
+                Err(error) => match toml::from_str::<Document>(text) {
+                    Err(original) if original.message() == error.message() => {
+                        return Err(parse_error(original));
+                    }
+                    _ => {
+                        return Err(JobError::Parse {
+                            path: path.clone(),
+                            message: format!(
+                                "{} (after applying the --set overrides)",
+                                error.to_string().trim_end()
+                            ),
+                        });
+                    }
+                },
+            }
+        };
+        Ok(JobSpec { path, doc })
+    }
+
+    /// `job.name`.
+    pub fn name(&self) -> &str {
+        &self.doc.job.name
+    }
+
+    /// The `path` of every file source and sink given as a relative path,
+    /// with the field that holds it (`source[0] "lines".path`).
+    pub fn relative_file_paths(&self) -> Vec<(String, PathBuf)> {
+        let sources = self.doc.sources.iter().enumerate().filter_map(|(i, t)| {
+            let path = t.path.as_ref().filter(|p| p.is_relative())?;
+            Some((format!("source[{i}] {:?}.path", t.id), path.clone()))
+        });
+        let sinks = self.doc.sinks.iter().enumerate().filter_map(|(i, t)| {
+            let path = t.path.as_ref().filter(|p| p.is_relative())?;
+            Some((format!("sink[{i}] {:?}.path", t.id), path.clone()))
+        });
+        sources.chain(sinks).collect()
+    }
+
+    /// The directory relative paths are resolved against.
+    pub fn base_dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("/"))
+    }
+}
+
+/// Splits a CLI `--set` argument `key=value` at the first `=`; usable as a
+/// clap `value_parser`.
+pub fn parse_override(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_owned(), value.to_owned()))
+        }
+        _ => Err(format!(
+            "expected key=value (like job.parallelism=4 or operator.count.parallelism=2), found {arg:?}"
+        )),
+    }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
+}
+
+/// The whole document.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Document {
+    pub job: JobTable,
+    #[serde(default, rename = "source")]
+    pub sources: Vec<SourceTable>,
+    #[serde(default, rename = "operator")]
+    pub operators: Vec<OperatorTable>,
+    #[serde(default, rename = "sink")]
+    pub sinks: Vec<SinkTable>,
+    #[serde(default, rename = "edge")]
+    pub edges: Vec<EdgeTable>,
+}
+
+/// `[job]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct JobTable {
+    pub name: String,
+    pub parallelism: Option<u32>,
+    pub max_parallelism: Option<u32>,
+    pub state_backend: Option<StateBackendKind>,
+    pub batch_size: Option<u32>,
+    pub channel_capacity: Option<u32>,
+    pub buffer_timeout_ms: Option<u64>,
+    pub limits: Option<LimitsTable>,
+    pub checkpoints: Option<super::config::CheckpointConfig>,
+    pub restart: Option<super::config::RestartStrategy>,
+}
+
+/// `[job.limits]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LimitsTable {
+    pub memory_mb: Option<u32>,
+    pub call_timeout_ms: Option<u64>,
+    pub max_output_mb: Option<u32>,
+}
+
+/// `[[source]]`: the fields of every source type; which apply to which
+/// type is checked when the graph is built, with a message naming both.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SourceTable {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub source_type: SourceType,
+    pub parallelism: Option<u32>,
+    pub slot_sharing_group: Option<String>,
+    // file
+    pub path: Option<PathBuf>,
+    pub format: Option<SourceFormat>,
+    pub key_field: Option<String>,
+    pub timestamp_field: Option<String>,
+    pub max_record_bytes: Option<u64>,
+    // generator
+    pub kind: Option<GeneratorKindName>,
+    pub count: Option<u64>,
+    pub seed: Option<u64>,
+    pub rate: Option<u64>,
+    pub accounts: Option<u64>,
+    pub record_bytes: Option<u32>,
+    pub keys: Option<u64>,
+    pub vocabulary: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum SourceType {
+    File,
+    Generator,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum GeneratorKindName {
+    Sequence,
+    Transactions,
+    Words,
+}
+
+/// `[[operator]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct OperatorTable {
+    pub id: String,
+    pub module: String,
+    #[serde(default)]
+    pub config: toml::Table,
+    pub key_by: Option<String>,
+    pub parallelism: Option<u32>,
+    pub slot_sharing_group: Option<String>,
+}
+
+/// `[[sink]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SinkTable {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub sink_type: SinkType,
+    pub path: Option<PathBuf>,
+    pub format: Option<SinkFormat>,
+    pub parallelism: Option<u32>,
+    pub slot_sharing_group: Option<String>,
+    /// Blackhole only: consume at most this many records per second.
+    pub rate: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum SinkType {
+    File,
+    Stdout,
+    Blackhole,
+}
+
+/// `[[edge]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct EdgeTable {
+    pub from: String,
+    pub to: String,
+    pub partition: Option<PartitionName>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum PartitionName {
+    Forward,
+    Hash,
+    Rebalance,
+    Broadcast,
+}

@@ -1,0 +1,327 @@
+//! The JobManager core with an in-process TaskManager and a checkpoint
+//! storage double: what its state lock must not wait for.
+//!
+//! The jobs here have a generator source and a blackhole sink, no Wasm
+//! operator, so no artifacts are needed.
+
+use std::path::Path;
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use super::modules::ModuleStore;
+use super::scheduler::Strategy;
+use super::{CoreConfig, JobManager, JobState};
+use weir_runtime::checkpoint::coordinator::CheckpointStatus;
+use weir_runtime::checkpoint::{CheckpointError, CheckpointStorage, DirStorage, StoragePath};
+use weir_runtime::connectors::AllowedRoots;
+use weir_runtime::job::{JobGraph, JobSpec};
+use weir_runtime::wasm::{Runtime, RuntimeConfig};
+use weir_taskmanager::{InProcessConfig, InProcessTaskManager};
+
+/// Bound on every wait: a failure bound, never a speed assertion (a loaded
+/// 2-core machine builds and tests at once).
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// A [`DirStorage`] whose writes block while its gate is closed, each
+/// announcing itself first; everything else goes straight through.
+#[derive(Debug)]
+struct GatedStorage {
+    inner: DirStorage,
+    open: Mutex<bool>,
+    opened: Condvar,
+    /// Receives the path of every write that found the gate closed.
+    blocked: Mutex<std_mpsc::Sender<StoragePath>>,
+}
+
+impl GatedStorage {
+    fn closed(root: &Path) -> (Arc<Self>, std_mpsc::Receiver<StoragePath>) {
+        let (tx, rx) = std_mpsc::channel();
+        let storage = GatedStorage {
+            inner: DirStorage::new(root.to_path_buf()),
+            open: Mutex::new(false),
+            opened: Condvar::new(),
+            blocked: Mutex::new(tx),
+        };
+        (Arc::new(storage), rx)
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.opened.notify_all();
+    }
+
+    fn wait_open(&self, path: &StoragePath) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if !*open {
+            let _ = self
+                .blocked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .send(path.clone());
+        }
+        while !*open {
+            open = self.opened.wait(open).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+impl CheckpointStorage for GatedStorage {
+    fn put_file(&self, path: &StoragePath, local: &Path) -> Result<u64, CheckpointError> {
+        self.wait_open(path);
+        self.inner.put_file(path, local)
+    }
+    fn put_bytes(&self, path: &StoragePath, bytes: &[u8]) -> Result<(), CheckpointError> {
+        self.wait_open(path);
+        self.inner.put_bytes(path, bytes)
+    }
+    fn get_to_file(&self, path: &StoragePath, local: &Path) -> Result<(), CheckpointError> {
+        self.inner.get_to_file(path, local)
+    }
+    fn get_bytes(&self, path: &StoragePath) -> Result<Vec<u8>, CheckpointError> {
+        self.inner.get_bytes(path)
+    }
+    fn delete(&self, path: &StoragePath) -> Result<(), CheckpointError> {
+        self.inner.delete(path)
+    }
+    fn delete_prefix(&self, prefix: &StoragePath) -> Result<(), CheckpointError> {
+        self.inner.delete_prefix(prefix)
+    }
+    fn list(&self, prefix: &StoragePath) -> Result<Vec<StoragePath>, CheckpointError> {
+        self.inner.list(prefix)
+    }
+}
+
+/// A JobManager core and an in-process TaskManager with 4 slots on a
+/// runtime of their own, checkpointing through a closed [`GatedStorage`].
+/// Dropped, it opens the gate and stops everything (a failing test does
+/// not hang on what it stalled).
+struct Cluster {
+    rt: Option<tokio::runtime::Runtime>,
+    jm: Arc<JobManager>,
+    tm: Option<InProcessTaskManager>,
+    clock: tokio::task::JoinHandle<()>,
+    storage: Arc<GatedStorage>,
+    /// Where the writes that found the gate closed are announced.
+    blocked: std_mpsc::Receiver<StoragePath>,
+}
+
+impl Cluster {
+    fn start(dir: &Path) -> Cluster {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let entered = rt.enter();
+        let (storage, blocked) = GatedStorage::closed(&dir.join("checkpoints"));
+        let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None }).unwrap());
+        let data_dir = dir.join("jobmanager");
+        let store = ModuleStore::open(&data_dir.join("modules")).unwrap();
+        let jm = JobManager::new(
+            CoreConfig {
+                data_dir: data_dir.clone(),
+                heartbeat_interval: super::DEFAULT_HEARTBEAT_INTERVAL,
+                heartbeat_timeout: super::DEFAULT_HEARTBEAT_TIMEOUT,
+                scheduling: Strategy::Pack,
+                max_module_bytes: usize::MAX,
+                checkpoint_dir: Some(dir.join("checkpoints")),
+                checkpoint_storage: Some(storage.clone()),
+                clock: super::Clock::Real,
+                storage_io: super::StorageIo::Background,
+                allowed_roots: AllowedRoots::none(),
+            },
+            runtime.clone(),
+            store,
+        );
+        let clock = jm.clone().spawn_clock();
+        let tm = InProcessTaskManager::start(
+            InProcessConfig {
+                id: "tm".into(),
+                slots: 4,
+                data_dir: dir.join("taskmanager"),
+                modules_dir: data_dir.join("modules"),
+                allowed_roots: AllowedRoots::none(),
+                buffer_size: 64,
+            },
+            runtime,
+            jm.attach("tm", 4),
+        )
+        .unwrap();
+        drop(entered);
+        Cluster {
+            rt: Some(rt),
+            jm,
+            tm: Some(tm),
+            clock,
+            storage,
+            blocked,
+        }
+    }
+
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        self.rt.as_ref().expect("running")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.storage.open();
+        let Some(rt) = self.rt.take() else { return };
+        if let Some(tm) = self.tm.take() {
+            let _entered = rt.enter();
+            tm.shutdown();
+        }
+        self.clock.abort();
+        rt.shutdown_timeout(PATIENCE);
+    }
+}
+
+fn graph(text: &str) -> JobGraph {
+    JobGraph::from_spec(JobSpec::parse(text, "/specs/job.toml", &[]).unwrap()).unwrap()
+}
+
+/// Checkpoints every 50 ms until its sources are stopped.
+const CHECKPOINTED: &str = r#"
+[job]
+name = "checkpointed"
+
+[job.checkpoints]
+interval_ms = 50
+
+[[source]]
+id = "seq"
+type = "generator"
+kind = "sequence"
+rate = 2000
+
+[[sink]]
+id = "out"
+type = "blackhole"
+
+[[edge]]
+from = "seq"
+to = "out"
+"#;
+
+/// No checkpoints: touches no checkpoint storage.
+const PLAIN: &str = r#"
+[job]
+name = "plain"
+
+[[source]]
+id = "seq"
+type = "generator"
+kind = "sequence"
+count = 1000
+
+[[sink]]
+id = "out"
+type = "blackhole"
+
+[[edge]]
+from = "seq"
+to = "out"
+"#;
+
+/// Runs `f` on a thread of its own and returns its result, or fails the
+/// test if it has not returned within [`PATIENCE`] (a thread stuck on the
+/// state lock stays stuck until the gate opens: the test must not hang
+/// with it).
+fn returns<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std_mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(PATIENCE).unwrap_or_else(|_| {
+        panic!(
+            "{what} did not return while a checkpoint metadata write was blocked in storage: \
+             the JobManager does storage I/O under its state lock"
+        )
+    })
+}
+
+#[test]
+fn a_blocked_checkpoint_write_stalls_neither_the_api_nor_other_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(dir.path());
+    let root = dir.path().join("checkpoints");
+    let jm = cluster.jm.clone();
+
+    let (checkpointed, _modules) = cluster
+        .rt()
+        .block_on(jm.submit_graph(graph(CHECKPOINTED)))
+        .unwrap();
+    let id = checkpointed.id;
+    let path = cluster
+        .blocked
+        .recv_timeout(PATIENCE)
+        .expect("the JobManager writes a checkpoint's metadata");
+    assert_eq!(path.file_name(), "_metadata", "{path}");
+
+    // The write is blocked in storage now. The REST API's calls return ...
+    let (jobs, detail, view) = returns("JobManager::jobs, job and checkpoints", {
+        let (jm, id) = (jm.clone(), id.clone());
+        move || (jm.jobs(), jm.job(&id), jm.checkpoints(&id))
+    });
+    assert!(jobs.iter().any(|j| j.id == id), "{jobs:?}");
+    assert_eq!(detail.unwrap().summary.state, JobState::Running);
+    // ... and show the checkpoint done by its subtasks, but not as the
+    // latest one: its metadata is not in storage yet.
+    let view = view.unwrap();
+    assert!(
+        view.history
+            .iter()
+            .any(|c| c.status == CheckpointStatus::Completed),
+        "{view:?}"
+    );
+    assert_eq!(view.latest, None, "{view:?}");
+
+    // ... and a job without checkpoints is deployed and runs to the end.
+    let plain = returns("a job without checkpoints", {
+        let jm = jm.clone();
+        let handle = cluster.rt().handle().clone();
+        move || {
+            handle.block_on(async {
+                let (created, _modules) = jm.submit_graph(graph(PLAIN)).await?;
+                jm.wait_until_ended(&created.id).await
+            })
+        }
+    })
+    .unwrap();
+    assert_eq!(plain.summary.state, JobState::Finished, "{plain:?}");
+    let still = returns("JobManager::job", {
+        let (jm, id) = (jm.clone(), id.clone());
+        move || jm.job(&id)
+    });
+    assert_eq!(still.unwrap().summary.state, JobState::Running);
+
+    // Released: the metadata lands, and a checkpoint is the latest.
+    cluster.storage.open();
+    cluster.tm.as_ref().unwrap().stop_sources(&id);
+    let ended = cluster
+        .rt()
+        .block_on(async { tokio::time::timeout(PATIENCE, jm.wait_until_ended(&id)).await })
+        .expect("the checkpointed job ends once its sources stop")
+        .unwrap();
+    assert_eq!(ended.summary.state, JobState::Finished, "{ended:?}");
+    let view = jm.checkpoints(&id).unwrap();
+    let latest = view
+        .latest
+        .expect("a latest checkpoint once its metadata is stored");
+    let metadata = std::fs::read(root.join(&id).join(format!("chk-{latest}/_metadata")))
+        .expect("the latest checkpoint's metadata");
+    let metadata: serde_json::Value = serde_json::from_slice(&metadata).unwrap();
+    assert_eq!(metadata["checkpoint"], latest, "{metadata}");
+    // Retention 2: the older checkpoints' directories were deleted after
+    // the writes that subsumed them.
+    let chk_dirs = std::fs::read_dir(root.join(&id))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("chk-"))
+        .count();
+    assert!(
+        (1..=2).contains(&chk_dirs),
+        "{chk_dirs} checkpoint directories"
+    );
+}

@@ -1,0 +1,731 @@
+//! Runs subtasks: the operator-chain driver, the partitioners on a task's
+//! outputs, and the bounded channels between tasks.
+//!
+//! # Key types
+//!
+//! - [`Subtask`]: one parallel instance of a task (a chain of a source or an
+//!   input gate, operators, and optionally a sink), run on a blocking thread.
+//!   Its driver is the shell around the pure parts: it receives, sends,
+//!   calls operators and takes snapshots.
+//! - [`input::InputGate`]: a subtask's input channels as a pure state
+//!   machine: checkpoint barrier alignment (and the messages it holds back)
+//!   and the combined watermark. The driver feeds it every message received
+//!   and carries out the [`input::GateEvent`]s it returns, in order.
+//! - [`Message`]: what travels on a channel: record batches, watermarks,
+//!   checkpoint barriers, and the end of a channel's input.
+//! - [`Output`]: one outgoing edge of a task with its partitioner and the
+//!   senders to every downstream subtask.
+//! - [`JobMetrics`]: per-vertex record counters and per-edge queue depth,
+//!   shared with whoever watches the job.
+//!
+//! # Invariants
+//!
+//! - Channels are bounded (`channel_capacity` batches), batches are bounded
+//!   (`batch_size` records on every hop the host controls), so a slow
+//!   consumer blocks its producers and memory stays bounded all the way
+//!   back to the sources (backpressure).
+//! - Within a chain, records pass as in-memory batches, never serialized.
+//! - Checkpoints are aligned, as in Flink: a subtask snapshots checkpoint
+//!   `n` once every input channel has delivered barrier `n` (or ended), with
+//!   exactly the records before those barriers processed, and forwards the
+//!   barrier after every record emitted before it. The input gate's module
+//!   docs have the rules (newer barriers overtaking, ends during alignment).
+//! - A subtask's watermark is the minimum over its input channels; a channel
+//!   that ended no longer holds it back. At the end of input every operator
+//!   sees a final watermark of `i64::MAX` (firing all timers), then `close`.
+//! - A failure anywhere aborts the job: every blocked send or receive wakes
+//!   up through the abort signal, so no subtask is left hanging.
+//!
+//! The `weir taskmanager` process around them (registration, heartbeats,
+//! module fetch, deployment and state reports) is the `weir-taskmanager`
+//! crate, a layer above.
+//!
+//! The driver must not parse job specs or load modules (that is
+//! [`crate::local`]'s job), and must not decide alignment or watermarks
+//! itself (that is the input gate's).
+
+pub mod input;
+mod partition;
+
+pub use partition::{KeyExtractor, Partitioning};
+
+use input::{BadChannel, GateEvent, InputGate};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+pub use crate::channel::{Abort, Message};
+use crate::connectors::{ConnectorError, Sink, Source};
+use crate::record::{Batch, Emitted};
+use crate::wasm::{OperatorError, OperatorInstance};
+
+/// How often a source emits its watermark (at most). Timers fire that much
+/// later at worst; the end of input always sends the final watermark.
+pub const WATERMARK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Why a subtask failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// An operator failed.
+    #[error(transparent)]
+    Operator(OperatorError),
+    /// A source or sink failed.
+    #[error("{vertex}: {source}")]
+    Connector {
+        /// The source or sink uid.
+        vertex: String,
+        /// The cause.
+        source: ConnectorError,
+    },
+    /// A record could not be partitioned (e.g. `key_by = "json:f"` on a
+    /// value that is not JSON).
+    #[error("edge into `{vertex}`: {message}")]
+    Partition {
+        /// The downstream vertex.
+        vertex: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The subtask's thread panicked: a bug in the host, not in an operator.
+    #[error("subtask thread panicked (a bug in Weir): {0}")]
+    Panicked(String),
+    /// Another subtask failed and the job is being aborted.
+    #[error("aborted because another task failed")]
+    Aborted,
+    /// A message named an input channel this subtask does not have. The
+    /// data plane refuses such messages; this is the last line behind it.
+    #[error("a message for input channel {channel}, but the subtask has {channels}")]
+    BadChannel {
+        /// The channel the message named.
+        channel: u32,
+        /// The subtask's number of input channels.
+        channels: u32,
+    },
+}
+
+impl From<BadChannel> for TaskError {
+    fn from(e: BadChannel) -> Self {
+        TaskError::BadChannel {
+            channel: e.channel,
+            channels: e.channels,
+        }
+    }
+}
+
+impl From<OperatorError> for TaskError {
+    /// A guest call interrupted by the job's abort is the abort's
+    /// consequence, not a root cause.
+    fn from(e: OperatorError) -> Self {
+        if e.kind == crate::wasm::FailureKind::Cancelled {
+            TaskError::Aborted
+        } else {
+            TaskError::Operator(e)
+        }
+    }
+}
+
+/// Record counters of one vertex, summed over its subtasks.
+#[derive(Debug, Default)]
+pub struct VertexMetrics {
+    /// Records received (sources: 0).
+    pub records_in: AtomicU64,
+    /// Records emitted on every output (sinks: 0).
+    pub records_out: AtomicU64,
+    /// Head vertices of a task only: nanoseconds its subtasks spent waiting
+    /// for input (idle), summed over subtasks.
+    pub idle_ns: AtomicU64,
+    /// Head vertices of a task only: nanoseconds its subtasks spent waiting
+    /// for room in a full output channel (backpressured), summed over subtasks.
+    pub backpressured_ns: AtomicU64,
+}
+
+/// Live metrics of a running job.
+#[derive(Debug)]
+pub struct JobMetrics {
+    /// Per vertex, indexed like `JobGraph::vertices`.
+    pub vertices: Vec<VertexMetrics>,
+    /// Highest number of batches seen queued in any one channel.
+    pub max_queued_batches: AtomicU64,
+}
+
+impl JobMetrics {
+    /// Zeroed metrics for `vertices` vertices.
+    pub fn new(vertices: usize) -> JobMetrics {
+        JobMetrics {
+            vertices: (0..vertices).map(|_| VertexMetrics::default()).collect(),
+            max_queued_batches: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The sending side of one channel, with its index at the receiver.
+#[derive(Debug, Clone)]
+pub struct ChannelSender {
+    /// The channel.
+    pub tx: mpsc::Sender<Message>,
+    /// Index of this channel among the receiver's inputs.
+    pub channel: u32,
+}
+
+/// One outgoing edge of a task, seen from one subtask.
+#[derive(Debug)]
+pub struct Output {
+    /// `None` for the main output, else the side-output tag.
+    pub tag: Option<String>,
+    /// How records are spread over `targets`.
+    pub partitioning: Partitioning,
+    /// One sender per downstream subtask (forward: just one).
+    pub targets: Vec<ChannelSender>,
+    /// Vertex index of the downstream head (for errors and metrics).
+    pub downstream: usize,
+    /// Uid of the downstream head.
+    pub downstream_id: String,
+    pending: Vec<Batch>,
+    next: usize,
+}
+
+impl Output {
+    /// An output edge.
+    pub fn new(
+        tag: Option<String>,
+        partitioning: Partitioning,
+        targets: Vec<ChannelSender>,
+        downstream: usize,
+        downstream_id: String,
+    ) -> Output {
+        let pending = targets.iter().map(|_| Batch::new()).collect();
+        Output {
+            tag,
+            partitioning,
+            targets,
+            downstream,
+            downstream_id,
+            pending,
+            next: 0,
+        }
+    }
+}
+
+/// A chained operator.
+#[derive(Debug)]
+pub struct ChainedOperator {
+    /// Vertex index.
+    pub vertex: usize,
+    /// The instance.
+    pub instance: OperatorInstance,
+}
+
+/// Where a subtask's records come from.
+pub enum Head {
+    /// A source chained at the head.
+    Source {
+        /// Vertex index.
+        vertex: usize,
+        /// Source uid.
+        id: String,
+        /// The connector.
+        source: Box<dyn Source>,
+    },
+    /// Channels from upstream tasks.
+    Input {
+        /// The receiver shared by all input channels.
+        rx: mpsc::Receiver<Message>,
+        /// Number of input channels (senders that will each send `End`).
+        channels: u32,
+    },
+    /// Restored from a checkpoint taken after this subtask had finished:
+    /// it only ends its outputs (its results were already committed) and
+    /// drains the `End`s of its inputs.
+    Finished {
+        /// Its input channels, if it has any.
+        rx: Option<mpsc::Receiver<Message>>,
+        /// How many `End`s to wait for.
+        channels: u32,
+    },
+}
+
+/// A subtask's part in checkpoints.
+pub struct Checkpointing {
+    /// Sources: the newest checkpoint the coordinator asked for (0: none
+    /// yet); the source injects its barrier between two batches.
+    pub requested: Arc<AtomicU64>,
+    /// Scratch directory for the synchronous part of snapshots.
+    pub local_dir: std::path::PathBuf,
+    /// Where snapshots go once their synchronous part is done (the
+    /// TaskManager uploads them and acknowledges).
+    pub taken: mpsc::UnboundedSender<TakenSnapshot>,
+    /// This subtask's task index.
+    pub task: u32,
+    /// This subtask's index.
+    pub subtask: u32,
+}
+
+/// The synchronous part of one subtask's snapshot.
+#[derive(Debug)]
+pub struct TakenSnapshot {
+    /// Checkpoint id; [`FINISHED`] for the snapshot a subtask leaves when
+    /// it finishes (it stands for every later checkpoint).
+    pub checkpoint: u64,
+    /// Task index.
+    pub task: u32,
+    /// Subtask index.
+    pub subtask: u32,
+    /// Keyed state: (vertex, directory holding the backend's local snapshot).
+    pub states: Vec<(usize, std::path::PathBuf)>,
+    /// Event-time timers per chained operator (vertex) that has any.
+    pub timers: Vec<(usize, Timers)>,
+    /// The head source's position.
+    pub source: Option<serde_json::Value>,
+    /// The tail sink's pre-committed output.
+    pub sink: Option<serde_json::Value>,
+    /// From the first barrier of this checkpoint to the last (inputs only).
+    pub alignment: Duration,
+}
+
+/// Event-time timers of one operator: (time, key), in firing order.
+pub type Timers = Vec<(i64, Vec<u8>)>;
+
+/// The checkpoint id of a finished subtask's last snapshot.
+pub const FINISHED: u64 = u64::MAX;
+
+/// A sink chained at the tail.
+pub struct TailSink {
+    /// Vertex index.
+    pub vertex: usize,
+    /// Sink uid.
+    pub id: String,
+    /// The connector.
+    pub sink: Box<dyn Sink>,
+}
+
+/// One parallel instance of a task.
+pub struct Subtask {
+    /// Name for logs, e.g. `tokenize+count (2/4)`.
+    pub name: String,
+    /// The task's first vertex: its metrics carry the task's idle and
+    /// backpressured time.
+    pub head_vertex: usize,
+    /// Where records come from.
+    pub head: Head,
+    /// Chained operators, in order.
+    pub operators: Vec<ChainedOperator>,
+    /// The sink at the tail, if any.
+    pub sink: Option<TailSink>,
+    /// Outgoing edges of the tail vertex.
+    pub outputs: Vec<Output>,
+    /// Records per batch.
+    pub batch_size: usize,
+    /// Shared metrics.
+    pub metrics: Arc<JobMetrics>,
+    /// Set to stop sources gracefully (Ctrl-C).
+    pub stop: Arc<AtomicBool>,
+    /// The job-wide abort signal.
+    pub abort: Abort,
+    /// Tokio handle, to wait on channels from this blocking thread.
+    pub handle: tokio::runtime::Handle,
+    /// Set when the job takes checkpoints.
+    pub checkpointing: Option<Checkpointing>,
+}
+
+impl Subtask {
+    /// Runs to the end of input. On error, triggers the job's abort signal.
+    pub fn run(mut self) -> Result<(), TaskError> {
+        let result = self.run_inner();
+        if let Err(e) = &result {
+            if !matches!(e, TaskError::Aborted) {
+                // The job's owner reports the root cause; this is the trail.
+                tracing::info!(subtask = %self.name, "failed: {e}");
+            }
+            self.abort.trigger();
+        }
+        result
+    }
+
+    fn run_inner(&mut self) -> Result<(), TaskError> {
+        for op in &mut self.operators {
+            op.instance.open()?;
+        }
+        match std::mem::replace(
+            &mut self.head,
+            Head::Input {
+                rx: mpsc::channel(1).1,
+                channels: 0,
+            },
+        ) {
+            Head::Source {
+                vertex,
+                id,
+                mut source,
+            } => {
+                let mut watermark = i64::MIN;
+                let mut emitted = i64::MIN;
+                let mut emitted_at: Option<Instant> = None;
+                let mut barrier = 0u64;
+                while !self.stop.load(Ordering::Relaxed) {
+                    if self.abort.is_set() {
+                        return Err(TaskError::Aborted);
+                    }
+                    if let Some(c) = &self.checkpointing {
+                        let requested = c.requested.load(Ordering::Acquire);
+                        if requested > barrier {
+                            barrier = requested;
+                            let position = Some(source.position());
+                            self.checkpoint(barrier, position, Duration::ZERO)?;
+                        }
+                    }
+                    let batch = source.next_batch(self.batch_size).map_err(|source| {
+                        TaskError::Connector {
+                            vertex: id.clone(),
+                            source,
+                        }
+                    })?;
+                    let Some(batch) = batch else { break };
+                    self.metrics.vertices[vertex]
+                        .records_out
+                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    let max_ts = batch.max_timestamp();
+                    self.push(0, batch)?;
+                    if let Some(ts) = max_ts.filter(|ts| *ts > watermark) {
+                        watermark = ts;
+                    }
+                    // Periodic, as Flink's auto-watermark interval: each
+                    // watermark costs a guest call per chained operator and
+                    // a message on every channel.
+                    let due = emitted_at.is_none_or(|t| t.elapsed() >= WATERMARK_INTERVAL);
+                    if due && watermark > emitted {
+                        emitted = watermark;
+                        emitted_at = Some(Instant::now());
+                        self.watermark(watermark)?;
+                    }
+                }
+                let position = source.position();
+                return self.finish(Some(position));
+            }
+            Head::Finished { rx, channels } => {
+                self.broadcast(|channel| Message::End { channel })?;
+                if let Some(mut rx) = rx {
+                    let mut ended = 0;
+                    while ended < channels {
+                        if let Message::End { .. } = self.recv(&mut rx)? {
+                            ended += 1;
+                        }
+                    }
+                }
+                return Ok(());
+            }
+            Head::Input { mut rx, channels } => {
+                let mut gate = InputGate::new(channels);
+                let mut alignment_started = None;
+                while !gate.is_ended() {
+                    let message = self.recv(&mut rx)?;
+                    for event in gate.offer(message)? {
+                        match event {
+                            GateEvent::Records(batch) => self.push(0, batch)?,
+                            GateEvent::Watermark(watermark) => self.watermark(watermark)?,
+                            GateEvent::AlignmentStarted { .. } => {
+                                alignment_started = Some(Instant::now());
+                            }
+                            GateEvent::Aligned { checkpoint } => {
+                                let alignment = alignment_started
+                                    .take()
+                                    .map_or(Duration::ZERO, |t| t.elapsed());
+                                self.checkpoint(checkpoint, None, alignment)?;
+                            }
+                            GateEvent::Abandoned { checkpoint, by } => {
+                                tracing::debug!(
+                                    subtask = %self.name,
+                                    "checkpoint {checkpoint} abandoned: barrier {by} overtook it"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.finish(None)
+    }
+
+    /// Takes the synchronous part of checkpoint `id`: flushes and snapshots
+    /// every chained operator's state, records timers, the source position
+    /// and the sink's pre-committed output, hands it to the TaskManager, and
+    /// forwards the barrier downstream.
+    fn checkpoint(
+        &mut self,
+        id: u64,
+        source: Option<serde_json::Value>,
+        alignment: Duration,
+    ) -> Result<(), TaskError> {
+        let Some(c) = &self.checkpointing else {
+            return Ok(());
+        };
+        let (task, subtask) = (c.task, c.subtask);
+        let dir = c.local_dir.join(id.to_string());
+        let mut states = Vec::new();
+        let mut timers = Vec::new();
+        for op in &mut self.operators {
+            let state_dir = dir.join(op.vertex.to_string());
+            if op.instance.snapshot_state(&state_dir)? {
+                states.push((op.vertex, state_dir));
+            }
+            let t = op.instance.timers();
+            if !t.is_empty() {
+                timers.push((op.vertex, t));
+            }
+        }
+        let sink = match &mut self.sink {
+            Some(tail) => tail
+                .sink
+                .pre_commit(id)
+                .map_err(|source| TaskError::Connector {
+                    vertex: tail.id.clone(),
+                    source,
+                })?,
+            None => None,
+        };
+        // Records emitted before the barrier go first.
+        self.flush_outputs()?;
+        self.broadcast(|channel| Message::Barrier {
+            channel,
+            checkpoint: id,
+        })?;
+        if let Some(c) = &self.checkpointing {
+            let _ = c.taken.send(TakenSnapshot {
+                checkpoint: id,
+                task,
+                subtask,
+                states,
+                timers,
+                source,
+                sink,
+                alignment,
+            });
+        }
+        Ok(())
+    }
+
+    /// End of input: final watermark, close every operator (its output goes
+    /// down the rest of the chain), flush the sink, end every output channel.
+    fn finish(&mut self, source: Option<serde_json::Value>) -> Result<(), TaskError> {
+        self.watermark(i64::MAX)?;
+        for i in 0..self.operators.len() {
+            let emitted = self.operators[i].instance.close()?;
+            self.operators[i].instance.flush_state()?;
+            self.route(i, emitted)?;
+        }
+        let mut sink = None;
+        if let Some(tail) = &mut self.sink {
+            let connector = |source| TaskError::Connector {
+                vertex: tail.id.clone(),
+                source,
+            };
+            tail.sink.finish().map_err(connector)?;
+            if self.checkpointing.is_some() {
+                // The last output is committed with the first checkpoint
+                // (or the job's end) that sees this subtask finished.
+                sink = tail
+                    .sink
+                    .pre_commit(FINISHED)
+                    .map_err(|source| TaskError::Connector {
+                        vertex: tail.id.clone(),
+                        source,
+                    })?;
+            }
+        }
+        self.flush_outputs()?;
+        self.broadcast(|channel| Message::End { channel })?;
+        if let Some(c) = &self.checkpointing {
+            let _ = c.taken.send(TakenSnapshot {
+                checkpoint: FINISHED,
+                task: c.task,
+                subtask: c.subtask,
+                states: Vec::new(),
+                timers: Vec::new(),
+                source,
+                sink,
+                alignment: Duration::ZERO,
+            });
+        }
+        Ok(())
+    }
+
+    /// Passes `batch` through operators `from..`, then to the sink or outputs.
+    fn push(&mut self, from: usize, batch: Batch) -> Result<(), TaskError> {
+        if from < self.operators.len() {
+            let op = &mut self.operators[from];
+            self.metrics.vertices[op.vertex]
+                .records_in
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            // State is not flushed per batch: the backend's write-back
+            // buffer flushes itself by size, and the end of input (later:
+            // every checkpoint) flushes it completely.
+            let emitted = op.instance.process(&batch)?;
+            return self.route(from, emitted);
+        }
+        if let Some(tail) = &mut self.sink {
+            self.metrics.vertices[tail.vertex]
+                .records_in
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            return tail
+                .sink
+                .write(&batch)
+                .map_err(|source| TaskError::Connector {
+                    vertex: tail.id.clone(),
+                    source,
+                });
+        }
+        self.emit(None, batch)?;
+        self.flush_outputs()
+    }
+
+    /// Routes what operator `i` emitted.
+    fn route(&mut self, i: usize, emitted: Emitted) -> Result<(), TaskError> {
+        let vertex = self.operators[i].vertex;
+        let mut n = emitted.main.len();
+        n += emitted.side.iter().map(|s| s.records.len()).sum::<usize>();
+        self.metrics.vertices[vertex]
+            .records_out
+            .fetch_add(n as u64, Ordering::Relaxed);
+        let last = i + 1 == self.operators.len();
+        if !emitted.main.is_empty() {
+            self.push(i + 1, emitted.main)?;
+        }
+        if last {
+            // Side outputs leave the chain (chaining never fuses past an
+            // operator with side-output edges); tags nobody consumes are dropped.
+            for side in emitted.side {
+                if !side.records.is_empty() {
+                    self.emit(Some(&side.tag), side.records)?;
+                }
+            }
+            self.flush_outputs()?;
+        }
+        Ok(())
+    }
+
+    /// Advances the watermark through the chain, then downstream.
+    fn watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        for i in 0..self.operators.len() {
+            let emitted = self.operators[i].instance.advance_watermark(watermark)?;
+            for e in emitted {
+                self.route(i, e)?;
+            }
+        }
+        self.broadcast(|channel| Message::Watermark { channel, watermark })
+    }
+
+    /// Sends a control message to every downstream subtask of every output.
+    fn broadcast(&self, message: impl Fn(u32) -> Message) -> Result<(), TaskError> {
+        for target in self.outputs.iter().flat_map(|o| &o.targets) {
+            self.send(target, message(target.channel))?;
+        }
+        Ok(())
+    }
+
+    /// Partitions `batch` into the pending buffers of every output with `tag`.
+    fn emit(&mut self, tag: Option<&str>, batch: Batch) -> Result<(), TaskError> {
+        let Some(last) = self.outputs.iter().rposition(|o| o.tag.as_deref() == tag) else {
+            return Ok(());
+        };
+        let mut batch = Some(batch);
+        for o in 0..=last {
+            if self.outputs[o].tag.as_deref() != tag {
+                continue;
+            }
+            // Every matching output but the last gets a copy.
+            let b = if o == last {
+                batch.take().unwrap_or_default()
+            } else {
+                batch.clone().unwrap_or_default()
+            };
+            let out = &mut self.outputs[o];
+            out.partitioning
+                .partition(b, &mut out.pending, &mut out.next)
+                .map_err(|message| TaskError::Partition {
+                    vertex: out.downstream_id.clone(),
+                    message,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Sends every non-empty pending batch.
+    fn flush_outputs(&mut self) -> Result<(), TaskError> {
+        for o in 0..self.outputs.len() {
+            for t in 0..self.outputs[o].targets.len() {
+                if self.outputs[o].pending[t].is_empty() {
+                    continue;
+                }
+                let batch = std::mem::take(&mut self.outputs[o].pending[t]);
+                let target = &self.outputs[o].targets[t];
+                self.send(
+                    target,
+                    Message::Records {
+                        channel: target.channel,
+                        batch,
+                    },
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&self, target: &ChannelSender, msg: Message) -> Result<(), TaskError> {
+        let msg = match target.tx.try_send(msg) {
+            Ok(()) => None,
+            Err(mpsc::error::TrySendError::Full(msg)) => Some(msg),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(TaskError::Aborted),
+        };
+        let sent = match msg {
+            None => Ok(()),
+            Some(msg) => {
+                // The channel is full: wait for room, and count the wait as
+                // backpressure.
+                let waited = Instant::now();
+                let sent = self.handle.block_on(async {
+                    tokio::select! {
+                        biased;
+                        _ = self.abort.triggered() => Err(TaskError::Aborted),
+                        r = target.tx.send(msg) => r.map_err(|_| TaskError::Aborted),
+                    }
+                });
+                self.metrics.vertices[self.head_vertex]
+                    .backpressured_ns
+                    .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                sent
+            }
+        };
+        let queued = (target.tx.max_capacity() - target.tx.capacity()) as u64;
+        self.metrics
+            .max_queued_batches
+            .fetch_max(queued, Ordering::Relaxed);
+        sent
+    }
+
+    fn recv(&self, rx: &mut mpsc::Receiver<Message>) -> Result<Message, TaskError> {
+        if self.abort.is_set() {
+            return Err(TaskError::Aborted);
+        }
+        match rx.try_recv() {
+            Ok(m) => return Ok(m),
+            Err(mpsc::error::TryRecvError::Disconnected) => return Err(TaskError::Aborted),
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
+        // Nothing queued: wait, and count the wait as idle time.
+        let waited = Instant::now();
+        let got = self.handle.block_on(async {
+            tokio::select! {
+                biased;
+                _ = self.abort.triggered() => Err(TaskError::Aborted),
+                m = rx.recv() => m.ok_or(TaskError::Aborted),
+            }
+        });
+        self.metrics.vertices[self.head_vertex]
+            .idle_ns
+            .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        got
+    }
+}
