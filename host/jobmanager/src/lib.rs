@@ -4,6 +4,8 @@
 //! # Pieces
 //!
 //! - [`modules`]: the content-addressed module store on disk.
+//! - [`job`]: the job lifecycle: [`JobState`] and its one table of legal
+//!   moves (pure, unit-tested).
 //! - [`scheduler`]: placing subtasks into slots (pure).
 //! - [`rest`]: the axum router (thin: parses, calls [`JobManager`], maps
 //!   errors), its HTTP server with timeouts, and [`rest::auth`]: the token
@@ -28,7 +30,9 @@
 //! ([`ToJobManager::Committed`]); one lost meanwhile restarts the job. The first failure (or a lost
 //! TaskManager) makes it `failing`: every TaskManager is told to cancel, and
 //! once every subtask has stopped the job is `failed` with the root cause.
-//! `cancel` does the same and ends in `canceled`. Slots are released when
+//! `cancel` does the same and ends in `canceled` (also while the job fails
+//! or waits to restart; not while it is `finishing`). Every state change
+//! goes through [`JobState::on`]. Slots are released when
 //! the job ends. A failed job whose restart strategy allows it is
 //! `restarting`: after the delay it is placed and deployed again, restoring
 //! the latest completed checkpoint it can (`[job.checkpoints]`, driven by
@@ -86,6 +90,7 @@
 //! This module must not run operators: TaskManagers do.
 
 pub use weir_runtime::modules;
+pub mod job;
 pub mod rest;
 pub mod restart;
 pub mod scheduler;
@@ -124,6 +129,8 @@ use weir_runtime::wasm::Runtime;
 use modules::{ModuleInfo, ModuleStore, StoreError};
 use rest::auth::{AuthError, RestAuth};
 
+use job::Event;
+pub use job::JobState;
 pub use weir_runtime::rpc::InProcessLink;
 pub use weir_runtime::start::StartError;
 
@@ -363,41 +370,6 @@ fn check_spec_name(name: &str) -> Result<(), ApiError> {
              so that a job spec can name it as \"name@version\"",
             weir_runtime::job::MAX_ID_LEN
         )))
-    }
-}
-
-/// The state of a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum JobState {
-    /// Deployed; subtasks running (or starting).
-    Running,
-    /// A subtask failed; the others are being canceled.
-    Failing,
-    /// Canceled by a user; subtasks are stopping.
-    Canceling,
-    /// Failed; waiting (restart delay, free slots) to restart from the
-    /// latest completed checkpoint.
-    Restarting,
-    /// Every subtask finished; the TaskManagers are committing the sinks'
-    /// final output (jobs with checkpoints).
-    Finishing,
-    /// Every subtask finished (and, with checkpoints, every final commit
-    /// is done).
-    Finished,
-    /// Failed; `failure` says why.
-    Failed,
-    /// Canceled by a user.
-    Canceled,
-}
-
-impl JobState {
-    /// Whether the job has ended.
-    pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            JobState::Finished | JobState::Failed | JobState::Canceled
-        )
     }
 }
 
@@ -1244,17 +1216,16 @@ impl JobManager {
                     .unwrap_or_default()
             )));
         }
-        match job.state {
-            JobState::Running => {
-                job.state = JobState::Canceling;
-                send_cancel(taskmanagers, job);
+        // Finishing: the final output is being published; the cancel is
+        // refused by the lifecycle and the job finishes.
+        if let Ok(next) = job.state.on(Event::Cancel) {
+            match std::mem::replace(&mut job.state, next) {
+                JobState::Running => send_cancel(taskmanagers, job),
+                // Nothing runs: it settles at once.
+                JobState::Restarting => job.restart_at = None,
+                // Failing: its subtasks are being canceled already.
+                _ => {}
             }
-            JobState::Restarting => {
-                // Nothing runs: it ends here.
-                job.state = JobState::Canceling;
-                job.restart_at = None;
-            }
-            _ => {}
         }
         settle(taskmanagers, job, self.clock.now());
         Ok(job.summary())
@@ -1531,10 +1502,15 @@ impl JobManager {
                 if let Some(error) = error {
                     let reason = format!("TaskManager {tm_id}: {error}");
                     not_committed(taskmanagers, job, reason, now);
-                } else if job.committing.remove(tm_id) && job.committing.is_empty() {
-                    job.state = JobState::Finished;
-                    job.ended_at_ms = Some(now_ms());
-                    tracing::info!(job = %job.id, "finished: every final commit is done");
+                } else if job.committing.remove(tm_id) {
+                    let last = job.committing.is_empty();
+                    if let Ok(next) = job.state.on(Event::Committed { last }) {
+                        job.state = next;
+                    }
+                    if job.state == JobState::Finished {
+                        job.ended_at_ms = Some(now_ms());
+                        tracing::info!(job = %job.id, "finished: every final commit is done");
+                    }
                 }
             }
             ToJobManager::TaskState {
@@ -1633,7 +1609,7 @@ impl JobManager {
                     match deploy(taskmanagers, job, self.scheduling, &self.checkpoint_root) {
                         Ok(()) => {
                             job.restart_at = None;
-                            job.state = JobState::Running;
+                            job.state = job.state.on(Event::Redeployed).unwrap_or(job.state);
                             job.reports.clear();
                             // The next failure is reported as itself.
                             job.failure = None;
@@ -1865,7 +1841,7 @@ fn not_committed(
     job.committing.clear();
     job.failure = Some(reason);
     job.failure_is_root = true;
-    job.state = JobState::Failing;
+    job.state = job.state.on(Event::CommitFailed).unwrap_or(job.state);
     settle(taskmanagers, job, now);
 }
 
@@ -1881,8 +1857,8 @@ fn fail(
         job.failure = Some(reason);
         job.failure_is_root = root;
     }
-    if job.state == JobState::Running {
-        job.state = JobState::Failing;
+    if let Ok(next) = job.state.on(Event::TaskFailed) {
+        job.state = next;
         send_cancel(taskmanagers, job);
         if let Some(c) = job.checkpoints.as_mut() {
             let actions = c.coordinator.suspend("a task failed", now);
@@ -1916,7 +1892,9 @@ fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job, now: Instant) 
         .iter()
         .flatten()
         .all(|s| *s == TaskState::Finished);
-    job.state = match job.state {
+    let mut committers = 0;
+    let mut restart = false;
+    match job.state {
         JobState::Running if all_finished => {
             // Sinks commit what they pre-committed at the end of input.
             tell(taskmanagers, job, |job, attempt| {
@@ -1932,35 +1910,43 @@ fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job, now: Instant) 
                     .filter(|tm| taskmanagers.get(*tm).is_some_and(|t| t.lost.is_none()))
                     .map(str::to_owned)
                     .collect();
-                if job.committing.is_empty() {
-                    JobState::Finished
-                } else {
-                    JobState::Finishing
-                }
-            } else {
-                JobState::Finished
+                committers = job.committing.len();
             }
         }
-        JobState::Canceling => JobState::Canceled,
+        JobState::Canceling => {}
+        // The attempt failed: the restart strategy decides (and counts).
         _ => match job.restarts.on_failure(now) {
             Ok(delay) => {
                 job.restart_at = Some(now + delay);
+                restart = true;
                 tracing::info!(
                     job = %job.id,
                     "failed ({}); restarting in {delay:?}",
                     job.failure.as_deref().unwrap_or("?")
                 );
-                JobState::Restarting
             }
             Err(why) => {
                 if job.restarts.count() > 0 {
                     let failure = job.failure.take().unwrap_or_default();
                     job.failure = Some(format!("{failure} (not restarted: {why})"));
                 }
-                JobState::Failed
             }
         },
+    }
+    let stopped = Event::Stopped {
+        all_finished,
+        committers,
+        restart,
     };
+    match job.state.on(stopped) {
+        Ok(next) => job.state = next,
+        Err(illegal) => {
+            // Every non-ended state but Restarting and Finishing (returned
+            // above) takes `Stopped`.
+            tracing::error!(job = %job.id, "{illegal}");
+            return;
+        }
+    }
     if let Some(c) = job.checkpoints.as_mut() {
         let reason = match job.state {
             JobState::Restarting => "the job is restarting",
