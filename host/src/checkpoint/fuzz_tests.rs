@@ -64,12 +64,14 @@ fn file_handle() -> impl Strategy<Value = FileHandle> {
         storage_path(),
         any::<u64>(),
         any::<bool>(),
+        prop::option::of("[0-9a-f]{64}"),
     )
-        .prop_map(|(local_name, path, size, shared)| FileHandle {
+        .prop_map(|(local_name, path, size, shared, sha256)| FileHandle {
             local_name,
             path,
             size,
             shared,
+            sha256,
         })
 }
 
@@ -352,7 +354,9 @@ proptest! {
         storage.put_bytes(&path, b"data").unwrap();
         let handle = StateHandle {
             backend: BackendKind::Heap,
-            files: vec![FileHandle { local_name: local_name.clone(), path, size: 4, shared: false }],
+            files: vec![FileHandle {
+                local_name: local_name.clone(), path, size: 4, shared: false, sha256: None,
+            }],
             full_size: 4,
             incremental_size: 4,
         };

@@ -36,8 +36,10 @@
 //!
 //! # Invariants
 //! * Storage paths never escape the storage root; storage writes are atomic.
-//! * A [`StateHandle`] lists every file needed to restore, with sizes; a
-//!   download checks them.
+//! * A [`StateHandle`] lists every file needed to restore, with its size
+//!   and the SHA-256 of its contents (computed while uploading); a download
+//!   checks both (handles written before files were hashed are checked by
+//!   size only).
 //! * Shared files are deleted only when the registry says no registered
 //!   checkpoint references them.
 //!
@@ -91,7 +93,8 @@ pub enum CheckpointError {
         #[source]
         source: std::io::Error,
     },
-    /// A checkpoint's files do not match its handle (size, name, format).
+    /// A checkpoint's files do not match its handle (size, hash, name,
+    /// format).
     #[error("corrupt checkpoint: {0}")]
     Corrupt(String),
     /// The state backend failed (snapshot or restore).

@@ -3,7 +3,18 @@
 //!
 //! Owns [`StateHandle`] and [`FileHandle`] (what a task acks to the
 //! coordinator and what the checkpoint's metadata records), [`upload`] and
-//! [`download`].
+//! [`download`], and [`SubtaskCheckpoint`] (one subtask's whole part of a
+//! checkpoint).
+//!
+//! # Integrity
+//! * [`upload`] hashes every file it stores (SHA-256, streamed on its way
+//!   to storage: the hash is of exactly the bytes stored) and records the
+//!   hash in its [`FileHandle`]; a shared file referenced from `previous`
+//!   keeps the hash recorded when it was uploaded.
+//! * [`download`] checks every file's size and, when its handle has one,
+//!   its hash; a mismatch is [`CheckpointError::Corrupt`] naming the file's
+//!   storage path. Handles written before files were hashed (no `sha256`)
+//!   still download, checked by size only.
 //!
 //! # Shared and private files
 //! * RocksDB `.sst` files are *shared*: immutable, so a later checkpoint of
@@ -34,10 +45,12 @@
 use std::collections::HashMap;
 use std::fs;
 use std::hash::{BuildHasher, Hasher, RandomState};
+use std::io::{self, Read};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::CheckpointError;
 use super::storage::{CheckpointStorage, StoragePath};
@@ -82,6 +95,72 @@ pub struct FileHandle {
     pub size: u64,
     /// Whether other checkpoints may reference it (RocksDB SST files).
     pub shared: bool,
+    /// SHA-256 of its contents, lowercase hex, computed by [`upload`] while
+    /// it stored the file; [`download`] refuses a file that does not match.
+    /// `None` in handles written before files were hashed: those are
+    /// checked by size only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// Read buffer of [`hash_file`]: large enough that hashing a downloaded
+/// SST file (megabytes) takes few system calls, small enough to sit on
+/// the heap of every concurrent download without notice.
+const HASH_BUFFER: usize = 64 << 10;
+
+/// A reader that hashes (SHA-256) what passes through it.
+struct Hashing<R> {
+    inner: R,
+    hasher: Sha256,
+}
+
+impl<R> Hashing<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            hasher: Sha256::new(),
+        }
+    }
+
+    /// The hash of everything read so far, lowercase hex.
+    fn finish(self) -> String {
+        hex(&self.hasher.finalize())
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// The size and SHA-256 (lowercase hex) of the local file `path`, read in
+/// [`HASH_BUFFER`] pieces (never whole into memory).
+fn hash_file(path: &Path) -> io::Result<(u64, String)> {
+    let mut file = Hashing::new(fs::File::open(path)?);
+    let mut buf = vec![0u8; HASH_BUFFER];
+    let mut size = 0u64;
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return Ok((size, file.finish())),
+            Ok(n) => size += n as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Whether a local snapshot file of a `kind` backend is shared (immutable,
@@ -125,9 +204,11 @@ fn checked_local_name(name: &str) -> Result<&str, CheckpointError> {
 ///
 /// Shared files (RocksDB `.sst`) go to `<shared_prefix>/<token>-<name>`,
 /// unless `previous` (see the module docs) has a shared file with the same
-/// local name and size, which is then referenced instead; other files go to
-/// `<private_prefix>/<name>`. `incremental_size` is the bytes this call
-/// uploaded, `full_size` the bytes of all files the handle references.
+/// local name and size, which is then referenced instead (with the hash it
+/// recorded); other files go to `<private_prefix>/<name>`. Every file
+/// stored is hashed on its way to storage, in the same read.
+/// `incremental_size` is the bytes this call uploaded, `full_size` the
+/// bytes of all files the handle references.
 ///
 /// On error, files uploaded so far are left behind: the coordinator deletes
 /// the checkpoint's private directory and the shared files that
@@ -193,7 +274,10 @@ pub fn upload(
                 } else {
                     private_prefix.join(&name)?
                 };
-                let written = storage.put_file(&path, &local_dir.join(&name))?;
+                let src = fs::File::open(local_dir.join(&name))
+                    .map_err(|e| io("open snapshot file in", e))?;
+                let mut src = Hashing::new(src);
+                let written = storage.put_reader(&path, &mut src)?;
                 if written != size {
                     return Err(CheckpointError::Corrupt(format!(
                         "snapshot file `{name}` changed while uploading ({size} → {written} bytes)"
@@ -205,6 +289,7 @@ pub fn upload(
                     path,
                     size,
                     shared,
+                    sha256: Some(src.finish()),
                 }
             }
         };
@@ -215,8 +300,11 @@ pub fn upload(
 }
 
 /// Downloads every file of `handle` into `dir` (created if missing;
-/// expected empty) under its local name, checking sizes, so that
-/// [`crate::state::restore_backend`] can open it.
+/// expected empty) under its local name, so that
+/// [`crate::state::restore_backend`] can open it. Each file's size and (if
+/// its handle has one) SHA-256 are checked on what landed in `dir`, read
+/// back in pieces; a mismatch is [`CheckpointError::Corrupt`] naming its
+/// storage path.
 pub fn download(
     handle: &StateHandle,
     storage: &dyn CheckpointStorage,
@@ -230,17 +318,23 @@ pub fn download(
     for file in &handle.files {
         let local = dir.join(checked_local_name(&file.local_name)?);
         storage.get_to_file(&file.path, &local)?;
-        let got = fs::metadata(&local)
-            .map_err(|e| CheckpointError::Io {
-                op: "stat downloaded file",
-                path: local.display().to_string(),
-                source: e,
-            })?
-            .len();
+        let (got, sha256) = hash_file(&local).map_err(|e| CheckpointError::Io {
+            op: "hash downloaded file",
+            path: local.display().to_string(),
+            source: e,
+        })?;
         if got != file.size {
             return Err(CheckpointError::Corrupt(format!(
                 "`{}` has {got} bytes, the checkpoint says {}",
                 file.path, file.size
+            )));
+        }
+        if let Some(want) = &file.sha256
+            && *want != sha256
+        {
+            return Err(CheckpointError::Corrupt(format!(
+                "`{}` has SHA-256 {sha256}, the checkpoint says {want}",
+                file.path
             )));
         }
     }
@@ -299,5 +393,191 @@ impl SubtaskCheckpoint {
                     .filter(|t| !t.starts_with(&private) || **t == private),
             )
             .next()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Seek, SeekFrom, Write};
+
+    use super::*;
+    use crate::checkpoint::DirStorage;
+
+    fn p(s: &str) -> StoragePath {
+        StoragePath::new(s).unwrap()
+    }
+
+    /// Deterministic, poorly compressible bytes.
+    fn bytes(seed: u8, len: usize) -> Vec<u8> {
+        let mut x = u64::from(seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// Writes `files` into a fresh local snapshot dir `name` and uploads it
+    /// as checkpoint `n` of a RocksDB subtask (`.sst` files are shared).
+    fn upload_files(
+        tmp: &Path,
+        storage: &DirStorage,
+        name: &str,
+        n: u64,
+        files: &[(&str, &[u8])],
+        previous: Option<&StateHandle>,
+    ) -> StateHandle {
+        let dir = tmp.join(name);
+        fs::create_dir_all(&dir).unwrap();
+        for (file, contents) in files {
+            fs::write(dir.join(file), contents).unwrap();
+        }
+        upload(
+            &dir,
+            storage,
+            &p(&format!("j/chk-{n}/0-0/1")),
+            &p("j/shared"),
+            previous,
+            BackendKind::RocksDb,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn upload_records_the_sha256_of_every_file_it_stores() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let sst = bytes(1, 200_000);
+        let handle = upload_files(
+            tmp.path(),
+            &storage,
+            "snap-1",
+            1,
+            &[("000007.sst", &sst), ("CURRENT", b"MANIFEST-000001\n")],
+            None,
+        );
+        for file in &handle.files {
+            let stored = storage.get_bytes(&file.path).unwrap();
+            assert_eq!(
+                file.sha256.as_deref(),
+                Some(hex(&Sha256::digest(&stored)).as_str()),
+                "{}",
+                file.path
+            );
+        }
+        assert_eq!(
+            handle.files[0].sha256.as_deref(),
+            Some(hex(&Sha256::digest(&sst)).as_str()),
+            "the hash is of the local file's bytes"
+        );
+    }
+
+    #[test]
+    fn a_shared_file_referenced_again_keeps_its_recorded_hash() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let sst = bytes(2, 10_000);
+        let first = upload_files(
+            tmp.path(),
+            &storage,
+            "snap-1",
+            1,
+            &[("000007.sst", &sst)],
+            None,
+        );
+        // Pretend the recorded hash is another: a reference copies the
+        // handle, it does not hash the file again.
+        let mut previous = first.clone();
+        previous.files[0].sha256 = Some("recorded".into());
+        let second = upload_files(
+            tmp.path(),
+            &storage,
+            "snap-2",
+            2,
+            &[("000007.sst", &sst), ("000008.sst", b"new")],
+            Some(&previous),
+        );
+        assert_eq!(second.files[0], previous.files[0]);
+        assert_eq!(second.incremental_size, 3, "only the new file was stored");
+        assert!(second.files[1].sha256.is_some());
+    }
+
+    /// The finding: `download` checked sizes only, so a file changed in
+    /// storage without changing its length was restored from.
+    #[test]
+    fn a_file_changed_in_storage_without_changing_its_size_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let handle = upload_files(
+            tmp.path(),
+            &storage,
+            "snap-1",
+            1,
+            &[("000007.sst", &bytes(3, 100_000)), ("CURRENT", b"x\n")],
+            None,
+        );
+        download(&handle, &storage, &tmp.path().join("ok")).unwrap();
+
+        let sst = &handle.files[0];
+        assert!(sst.shared, "{sst:?}");
+        let stored = tmp.path().join("storage").join(sst.path.as_str());
+        let mut f = fs::OpenOptions::new().write(true).open(&stored).unwrap();
+        f.seek(SeekFrom::Start(sst.size / 2)).unwrap();
+        f.write_all(b"sixteen bytes!!!").unwrap();
+        drop(f);
+        assert_eq!(fs::metadata(&stored).unwrap().len(), sst.size, "same size");
+
+        let err = download(&handle, &storage, &tmp.path().join("bad")).unwrap_err();
+        let CheckpointError::Corrupt(why) = &err else {
+            panic!("{err:?}");
+        };
+        assert!(why.contains(&format!("`{}`", sst.path)), "{why}");
+        assert!(
+            !why.contains(&tmp.path().display().to_string()),
+            "names the storage path, not a local one: {why}"
+        );
+    }
+
+    #[test]
+    fn a_handle_without_hashes_still_downloads_checked_by_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let sst = bytes(4, 50_000);
+        let handle = upload_files(
+            tmp.path(),
+            &storage,
+            "snap-1",
+            1,
+            &[("000007.sst", &sst)],
+            None,
+        );
+        // As written before files were hashed: no `sha256` field at all.
+        let mut json = serde_json::to_value(&handle).unwrap();
+        json["files"][0].as_object_mut().unwrap().remove("sha256");
+        assert!(!json.to_string().contains("sha256"), "{json}");
+        let old: StateHandle = serde_json::from_value(json).unwrap();
+        assert_eq!(old.files[0].sha256, None);
+        assert_eq!(
+            serde_json::to_value(&old).unwrap()["files"][0].get("sha256"),
+            None,
+            "and written back the same way"
+        );
+
+        download(&old, &storage, &tmp.path().join("d1")).unwrap();
+        assert_eq!(fs::read(tmp.path().join("d1/000007.sst")).unwrap(), sst);
+
+        // Its size is still checked.
+        let stored = tmp.path().join("storage").join(old.files[0].path.as_str());
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&stored)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        let err = download(&old, &storage, &tmp.path().join("d2")).unwrap_err();
+        assert!(matches!(err, CheckpointError::Corrupt(_)), "{err}");
     }
 }
