@@ -1,10 +1,12 @@
 //! One operator subtask's keyed state in a checkpoint: uploading a local
-//! snapshot, and downloading it again for a restore.
+//! snapshot, and downloading it again for a restore; and a completed
+//! checkpoint's metadata, read back and checked at a restore.
 //!
 //! Owns [`StateHandle`] and [`FileHandle`] (what a task acks to the
 //! coordinator and what the checkpoint's metadata records), [`upload`] and
-//! [`download`], and [`SubtaskCheckpoint`] (one subtask's whole part of a
-//! checkpoint).
+//! [`download`], [`SubtaskCheckpoint`] (one subtask's whole part of a
+//! checkpoint) and [`CheckpointMetadata`] (the `_metadata` file: every
+//! subtask's part) with [`verify_restore`].
 //!
 //! # Integrity
 //! * [`upload`] hashes every file it stores (SHA-256, streamed on its way
@@ -15,6 +17,11 @@
 //!   its hash; a mismatch is [`CheckpointError::Corrupt`] naming the file's
 //!   storage path. Handles written before files were hashed (no `sha256`)
 //!   still download, checked by size only.
+//! * [`verify_restore`] checks a checkpoint's `_metadata` against the
+//!   parts a restore was sent: the metadata must be readable, name the
+//!   same job and checkpoint, and record exactly the same part for every
+//!   subtask restored. A TaskManager refuses the restore otherwise (and the
+//!   JobManager falls back to an older retained checkpoint).
 //!
 //! # Shared and private files
 //! * RocksDB `.sst` files are *shared*: immutable, so a later checkpoint of
@@ -42,7 +49,7 @@
 //! let the registry delete them before it has registered the new
 //! checkpoint (see [`super::registry`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::io::{self, Read};
@@ -396,6 +403,108 @@ impl SubtaskCheckpoint {
     }
 }
 
+/// The name of a completed checkpoint's metadata file in its directory.
+pub const METADATA_FILE: &str = "_metadata";
+
+/// `<job>/chk-<checkpoint>/_metadata`: where the JobManager writes a
+/// completed checkpoint's [`CheckpointMetadata`] and a restore reads it.
+pub fn metadata_path(job: &str, checkpoint: u64) -> Result<StoragePath, CheckpointError> {
+    StoragePath::new(format!("{job}/chk-{checkpoint}/{METADATA_FILE}"))
+}
+
+/// A completed checkpoint's `_metadata` (JSON): written by the JobManager
+/// once every subtask acked, read back by every TaskManager that restores
+/// from it ([`verify_restore`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    /// The job's id.
+    pub job: String,
+    /// The checkpoint's id.
+    pub checkpoint: u64,
+    /// Wall-clock trigger time, Unix ms.
+    pub triggered_at_ms: u64,
+    /// Wall-clock completion time (the last ack), Unix ms.
+    pub completed_at_ms: u64,
+    /// Every subtask's part, by (task, subtask).
+    pub subtasks: Vec<((u32, u32), SubtaskCheckpoint)>,
+}
+
+/// Checks the metadata `bytes` read from `path` against what a restore of
+/// checkpoint `checkpoint` of job `job` was sent: `parts`, the parts of the
+/// subtasks being restored, by (task, subtask). Pure: the caller reads the
+/// file.
+///
+/// The metadata must parse, name this job and checkpoint, record each
+/// subtask at most once, and record for every subtask of `parts` exactly
+/// the part sent. Both sides are compared as JSON reads them back (an
+/// in-process TaskManager's part was never serialized, and JSON writes a
+/// `null` position as nothing). Anything else is
+/// [`CheckpointError::Corrupt`] naming `path`.
+pub fn verify_restore(
+    path: &StoragePath,
+    bytes: &[u8],
+    job: &str,
+    checkpoint: u64,
+    parts: &[((u32, u32), &SubtaskCheckpoint)],
+) -> Result<(), CheckpointError> {
+    let corrupt = |why: String| CheckpointError::Corrupt(format!("`{path}`: {why}"));
+    let metadata: CheckpointMetadata =
+        serde_json::from_slice(bytes).map_err(|e| corrupt(format!("unreadable ({e})")))?;
+    if metadata.job != job || metadata.checkpoint != checkpoint {
+        return Err(corrupt(format!(
+            "it is the metadata of checkpoint {} of job `{}`, not of checkpoint {checkpoint} \
+             of job `{job}`",
+            metadata.checkpoint, metadata.job
+        )));
+    }
+    let mut recorded = BTreeMap::new();
+    for (id, part) in &metadata.subtasks {
+        if recorded.insert(*id, part).is_some() {
+            return Err(corrupt(format!(
+                "it records subtask {}/{} twice",
+                id.0, id.1
+            )));
+        }
+    }
+    for ((task, subtask), sent) in parts {
+        let Some(recorded) = recorded.get(&(*task, *subtask)) else {
+            return Err(corrupt(format!(
+                "it records no part for subtask {task}/{subtask}"
+            )));
+        };
+        let sent: SubtaskCheckpoint = serde_json::to_vec(sent)
+            .and_then(|b| serde_json::from_slice(&b))
+            .map_err(|e| corrupt(format!("the part sent for subtask {task}/{subtask}: {e}")))?;
+        if let Some(field) = first_difference(&sent, recorded) {
+            return Err(corrupt(format!(
+                "its part for subtask {task}/{subtask} differs from the one to restore \
+                 (in `{field}`)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The first field in which `a` and `b` differ, if any (`part` if they
+/// differ in none of those named: a field added later).
+fn first_difference(a: &SubtaskCheckpoint, b: &SubtaskCheckpoint) -> Option<&'static str> {
+    if a == b {
+        None
+    } else if a.finished != b.finished {
+        Some("finished")
+    } else if a.states != b.states {
+        Some("states")
+    } else if a.timers != b.timers {
+        Some("timers")
+    } else if a.source != b.source {
+        Some("source")
+    } else if a.sink != b.sink {
+        Some("sink")
+    } else {
+        Some("part")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::{Seek, SeekFrom, Write};
@@ -579,5 +688,132 @@ mod tests {
             .unwrap();
         let err = download(&old, &storage, &tmp.path().join("d2")).unwrap_err();
         assert!(matches!(err, CheckpointError::Corrupt(_)), "{err}");
+    }
+
+    fn part(path: &str, sha256: &str, source: Option<serde_json::Value>) -> SubtaskCheckpoint {
+        SubtaskCheckpoint {
+            finished: false,
+            states: vec![(
+                1,
+                StateHandle {
+                    backend: BackendKind::RocksDb,
+                    files: vec![FileHandle {
+                        local_name: "000007.sst".into(),
+                        path: p(path),
+                        size: 10,
+                        shared: true,
+                        sha256: Some(sha256.into()),
+                    }],
+                    full_size: 10,
+                    incremental_size: 10,
+                },
+            )],
+            timers: None,
+            source,
+            sink: Some(serde_json::json!({ "parts": ["a"], "next": 2 })),
+        }
+    }
+
+    fn metadata(subtasks: Vec<((u32, u32), SubtaskCheckpoint)>) -> CheckpointMetadata {
+        CheckpointMetadata {
+            job: "j".into(),
+            checkpoint: 3,
+            triggered_at_ms: 1,
+            completed_at_ms: 2,
+            subtasks,
+        }
+    }
+
+    #[test]
+    fn the_metadata_path_is_in_the_checkpoints_directory() {
+        assert_eq!(metadata_path("j", 3).unwrap(), p("j/chk-3/_metadata"));
+        assert!(metadata_path("../j", 3).is_err());
+    }
+
+    #[test]
+    fn a_restore_matching_its_metadata_passes() {
+        let path = metadata_path("j", 3).unwrap();
+        let a = part(
+            "j/shared/a.sst",
+            "aa",
+            Some(serde_json::json!({ "next": 7 })),
+        );
+        let b = part("j/shared/b.sst", "bb", None);
+        let bytes =
+            serde_json::to_vec(&metadata(vec![((0, 0), a.clone()), ((0, 1), b.clone())])).unwrap();
+        verify_restore(&path, &bytes, "j", 3, &[((0, 0), &a), ((0, 1), &b)]).unwrap();
+        // A TaskManager checks only the subtasks it restores.
+        verify_restore(&path, &bytes, "j", 3, &[((0, 1), &b)]).unwrap();
+        // A `null` position in memory is what JSON reads back as none.
+        let null = part("j/shared/b.sst", "bb", Some(serde_json::Value::Null));
+        verify_restore(&path, &bytes, "j", 3, &[((0, 1), &null)]).unwrap();
+    }
+
+    #[test]
+    fn a_restore_not_matching_its_metadata_is_refused_naming_the_file() {
+        let path = metadata_path("j", 3).unwrap();
+        let a = part(
+            "j/shared/a.sst",
+            "aa",
+            Some(serde_json::json!({ "next": 7 })),
+        );
+        let good = metadata(vec![((0, 0), a.clone())]);
+        let bytes = |m: &CheckpointMetadata| serde_json::to_vec(m).unwrap();
+
+        let mut other_job = good.clone();
+        other_job.job = "k".into();
+        let mut other_checkpoint = good.clone();
+        other_checkpoint.checkpoint = 2;
+        let mut twice = good.clone();
+        twice.subtasks.push(((0, 0), a.clone()));
+        let missing = metadata(vec![((0, 1), a.clone())]);
+        let mut other_hash = good.clone();
+        other_hash.subtasks[0].1.states[0].1.files[0].sha256 = Some("ab".into());
+        let mut other_source = good.clone();
+        other_source.subtasks[0].1.source = Some(serde_json::json!({ "next": 8 }));
+        let mut finished = good.clone();
+        finished.subtasks[0].1.finished = true;
+
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("empty", Vec::new(), "unreadable"),
+            ("not JSON", b"{\"job\": \"j\", ".to_vec(), "unreadable"),
+            ("not metadata", b"{\"job\": \"j\"}".to_vec(), "unreadable"),
+            ("another job", bytes(&other_job), "of job `k`"),
+            (
+                "another checkpoint",
+                bytes(&other_checkpoint),
+                "checkpoint 2",
+            ),
+            ("a subtask twice", bytes(&twice), "twice"),
+            ("no part", bytes(&missing), "no part for subtask 0/0"),
+            ("another hash", bytes(&other_hash), "`states`"),
+            ("another position", bytes(&other_source), "`source`"),
+            ("finished", bytes(&finished), "`finished`"),
+        ];
+        for (case, bytes, says) in cases {
+            let err = verify_restore(&path, &bytes, "j", 3, &[((0, 0), &a)]).unwrap_err();
+            let CheckpointError::Corrupt(why) = &err else {
+                panic!("{case}: {err:?}");
+            };
+            assert!(why.starts_with("`j/chk-3/_metadata`: "), "{case}: {why}");
+            assert!(why.contains(says), "{case}: {why}");
+        }
+        verify_restore(&path, &bytes(&good), "j", 3, &[((0, 0), &a)]).unwrap();
+    }
+
+    #[test]
+    fn the_jobmanagers_metadata_reads_back() {
+        // The JSON as the JobManager wrote it before `CheckpointMetadata`
+        // existed (`serde_json::json!`, keys sorted): still readable.
+        let a = part("j/shared/a.sst", "aa", None);
+        let written = serde_json::json!({
+            "job": "j",
+            "checkpoint": 3,
+            "triggered_at_ms": 1,
+            "completed_at_ms": 2,
+            "subtasks": [((0u32, 0u32), &a)],
+        });
+        let read: CheckpointMetadata = serde_json::from_value(written).unwrap();
+        assert_eq!(read, metadata(vec![((0, 0), a)]));
     }
 }
