@@ -416,6 +416,7 @@ mod tests {
                 },
             )],
             timers: timers.map(|t| StoragePath::new(t).unwrap()),
+            timers_sha256: None,
             source: None,
             sink: None,
         };

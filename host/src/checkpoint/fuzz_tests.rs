@@ -97,15 +97,17 @@ pub(crate) fn subtask_checkpoint() -> impl Strategy<Value = SubtaskCheckpoint> {
         any::<bool>(),
         prop::collection::vec((any::<usize>(), state_handle()), 0..3),
         prop::option::of(storage_path()),
+        prop::option::of("[0-9a-f]{64}"),
         prop::option::of(json_value()),
         prop::option::of(json_value()),
     )
         // `Some(null)` is written as `null` and read back as `None`.
         .prop_map(
-            |(finished, states, timers, source, sink)| SubtaskCheckpoint {
+            |(finished, states, timers, timers_sha256, source, sink)| SubtaskCheckpoint {
                 finished,
                 states,
                 timers,
+                timers_sha256,
                 source: source.filter(|v| !v.is_null()),
                 sink: sink.filter(|v| !v.is_null()),
             },

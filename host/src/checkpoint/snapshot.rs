@@ -17,6 +17,8 @@
 //!   its hash; a mismatch is [`CheckpointError::Corrupt`] naming the file's
 //!   storage path. Handles written before files were hashed (no `sha256`)
 //!   still download, checked by size only.
+//! * A subtask's timers file is small and written whole: its hash is
+//!   [`SubtaskCheckpoint::timers_sha256`], checked by [`get_checked`].
 //! * [`verify_restore`] checks a checkpoint's `_metadata` against the
 //!   parts a restore was sent: the metadata must be readable, name the
 //!   same job and checkpoint, and record exactly the same part for every
@@ -152,6 +154,32 @@ fn hex(bytes: &[u8]) -> String {
             let _ = write!(s, "{b:02x}");
             s
         })
+}
+
+/// SHA-256 of `bytes`, lowercase hex: how [`FileHandle::sha256`] and
+/// [`SubtaskCheckpoint::timers_sha256`] are written.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// The contents of the small file at `path` in `storage` (a timers file),
+/// checked against `sha256` when there is one: a mismatch is
+/// [`CheckpointError::Corrupt`] naming `path`.
+pub fn get_checked(
+    storage: &dyn CheckpointStorage,
+    path: &StoragePath,
+    sha256: Option<&str>,
+) -> Result<Vec<u8>, CheckpointError> {
+    let bytes = storage.get_bytes(path)?;
+    if let Some(want) = sha256 {
+        let got = sha256_hex(&bytes);
+        if got != want {
+            return Err(CheckpointError::Corrupt(format!(
+                "`{path}` has SHA-256 {got}, the checkpoint says {want}"
+            )));
+        }
+    }
+    Ok(bytes)
 }
 
 /// The size and SHA-256 (lowercase hex) of the local file `path`, read in
@@ -357,6 +385,12 @@ pub struct SubtaskCheckpoint {
     pub states: Vec<(usize, StateHandle)>,
     /// A file with the event-time timers of its operators, if any.
     pub timers: Option<StoragePath>,
+    /// SHA-256 of the timers file, lowercase hex; a restore refuses a
+    /// timers file that does not match ([`get_checked`]). `None` when there
+    /// is no timers file, and in parts written before timers files were
+    /// hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timers_sha256: Option<String>,
     /// The source's position.
     pub source: Option<serde_json::Value>,
     /// The sink's committable (committed on completion, and again on restore).
@@ -494,7 +528,7 @@ fn first_difference(a: &SubtaskCheckpoint, b: &SubtaskCheckpoint) -> Option<&'st
         Some("finished")
     } else if a.states != b.states {
         Some("states")
-    } else if a.timers != b.timers {
+    } else if a.timers != b.timers || a.timers_sha256 != b.timers_sha256 {
         Some("timers")
     } else if a.source != b.source {
         Some("source")
@@ -690,6 +724,29 @@ mod tests {
         assert!(matches!(err, CheckpointError::Corrupt(_)), "{err}");
     }
 
+    #[test]
+    fn a_timers_file_changed_in_storage_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().to_path_buf());
+        let path = p("j/chk-1/0-0/timers.json");
+        let written = br#"[[1,[[5,[1,2]]]]]"#;
+        storage.put_bytes(&path, written).unwrap();
+        let sha256 = sha256_hex(written);
+        assert_eq!(
+            get_checked(&storage, &path, Some(&sha256)).unwrap(),
+            written
+        );
+        // Written before timers files were hashed: read as it is.
+        assert_eq!(get_checked(&storage, &path, None).unwrap(), written);
+
+        storage.put_bytes(&path, br#"[[1,[[6,[1,2]]]]]"#).unwrap();
+        let err = get_checked(&storage, &path, Some(&sha256)).unwrap_err();
+        let CheckpointError::Corrupt(why) = &err else {
+            panic!("{err:?}");
+        };
+        assert!(why.contains("`j/chk-1/0-0/timers.json`"), "{why}");
+    }
+
     fn part(path: &str, sha256: &str, source: Option<serde_json::Value>) -> SubtaskCheckpoint {
         SubtaskCheckpoint {
             finished: false,
@@ -709,6 +766,7 @@ mod tests {
                 },
             )],
             timers: None,
+            timers_sha256: None,
             source,
             sink: Some(serde_json::json!({ "parts": ["a"], "next": 2 })),
         }
@@ -773,6 +831,8 @@ mod tests {
         other_source.subtasks[0].1.source = Some(serde_json::json!({ "next": 8 }));
         let mut finished = good.clone();
         finished.subtasks[0].1.finished = true;
+        let mut other_timers = good.clone();
+        other_timers.subtasks[0].1.timers_sha256 = Some("cd".into());
 
         let cases: Vec<(&str, Vec<u8>, &str)> = vec![
             ("empty", Vec::new(), "unreadable"),
@@ -789,6 +849,7 @@ mod tests {
             ("another hash", bytes(&other_hash), "`states`"),
             ("another position", bytes(&other_source), "`source`"),
             ("finished", bytes(&finished), "`finished`"),
+            ("another timers hash", bytes(&other_timers), "`timers`"),
         ];
         for (case, bytes, says) in cases {
             let err = verify_restore(&path, &bytes, "j", 3, &[((0, 0), &a)]).unwrap_err();

@@ -31,7 +31,8 @@
 //! TaskManager reads the checkpoint's `_metadata` from checkpoint storage
 //! and checks that it records exactly the parts it was sent for its own
 //! subtasks ([`verify_restore`]), then downloads their state files, each
-//! checked by size and SHA-256 ([`crate::checkpoint::download`]). Metadata
+//! checked by size and SHA-256 ([`crate::checkpoint::download`]), and reads
+//! their timers files (checked by SHA-256 too). Metadata
 //! missing, unreadable or not matching, or a file missing or changed, is
 //! reported as [`ToJobManager::RestoreFailed`] (and the subtasks fail): the
 //! JobManager then restarts from the retained checkpoint before it.
@@ -50,7 +51,9 @@ use tokio::sync::{mpsc, watch};
 
 use super::{Abort, FINISHED, JobMetrics, Message, TakenSnapshot, TaskError};
 use crate::checkpoint::acks::{AckLedger, Command};
-use crate::checkpoint::snapshot::{StateHandle, metadata_path, verify_restore};
+use crate::checkpoint::snapshot::{
+    StateHandle, get_checked, metadata_path, sha256_hex, verify_restore,
+};
 use crate::checkpoint::storage::{CheckpointStorage, DirStorage, StoragePath};
 use crate::connectors::AllowedRoots;
 use crate::job::{JobGraph, ModuleRef, TaskSpec, VertexKind};
@@ -1110,7 +1113,8 @@ fn download_restore(
             out.previous.insert((*vertex, s), handle.clone());
         }
         if let Some(path) = &part.timers {
-            let bytes = storage.get_bytes(path).map_err(|e| e.to_string())?;
+            let bytes = get_checked(storage, path, part.timers_sha256.as_deref())
+                .map_err(|e| e.to_string())?;
             let timers: Vec<(usize, super::Timers)> =
                 serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.as_str()))?;
             restore.timers = timers.into_iter().collect();
@@ -1342,18 +1346,19 @@ fn upload_snapshot(
         .map_err(e)?;
         states.push((*vertex, handle));
     }
-    let timers = if snapshot.timers.is_empty() {
-        None
+    let (timers, timers_sha256) = if snapshot.timers.is_empty() {
+        (None, None)
     } else {
         let path = private.join("timers.json").map_err(e)?;
         let bytes = serde_json::to_vec(&snapshot.timers).map_err(|e| e.to_string())?;
         storage.put_bytes(&path, &bytes).map_err(e)?;
-        Some(path)
+        (Some(path), Some(sha256_hex(&bytes)))
     };
     Ok(SubtaskCheckpoint {
         finished: false,
         states,
         timers,
+        timers_sha256,
         source: snapshot.source.clone(),
         sink: snapshot.sink.clone(),
     })
@@ -1452,8 +1457,13 @@ mod tests {
                     crate::state::BackendKind::Heap,
                 )
                 .unwrap();
+                let timers = StoragePath::new(format!("j/chk-3/0-{s}/timers.json")).unwrap();
+                let bytes = format!("[[1,[[{s},[1,2]]]]]").into_bytes();
+                storage.put_bytes(&timers, &bytes).unwrap();
                 let part = SubtaskCheckpoint {
                     states: vec![(1, handle)],
+                    timers: Some(timers),
+                    timers_sha256: Some(sha256_hex(&bytes)),
                     source: Some(serde_json::json!({ "next": s })),
                     ..SubtaskCheckpoint::default()
                 };
@@ -1494,6 +1504,27 @@ mod tests {
         assert_eq!(
             std::fs::read(dir.join("0-1-1/heap.snapshot")).unwrap(),
             b"state of 1"
+        );
+        assert_eq!(
+            restored.subtasks[&(0, 1)].timers,
+            HashMap::from([(1, vec![(1, vec![1, 2])])])
+        );
+    }
+
+    #[test]
+    fn a_timers_file_changed_in_storage_fails_the_restore() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let point = restore_point(tmp.path(), &storage);
+        write_metadata(&storage, &point);
+        // Same length, another timer.
+        let timers = point.subtasks[1].1.timers.clone().unwrap();
+        storage.put_bytes(&timers, b"[[1,[[7,[1,2]]]]]").unwrap();
+        let dir = tmp.path().join("restore");
+        let err = download_restore("j", &point, &[(0, 1)], &storage, &dir).unwrap_err();
+        assert!(
+            err.contains("`j/chk-3/0-1/timers.json` has SHA-256"),
+            "{err}"
         );
     }
 
