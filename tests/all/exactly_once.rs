@@ -375,14 +375,22 @@ fn restore_history(cluster: &Cluster, id: &str) -> Vec<serde_json::Value> {
     v["restores"].as_array().cloned().unwrap_or_default()
 }
 
-/// Recovery falls back: a file of the latest checkpoint is truncated in
-/// storage while its TaskManager is down, so restoring it fails; the job
-/// restarts from the checkpoint before (the restore history says so), and
-/// the committed output is still exactly once (the parts the newer
-/// checkpoint had committed are rolled back, their records emitted again);
-/// a shared file nobody acked is swept away at the restart.
-#[test]
-fn a_corrupt_latest_checkpoint_falls_back_to_the_one_before() {
+/// The latest checkpoint of a job, as a test damages it in storage.
+struct Latest {
+    /// A file only the latest checkpoint references (an SST file if it has
+    /// one of its own).
+    victim: std::path::PathBuf,
+    /// Its `_metadata`.
+    metadata: std::path::PathBuf,
+}
+
+/// Recovery falls back: `damage` spoils the latest checkpoint in storage
+/// while its TaskManager is down, so restoring it fails; the job restarts
+/// from the checkpoint before (the restore history says so), and the
+/// committed output is still exactly once (the parts the newer checkpoint
+/// had committed are rolled back, their records emitted again); a shared
+/// file nobody acked is swept away at the restart.
+fn falls_back_from_a_damaged_latest_checkpoint(damage: impl FnOnce(&Latest)) {
     let mut cluster = Cluster::start(1, 2, &["--heartbeat-timeout-ms", "2000"]);
     let out = cluster.dir.path().join("out/seq.txt");
     let alerts = cluster.dir.path().join("out/alerts.txt");
@@ -423,13 +431,10 @@ fn a_corrupt_latest_checkpoint_falls_back_to_the_one_before() {
         storage.join(only_latest.first().unwrap_or_else(|| {
             panic!("checkpoint {latest} has no file of its own beside {previous}")
         }));
-    let len = std::fs::metadata(&victim).unwrap().len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&victim)
-        .unwrap()
-        .set_len(len / 2)
-        .unwrap();
+    damage(&Latest {
+        victim,
+        metadata: storage.join(&id).join(format!("chk-{latest}/_metadata")),
+    });
 
     // What a TaskManager killed between an upload and its ack leaves: a
     // shared file no checkpoint references. The restart sweeps it away.
@@ -455,4 +460,70 @@ fn a_corrupt_latest_checkpoint_falls_back_to_the_one_before() {
     let shown = cluster.weir(&["checkpoints", &id]);
     let text = String::from_utf8_lossy(&shown.stdout);
     assert!(text.contains("fell back"), "{text}");
+}
+
+/// A file of the latest checkpoint truncated in storage: its download
+/// fails on the size (the fallback fails without the restore's report —
+/// the job uses up its restarts — and without the sink's rollback —
+/// duplicated records).
+#[test]
+fn a_corrupt_latest_checkpoint_falls_back_to_the_one_before() {
+    falls_back_from_a_damaged_latest_checkpoint(|latest| {
+        let len = std::fs::metadata(&latest.victim).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&latest.victim)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+    });
+}
+
+/// Issue 10: downloads checked sizes only, so an SST file changed in
+/// storage without changing its length was restored from. Bytes in its
+/// middle are overwritten; the download refuses it by its SHA-256.
+#[test]
+fn a_latest_checkpoint_changed_without_changing_its_size_falls_back() {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    falls_back_from_a_damaged_latest_checkpoint(|latest| {
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&latest.victim)
+            .unwrap();
+        let len = file.metadata().unwrap().len();
+        assert!(
+            latest.victim.extension().is_some_and(|e| e == "sst"),
+            "{} is not an SST file",
+            latest.victim.display()
+        );
+        assert!(
+            len >= 64,
+            "{} is too small to change",
+            latest.victim.display()
+        );
+        let mut middle = [0u8; 32];
+        file.seek(SeekFrom::Start(len / 2)).unwrap();
+        file.read_exact(&mut middle).unwrap();
+        for b in &mut middle {
+            *b = !*b;
+        }
+        file.seek(SeekFrom::Start(len / 2)).unwrap();
+        file.write_all(&middle).unwrap();
+        drop(file);
+        assert_eq!(
+            std::fs::metadata(&latest.victim).unwrap().len(),
+            len,
+            "same size"
+        );
+    });
+}
+
+/// Issue 10: `_metadata` was written, never read back. With the latest
+/// checkpoint's deleted, it is not restored from.
+#[test]
+fn a_latest_checkpoint_without_its_metadata_falls_back() {
+    falls_back_from_a_damaged_latest_checkpoint(|latest| {
+        std::fs::remove_file(&latest.metadata).unwrap();
+    });
 }

@@ -36,7 +36,10 @@
 //! the job ends. A failed job whose restart strategy allows it is
 //! `restarting`: after the delay it is placed and deployed again, restoring
 //! the latest completed checkpoint it can (`[job.checkpoints]`, driven by
-//! [`weir_runtime::checkpoint::coordinator`]).
+//! [`weir_runtime::checkpoint::coordinator`]): one a TaskManager reports it could
+//! not restore ([`ToJobManager::RestoreFailed`]: a file missing or not
+//! matching its size or hash, the `_metadata` missing or not matching what
+//! it was sent) is passed over for the one before.
 //!
 //! # Checkpoint storage, off the lock
 //!
@@ -114,6 +117,7 @@ use tokio::sync::mpsc;
 use weir_runtime::checkpoint::coordinator::{
     Action, CheckpointStats, CompletedCheckpoint, Coordinator, RestoreRecord,
 };
+use weir_runtime::checkpoint::snapshot::{CheckpointMetadata, metadata_path};
 use weir_runtime::checkpoint::{CheckpointStorage, DirStorage, SharedStateRegistry, StoragePath};
 use weir_runtime::connectors::AllowedRoots;
 use weir_runtime::job::{JobGraph, JobSpec, ModuleRef, TaskSpec, VertexKind, chain};
@@ -584,7 +588,8 @@ struct JobCheckpoints {
     coordinator: Coordinator<SubtaskCheckpoint>,
     registry: SharedStateRegistry,
     /// Retained checkpoints a TaskManager could not restore (a file missing
-    /// or corrupt in storage): restarts pass over them to an older one.
+    /// or corrupt in storage, its `_metadata` missing or not matching):
+    /// restarts pass over them to an older one.
     unrestorable: BTreeSet<u64>,
     /// Retained checkpoints whose metadata is in storage.
     stored: BTreeSet<u64>,
@@ -2051,9 +2056,10 @@ fn tell(
 /// drain task ([`storage_io`]) in the order the coordinator gave it.
 ///
 /// `CheckpointComplete` is sent when the checkpoint completes, not after
-/// its metadata is written: nothing restores from `_metadata` (a restart
-/// restores from the retained handles in memory, after its sweep, which
-/// runs after the metadata write), and a subtask that learned of a
+/// its metadata is written: nothing restores from `_metadata` alone (a
+/// restart restores from the retained handles in memory, which each
+/// TaskManager checks against `_metadata`, after its sweep, which runs
+/// after the metadata write), and a subtask that learned of a
 /// completion only after storage caught up could take its next
 /// incremental checkpoint on an older base, the case the registry cannot
 /// see ([`weir_runtime::checkpoint::registry`]). Its place among the other
@@ -2091,20 +2097,23 @@ fn checkpoint_actions(
                 c.coordinator.set_sizes(done.id, full, incremental);
                 c.registry
                     .register(done.id, handles().flat_map(|h| h.shared_paths().cloned()));
-                let metadata = serde_json::json!({
-                    "job": job.id,
-                    "checkpoint": done.id,
-                    "triggered_at_ms": done.triggered_at_ms,
-                    "completed_at_ms": done.completed_at_ms,
-                    "subtasks": done.acks.iter().collect::<Vec<_>>(),
-                });
-                if let Ok(path) = chk_dir(&job.id, done.id).and_then(|d| d.join("_metadata")) {
+                let metadata = CheckpointMetadata {
+                    job: job.id.clone(),
+                    checkpoint: done.id,
+                    triggered_at_ms: done.triggered_at_ms,
+                    completed_at_ms: done.completed_at_ms,
+                    subtasks: done.acks.iter().map(|(id, a)| (*id, a.clone())).collect(),
+                };
+                if let (Ok(path), Ok(bytes)) = (
+                    metadata_path(&job.id, done.id),
+                    serde_json::to_vec(&metadata),
+                ) {
                     jm.enqueue(
                         job,
                         StorageCommand::WriteMetadata {
                             checkpoint: done.id,
                             path,
-                            bytes: metadata.to_string().into_bytes(),
+                            bytes,
                         },
                     );
                 }

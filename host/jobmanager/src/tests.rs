@@ -71,6 +71,14 @@ impl CheckpointStorage for GatedStorage {
         self.wait_open(path);
         self.inner.put_file(path, local)
     }
+    fn put_reader(
+        &self,
+        path: &StoragePath,
+        src: &mut dyn std::io::Read,
+    ) -> Result<u64, CheckpointError> {
+        self.wait_open(path);
+        self.inner.put_reader(path, src)
+    }
     fn put_bytes(&self, path: &StoragePath, bytes: &[u8]) -> Result<(), CheckpointError> {
         self.wait_open(path);
         self.inner.put_bytes(path, bytes)

@@ -402,6 +402,7 @@ mod tests {
             path: StoragePath::new(path).unwrap(),
             size: 1,
             shared,
+            sha256: None,
         };
         let ack = |files: Vec<FileHandle>, timers: Option<&str>| SubtaskCheckpoint {
             finished: false,
@@ -415,6 +416,7 @@ mod tests {
                 },
             )],
             timers: timers.map(|t| StoragePath::new(t).unwrap()),
+            timers_sha256: None,
             source: None,
             sink: None,
         };

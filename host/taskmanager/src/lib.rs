@@ -24,6 +24,19 @@
 //! [`AllowedRoots`] (`--allow-path`) before anything starts and again when
 //! each file is opened: a JobManager's check is not relied upon.
 //!
+//! # Restoring
+//!
+//! A [`Deployment`] restarting from a checkpoint carries every subtask's
+//! part of it ([`RestorePoint`]). Before its subtasks start, the
+//! TaskManager reads the checkpoint's `_metadata` from checkpoint storage
+//! and checks that it records exactly the parts it was sent for its own
+//! subtasks ([`verify_restore`]), then downloads their state files, each
+//! checked by size and SHA-256 ([`weir_runtime::checkpoint::download`]), and reads
+//! their timers files (checked by SHA-256 too). Metadata
+//! missing, unreadable or not matching, or a file missing or changed, is
+//! reported as [`ToJobManager::RestoreFailed`] (and the subtasks fail): the
+//! JobManager then restarts from the retained checkpoint before it.
+//!
 //! This module must not decide placement or job state: the JobManager does.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -37,7 +50,9 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch};
 
 use weir_runtime::checkpoint::acks::{AckLedger, Command};
-use weir_runtime::checkpoint::snapshot::StateHandle;
+use weir_runtime::checkpoint::snapshot::{
+    StateHandle, get_checked, metadata_path, sha256_hex, verify_restore,
+};
 use weir_runtime::checkpoint::storage::{CheckpointStorage, DirStorage, StoragePath};
 use weir_runtime::connectors::AllowedRoots;
 use weir_runtime::job::{JobGraph, ModuleRef, TaskSpec, VertexKind};
@@ -811,8 +826,9 @@ async fn run_job(
             let point = point.clone();
             let local = local.clone();
             let dir = job_dir.join("restore");
+            let job_id = job.clone();
             let downloaded = tokio::task::spawn_blocking(move || {
-                download_restore(&point, &local, storage.as_ref(), &dir)
+                download_restore(&job_id, &point, &local, storage.as_ref(), &dir)
             })
             .await;
             match downloaded {
@@ -1047,12 +1063,30 @@ struct Restored {
     previous: HashMap<(usize, u32), StateHandle>,
 }
 
+/// Downloads what the `local` subtasks of job `job` restore from `point`
+/// into `dir`. First reads the checkpoint's `_metadata` and checks that it
+/// records the very parts this TaskManager was sent for them
+/// ([`verify_restore`]); then downloads their state files (each checked by
+/// size and hash) and reads their timers. Any failure is why the
+/// checkpoint cannot be restored ([`ToJobManager::RestoreFailed`]).
 fn download_restore(
+    job: &str,
     point: &RestorePoint,
     local: &[(usize, u32)],
     storage: &dyn CheckpointStorage,
     dir: &std::path::Path,
 ) -> Result<Restored, String> {
+    let parts: Vec<((u32, u32), &SubtaskCheckpoint)> = point
+        .subtasks
+        .iter()
+        .filter(|((t, s), _)| local.contains(&(*t as usize, *s)))
+        .map(|(id, part)| (*id, part))
+        .collect();
+    if !parts.is_empty() {
+        let path = metadata_path(job, point.checkpoint).map_err(|e| e.to_string())?;
+        let bytes = storage.get_bytes(&path).map_err(|e| e.to_string())?;
+        verify_restore(&path, &bytes, job, point.checkpoint, &parts).map_err(|e| e.to_string())?;
+    }
     let mut out = Restored::default();
     for ((t, s), part) in &point.subtasks {
         let (t, s) = (*t as usize, *s);
@@ -1083,7 +1117,8 @@ fn download_restore(
             out.previous.insert((*vertex, s), handle.clone());
         }
         if let Some(path) = &part.timers {
-            let bytes = storage.get_bytes(path).map_err(|e| e.to_string())?;
+            let bytes = get_checked(storage, path, part.timers_sha256.as_deref())
+                .map_err(|e| e.to_string())?;
             let timers: Vec<(usize, weir_runtime::taskmanager::Timers)> =
                 serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.as_str()))?;
             restore.timers = timers.into_iter().collect();
@@ -1316,18 +1351,19 @@ fn upload_snapshot(
         .map_err(e)?;
         states.push((*vertex, handle));
     }
-    let timers = if snapshot.timers.is_empty() {
-        None
+    let (timers, timers_sha256) = if snapshot.timers.is_empty() {
+        (None, None)
     } else {
         let path = private.join("timers.json").map_err(e)?;
         let bytes = serde_json::to_vec(&snapshot.timers).map_err(|e| e.to_string())?;
         storage.put_bytes(&path, &bytes).map_err(e)?;
-        Some(path)
+        (Some(path), Some(sha256_hex(&bytes)))
     };
     Ok(SubtaskCheckpoint {
         finished: false,
         states,
         timers,
+        timers_sha256,
         source: snapshot.source.clone(),
         sink: snapshot.sink.clone(),
     })
@@ -1408,6 +1444,131 @@ async fn fetch(conn: &quinn::Connection, hash: &str) -> Result<Vec<u8>, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A restore point of checkpoint 3 of job `j` with two subtasks, each
+    /// with a state file uploaded to `storage`.
+    fn restore_point(tmp: &std::path::Path, storage: &DirStorage) -> RestorePoint {
+        let subtasks = (0..2u32)
+            .map(|s| {
+                let local = tmp.join(format!("snap-{s}"));
+                std::fs::create_dir_all(&local).unwrap();
+                std::fs::write(local.join("heap.snapshot"), format!("state of {s}")).unwrap();
+                let handle = weir_runtime::checkpoint::upload(
+                    &local,
+                    storage,
+                    &StoragePath::new(format!("j/chk-3/0-{s}/1")).unwrap(),
+                    &StoragePath::new("j/shared").unwrap(),
+                    None,
+                    weir_runtime::state::BackendKind::Heap,
+                )
+                .unwrap();
+                let timers = StoragePath::new(format!("j/chk-3/0-{s}/timers.json")).unwrap();
+                let bytes = format!("[[1,[[{s},[1,2]]]]]").into_bytes();
+                storage.put_bytes(&timers, &bytes).unwrap();
+                let part = SubtaskCheckpoint {
+                    states: vec![(1, handle)],
+                    timers: Some(timers),
+                    timers_sha256: Some(sha256_hex(&bytes)),
+                    source: Some(serde_json::json!({ "next": s })),
+                    ..SubtaskCheckpoint::default()
+                };
+                ((0, s), part)
+            })
+            .collect();
+        RestorePoint {
+            checkpoint: 3,
+            subtasks,
+        }
+    }
+
+    fn write_metadata(storage: &DirStorage, point: &RestorePoint) {
+        let metadata = weir_runtime::checkpoint::snapshot::CheckpointMetadata {
+            job: "j".into(),
+            checkpoint: point.checkpoint,
+            triggered_at_ms: 1,
+            completed_at_ms: 2,
+            subtasks: point.subtasks.clone(),
+        };
+        storage
+            .put_bytes(
+                &metadata_path("j", point.checkpoint).unwrap(),
+                &serde_json::to_vec(&metadata).unwrap(),
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn a_restore_matching_the_checkpoints_metadata_downloads_its_subtasks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let point = restore_point(tmp.path(), &storage);
+        write_metadata(&storage, &point);
+        let dir = tmp.path().join("restore");
+        let restored = download_restore("j", &point, &[(0, 1)], &storage, &dir).unwrap();
+        assert_eq!(restored.subtasks.len(), 1, "only the local subtask");
+        assert_eq!(
+            std::fs::read(dir.join("0-1-1/heap.snapshot")).unwrap(),
+            b"state of 1"
+        );
+        assert_eq!(
+            restored.subtasks[&(0, 1)].timers,
+            HashMap::from([(1, vec![(1, vec![1, 2])])])
+        );
+    }
+
+    #[test]
+    fn a_timers_file_changed_in_storage_fails_the_restore() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let point = restore_point(tmp.path(), &storage);
+        write_metadata(&storage, &point);
+        // Same length, another timer.
+        let timers = point.subtasks[1].1.timers.clone().unwrap();
+        storage.put_bytes(&timers, b"[[1,[[7,[1,2]]]]]").unwrap();
+        let dir = tmp.path().join("restore");
+        let err = download_restore("j", &point, &[(0, 1)], &storage, &dir).unwrap_err();
+        assert!(
+            err.contains("`j/chk-3/0-1/timers.json` has SHA-256"),
+            "{err}"
+        );
+    }
+
+    /// A checkpoint whose `_metadata` was deleted is not restored from:
+    /// the restore fails (reported as `RestoreFailed`, so the JobManager
+    /// falls back) before any state file is downloaded.
+    #[test]
+    fn a_checkpoint_whose_metadata_is_deleted_is_not_restored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let point = restore_point(tmp.path(), &storage);
+        write_metadata(&storage, &point);
+        storage
+            .delete(&metadata_path("j", point.checkpoint).unwrap())
+            .unwrap();
+        let dir = tmp.path().join("restore");
+        let err = download_restore("j", &point, &[(0, 0), (0, 1)], &storage, &dir).unwrap_err();
+        assert!(err.contains("`j/chk-3/_metadata` not found"), "{err}");
+        assert!(!dir.exists(), "nothing was downloaded");
+    }
+
+    #[test]
+    fn a_restore_not_matching_the_checkpoints_metadata_fails() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let point = restore_point(tmp.path(), &storage);
+        // The metadata records another position for subtask 0/1 than the
+        // part this TaskManager was sent.
+        let mut recorded = point.clone();
+        recorded.subtasks[1].1.source = Some(serde_json::json!({ "next": 99 }));
+        write_metadata(&storage, &recorded);
+        let dir = tmp.path().join("restore");
+        // Subtask 0/0 alone matches ...
+        download_restore("j", &point, &[(0, 0)], &storage, &dir.join("a")).unwrap();
+        // ... 0/1 does not.
+        let err = download_restore("j", &point, &[(0, 1)], &storage, &dir.join("b")).unwrap_err();
+        assert!(err.contains("subtask 0/1"), "{err}");
+        assert!(err.contains("`j/chk-3/_metadata`"), "{err}");
+    }
 
     #[test]
     fn a_wildcard_bind_advertises_the_route_to_the_jobmanager() {

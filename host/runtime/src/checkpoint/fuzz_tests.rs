@@ -1,7 +1,8 @@
 //! Fuzz properties of what a restore parses back from checkpoint storage
 //! (or receives in an ack): [`StoragePath`]s, [`StateHandle`]s and the
-//! [`SubtaskCheckpoint`]s that carry them (the content of `_metadata`), the
-//! timers file, and the heap backend's snapshot file. Fed arbitrary bytes,
+//! [`SubtaskCheckpoint`]s that carry them, `_metadata` as a restore reads
+//! and checks it ([`verify_restore`]), the timers file, and the heap
+//! backend's snapshot file. Fed arbitrary bytes,
 //! JSON-like text and mutated valid encodings (truncated, bit-flipped,
 //! lengths set to huge values; for the heap snapshot, with its checksum
 //! recomputed so the mutation reaches the decoder). See `weir_fuzz` for
@@ -9,18 +10,17 @@
 //!
 //! What must hold: no panic; a path read back never leaves the storage
 //! root, and a downloaded file never lands outside its download directory;
-//! valid encodings decode to what was encoded. The strategies for handles
-//! are shared with `rpc::fuzz_tests`.
-//!
-//! `_metadata` itself is written, not yet read back (issue 10's recovery
-//! item); its parts are fuzzed here, its reader will need a property when
-//! it exists.
+//! valid encodings decode to what was encoded; valid metadata passes
+//! [`verify_restore`], and metadata it accepts records exactly the parts
+//! a restore was sent. The strategies for handles are shared with
+//! `rpc::fuzz_tests`.
 
 use std::path::{Component, Path};
 use std::sync::Arc;
 
 use proptest::prelude::*;
 
+use super::snapshot::{CheckpointMetadata, verify_restore};
 use super::storage::TEMP_PREFIX;
 use super::{CheckpointError, CheckpointStorage, DirStorage, FileHandle, StateHandle, StoragePath};
 use crate::rpc::SubtaskCheckpoint;
@@ -64,12 +64,14 @@ fn file_handle() -> impl Strategy<Value = FileHandle> {
         storage_path(),
         any::<u64>(),
         any::<bool>(),
+        prop::option::of("[0-9a-f]{64}"),
     )
-        .prop_map(|(local_name, path, size, shared)| FileHandle {
+        .prop_map(|(local_name, path, size, shared, sha256)| FileHandle {
             local_name,
             path,
             size,
             shared,
+            sha256,
         })
 }
 
@@ -95,15 +97,17 @@ pub(crate) fn subtask_checkpoint() -> impl Strategy<Value = SubtaskCheckpoint> {
         any::<bool>(),
         prop::collection::vec((any::<usize>(), state_handle()), 0..3),
         prop::option::of(storage_path()),
+        prop::option::of("[0-9a-f]{64}"),
         prop::option::of(json_value()),
         prop::option::of(json_value()),
     )
         // `Some(null)` is written as `null` and read back as `None`.
         .prop_map(
-            |(finished, states, timers, source, sink)| SubtaskCheckpoint {
+            |(finished, states, timers, timers_sha256, source, sink)| SubtaskCheckpoint {
                 finished,
                 states,
                 timers,
+                timers_sha256,
                 source: source.filter(|v| !v.is_null()),
                 sink: sink.filter(|v| !v.is_null()),
             },
@@ -315,6 +319,55 @@ proptest! {
     }
 
     #[test]
+    fn arbitrary_bytes_never_panic_the_metadata_check(
+        bytes in prop::collection::vec(any::<u8>(), 0..256),
+        part in subtask_checkpoint(),
+    ) {
+        let path = StoragePath::new("j/chk-1/_metadata").unwrap();
+        if let Err(e) = verify_restore(&path, &bytes, "j", 1, &[((0, 0), &part)]) {
+            prop_assert!(matches!(e, CheckpointError::Corrupt(_)), "{e}");
+        }
+    }
+
+    #[test]
+    fn mutated_metadata_passes_only_if_it_records_the_parts_sent(
+        subtasks in prop::collection::btree_map(
+            (0u32..4, 0u32..4),
+            subtask_checkpoint(),
+            1..4,
+        ),
+        mutations in mutations(),
+    ) {
+        let path = StoragePath::new("j/chk-1/_metadata").unwrap();
+        let metadata = CheckpointMetadata {
+            job: "j".into(),
+            checkpoint: 1,
+            triggered_at_ms: 1,
+            completed_at_ms: 2,
+            subtasks: subtasks.clone().into_iter().collect(),
+        };
+        let bytes = serde_json::to_vec(&metadata).unwrap();
+        let sent: Vec<((u32, u32), &SubtaskCheckpoint)> =
+            subtasks.iter().map(|(id, part)| (*id, part)).collect();
+        prop_assert!(verify_restore(&path, &bytes, "j", 1, &sent).is_ok());
+
+        let mutated = mutate(bytes, &mutations);
+        match verify_restore(&path, &mutated, "j", 1, &sent) {
+            Ok(()) => {
+                let read: CheckpointMetadata = serde_json::from_slice(&mutated).unwrap();
+                prop_assert_eq!((read.job.as_str(), read.checkpoint), ("j", 1));
+                for (id, part) in &subtasks {
+                    let recorded: Vec<_> =
+                        read.subtasks.iter().filter(|(i, _)| i == id).collect();
+                    prop_assert_eq!(recorded.len(), 1);
+                    prop_assert_eq!(&recorded[0].1, part);
+                }
+            }
+            Err(e) => prop_assert!(matches!(e, CheckpointError::Corrupt(_)), "{e}"),
+        }
+    }
+
+    #[test]
     fn mutated_path_strings_in_a_handle_are_refused_or_contained(
         handle in state_handle(),
         path in path_like(),
@@ -352,7 +405,9 @@ proptest! {
         storage.put_bytes(&path, b"data").unwrap();
         let handle = StateHandle {
             backend: BackendKind::Heap,
-            files: vec![FileHandle { local_name: local_name.clone(), path, size: 4, shared: false }],
+            files: vec![FileHandle {
+                local_name: local_name.clone(), path, size: 4, shared: false, sha256: None,
+            }],
             full_size: 4,
             incremental_size: 4,
         };

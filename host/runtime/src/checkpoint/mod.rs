@@ -13,7 +13,10 @@
 //!   (a RocksDB checkpoint of hard links, or a heap snapshot file);
 //!   [`snapshot::upload`] is the asynchronous part and yields a
 //!   [`StateHandle`]; [`snapshot::download`] and
-//!   [`crate::state::restore_backend`] bring it back.
+//!   [`crate::state::restore_backend`] bring it back. It also owns the
+//!   `_metadata` of a completed checkpoint
+//!   ([`snapshot::CheckpointMetadata`]) and its check at a restore
+//!   ([`snapshot::verify_restore`]).
 //! * [`coordinator`]: the checkpoint coordinator, a pure state machine
 //!   (its own module docs say what it owns).
 //! * [`acks`]: [`acks::AckLedger`], the TaskManager's side of one
@@ -36,8 +39,11 @@
 //!
 //! # Invariants
 //! * Storage paths never escape the storage root; storage writes are atomic.
-//! * A [`StateHandle`] lists every file needed to restore, with sizes; a
-//!   download checks them.
+//! * A [`StateHandle`] lists every file needed to restore, with its size
+//!   and the SHA-256 of its contents (computed while uploading); a download
+//!   checks both (handles written before files were hashed are checked by
+//!   size only). A restore first checks that the checkpoint's `_metadata`
+//!   records the very parts it restores.
 //! * Shared files are deleted only when the registry says no registered
 //!   checkpoint references them.
 //!
@@ -91,7 +97,8 @@ pub enum CheckpointError {
         #[source]
         source: std::io::Error,
     },
-    /// A checkpoint's files do not match its handle (size, name, format).
+    /// A checkpoint's files do not match its handle (size, hash, name,
+    /// format), or its metadata does not match what a restore was sent.
     #[error("corrupt checkpoint: {0}")]
     Corrupt(String),
     /// The state backend failed (snapshot or restore).

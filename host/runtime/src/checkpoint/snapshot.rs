@@ -1,9 +1,29 @@
 //! One operator subtask's keyed state in a checkpoint: uploading a local
-//! snapshot, and downloading it again for a restore.
+//! snapshot, and downloading it again for a restore; and a completed
+//! checkpoint's metadata, read back and checked at a restore.
 //!
 //! Owns [`StateHandle`] and [`FileHandle`] (what a task acks to the
 //! coordinator and what the checkpoint's metadata records), [`upload`] and
-//! [`download`].
+//! [`download`], [`SubtaskCheckpoint`] (one subtask's whole part of a
+//! checkpoint) and [`CheckpointMetadata`] (the `_metadata` file: every
+//! subtask's part) with [`verify_restore`].
+//!
+//! # Integrity
+//! * [`upload`] hashes every file it stores (SHA-256, streamed on its way
+//!   to storage: the hash is of exactly the bytes stored) and records the
+//!   hash in its [`FileHandle`]; a shared file referenced from `previous`
+//!   keeps the hash recorded when it was uploaded.
+//! * [`download`] checks every file's size and, when its handle has one,
+//!   its hash; a mismatch is [`CheckpointError::Corrupt`] naming the file's
+//!   storage path. Handles written before files were hashed (no `sha256`)
+//!   still download, checked by size only.
+//! * A subtask's timers file is small and written whole: its hash is
+//!   [`SubtaskCheckpoint::timers_sha256`], checked by [`get_checked`].
+//! * [`verify_restore`] checks a checkpoint's `_metadata` against the
+//!   parts a restore was sent: the metadata must be readable, name the
+//!   same job and checkpoint, and record exactly the same part for every
+//!   subtask restored. A TaskManager refuses the restore otherwise (and the
+//!   JobManager falls back to an older retained checkpoint).
 //!
 //! # Shared and private files
 //! * RocksDB `.sst` files are *shared*: immutable, so a later checkpoint of
@@ -31,13 +51,15 @@
 //! let the registry delete them before it has registered the new
 //! checkpoint (see [`super::registry`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::hash::{BuildHasher, Hasher, RandomState};
+use std::io::{self, Read};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::CheckpointError;
 use super::storage::{CheckpointStorage, StoragePath};
@@ -82,6 +104,98 @@ pub struct FileHandle {
     pub size: u64,
     /// Whether other checkpoints may reference it (RocksDB SST files).
     pub shared: bool,
+    /// SHA-256 of its contents, lowercase hex, computed by [`upload`] while
+    /// it stored the file; [`download`] refuses a file that does not match.
+    /// `None` in handles written before files were hashed: those are
+    /// checked by size only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// Read buffer of [`hash_file`]: large enough that hashing a downloaded
+/// SST file (megabytes) takes few system calls, small enough to sit on
+/// the heap of every concurrent download without notice.
+const HASH_BUFFER: usize = 64 << 10;
+
+/// A reader that hashes (SHA-256) what passes through it.
+struct Hashing<R> {
+    inner: R,
+    hasher: Sha256,
+}
+
+impl<R> Hashing<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            hasher: Sha256::new(),
+        }
+    }
+
+    /// The hash of everything read so far, lowercase hex.
+    fn finish(self) -> String {
+        hex(&self.hasher.finalize())
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// SHA-256 of `bytes`, lowercase hex: how [`FileHandle::sha256`] and
+/// [`SubtaskCheckpoint::timers_sha256`] are written.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// The contents of the small file at `path` in `storage` (a timers file),
+/// checked against `sha256` when there is one: a mismatch is
+/// [`CheckpointError::Corrupt`] naming `path`.
+pub fn get_checked(
+    storage: &dyn CheckpointStorage,
+    path: &StoragePath,
+    sha256: Option<&str>,
+) -> Result<Vec<u8>, CheckpointError> {
+    let bytes = storage.get_bytes(path)?;
+    if let Some(want) = sha256 {
+        let got = sha256_hex(&bytes);
+        if got != want {
+            return Err(CheckpointError::Corrupt(format!(
+                "`{path}` has SHA-256 {got}, the checkpoint says {want}"
+            )));
+        }
+    }
+    Ok(bytes)
+}
+
+/// The size and SHA-256 (lowercase hex) of the local file `path`, read in
+/// [`HASH_BUFFER`] pieces (never whole into memory).
+fn hash_file(path: &Path) -> io::Result<(u64, String)> {
+    let mut file = Hashing::new(fs::File::open(path)?);
+    let mut buf = vec![0u8; HASH_BUFFER];
+    let mut size = 0u64;
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return Ok((size, file.finish())),
+            Ok(n) => size += n as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Whether a local snapshot file of a `kind` backend is shared (immutable,
@@ -125,9 +239,11 @@ fn checked_local_name(name: &str) -> Result<&str, CheckpointError> {
 ///
 /// Shared files (RocksDB `.sst`) go to `<shared_prefix>/<token>-<name>`,
 /// unless `previous` (see the module docs) has a shared file with the same
-/// local name and size, which is then referenced instead; other files go to
-/// `<private_prefix>/<name>`. `incremental_size` is the bytes this call
-/// uploaded, `full_size` the bytes of all files the handle references.
+/// local name and size, which is then referenced instead (with the hash it
+/// recorded); other files go to `<private_prefix>/<name>`. Every file
+/// stored is hashed on its way to storage, in the same read.
+/// `incremental_size` is the bytes this call uploaded, `full_size` the
+/// bytes of all files the handle references.
 ///
 /// On error, files uploaded so far are left behind: the coordinator deletes
 /// the checkpoint's private directory and the shared files that
@@ -193,7 +309,10 @@ pub fn upload(
                 } else {
                     private_prefix.join(&name)?
                 };
-                let written = storage.put_file(&path, &local_dir.join(&name))?;
+                let src = fs::File::open(local_dir.join(&name))
+                    .map_err(|e| io("open snapshot file in", e))?;
+                let mut src = Hashing::new(src);
+                let written = storage.put_reader(&path, &mut src)?;
                 if written != size {
                     return Err(CheckpointError::Corrupt(format!(
                         "snapshot file `{name}` changed while uploading ({size} → {written} bytes)"
@@ -205,6 +324,7 @@ pub fn upload(
                     path,
                     size,
                     shared,
+                    sha256: Some(src.finish()),
                 }
             }
         };
@@ -215,8 +335,11 @@ pub fn upload(
 }
 
 /// Downloads every file of `handle` into `dir` (created if missing;
-/// expected empty) under its local name, checking sizes, so that
-/// [`crate::state::restore_backend`] can open it.
+/// expected empty) under its local name, so that
+/// [`crate::state::restore_backend`] can open it. Each file's size and (if
+/// its handle has one) SHA-256 are checked on what landed in `dir`, read
+/// back in pieces; a mismatch is [`CheckpointError::Corrupt`] naming its
+/// storage path.
 pub fn download(
     handle: &StateHandle,
     storage: &dyn CheckpointStorage,
@@ -230,17 +353,23 @@ pub fn download(
     for file in &handle.files {
         let local = dir.join(checked_local_name(&file.local_name)?);
         storage.get_to_file(&file.path, &local)?;
-        let got = fs::metadata(&local)
-            .map_err(|e| CheckpointError::Io {
-                op: "stat downloaded file",
-                path: local.display().to_string(),
-                source: e,
-            })?
-            .len();
+        let (got, sha256) = hash_file(&local).map_err(|e| CheckpointError::Io {
+            op: "hash downloaded file",
+            path: local.display().to_string(),
+            source: e,
+        })?;
         if got != file.size {
             return Err(CheckpointError::Corrupt(format!(
                 "`{}` has {got} bytes, the checkpoint says {}",
                 file.path, file.size
+            )));
+        }
+        if let Some(want) = &file.sha256
+            && *want != sha256
+        {
+            return Err(CheckpointError::Corrupt(format!(
+                "`{}` has SHA-256 {sha256}, the checkpoint says {want}",
+                file.path
             )));
         }
     }
@@ -256,6 +385,12 @@ pub struct SubtaskCheckpoint {
     pub states: Vec<(usize, StateHandle)>,
     /// A file with the event-time timers of its operators, if any.
     pub timers: Option<StoragePath>,
+    /// SHA-256 of the timers file, lowercase hex; a restore refuses a
+    /// timers file that does not match ([`get_checked`]). `None` when there
+    /// is no timers file, and in parts written before timers files were
+    /// hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timers_sha256: Option<String>,
     /// The source's position.
     pub source: Option<serde_json::Value>,
     /// The sink's committable (committed on completion, and again on restore).
@@ -299,5 +434,447 @@ impl SubtaskCheckpoint {
                     .filter(|t| !t.starts_with(&private) || **t == private),
             )
             .next()
+    }
+}
+
+/// The name of a completed checkpoint's metadata file in its directory.
+pub const METADATA_FILE: &str = "_metadata";
+
+/// `<job>/chk-<checkpoint>/_metadata`: where the JobManager writes a
+/// completed checkpoint's [`CheckpointMetadata`] and a restore reads it.
+pub fn metadata_path(job: &str, checkpoint: u64) -> Result<StoragePath, CheckpointError> {
+    StoragePath::new(format!("{job}/chk-{checkpoint}/{METADATA_FILE}"))
+}
+
+/// A completed checkpoint's `_metadata` (JSON): written by the JobManager
+/// once every subtask acked, read back by every TaskManager that restores
+/// from it ([`verify_restore`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    /// The job's id.
+    pub job: String,
+    /// The checkpoint's id.
+    pub checkpoint: u64,
+    /// Wall-clock trigger time, Unix ms.
+    pub triggered_at_ms: u64,
+    /// Wall-clock completion time (the last ack), Unix ms.
+    pub completed_at_ms: u64,
+    /// Every subtask's part, by (task, subtask).
+    pub subtasks: Vec<((u32, u32), SubtaskCheckpoint)>,
+}
+
+/// Checks the metadata `bytes` read from `path` against what a restore of
+/// checkpoint `checkpoint` of job `job` was sent: `parts`, the parts of the
+/// subtasks being restored, by (task, subtask). Pure: the caller reads the
+/// file.
+///
+/// The metadata must parse, name this job and checkpoint, record each
+/// subtask at most once, and record for every subtask of `parts` exactly
+/// the part sent. Both sides are compared as JSON reads them back (an
+/// in-process TaskManager's part was never serialized, and JSON writes a
+/// `null` position as nothing). Anything else is
+/// [`CheckpointError::Corrupt`] naming `path`.
+pub fn verify_restore(
+    path: &StoragePath,
+    bytes: &[u8],
+    job: &str,
+    checkpoint: u64,
+    parts: &[((u32, u32), &SubtaskCheckpoint)],
+) -> Result<(), CheckpointError> {
+    let corrupt = |why: String| CheckpointError::Corrupt(format!("`{path}`: {why}"));
+    let metadata: CheckpointMetadata =
+        serde_json::from_slice(bytes).map_err(|e| corrupt(format!("unreadable ({e})")))?;
+    if metadata.job != job || metadata.checkpoint != checkpoint {
+        return Err(corrupt(format!(
+            "it is the metadata of checkpoint {} of job `{}`, not of checkpoint {checkpoint} \
+             of job `{job}`",
+            metadata.checkpoint, metadata.job
+        )));
+    }
+    let mut recorded = BTreeMap::new();
+    for (id, part) in &metadata.subtasks {
+        if recorded.insert(*id, part).is_some() {
+            return Err(corrupt(format!(
+                "it records subtask {}/{} twice",
+                id.0, id.1
+            )));
+        }
+    }
+    for ((task, subtask), sent) in parts {
+        let Some(recorded) = recorded.get(&(*task, *subtask)) else {
+            return Err(corrupt(format!(
+                "it records no part for subtask {task}/{subtask}"
+            )));
+        };
+        let sent: SubtaskCheckpoint = serde_json::to_vec(sent)
+            .and_then(|b| serde_json::from_slice(&b))
+            .map_err(|e| corrupt(format!("the part sent for subtask {task}/{subtask}: {e}")))?;
+        if let Some(field) = first_difference(&sent, recorded) {
+            return Err(corrupt(format!(
+                "its part for subtask {task}/{subtask} differs from the one to restore \
+                 (in `{field}`)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The first field in which `a` and `b` differ, if any (`part` if they
+/// differ in none of those named: a field added later).
+fn first_difference(a: &SubtaskCheckpoint, b: &SubtaskCheckpoint) -> Option<&'static str> {
+    if a == b {
+        None
+    } else if a.finished != b.finished {
+        Some("finished")
+    } else if a.states != b.states {
+        Some("states")
+    } else if a.timers != b.timers || a.timers_sha256 != b.timers_sha256 {
+        Some("timers")
+    } else if a.source != b.source {
+        Some("source")
+    } else if a.sink != b.sink {
+        Some("sink")
+    } else {
+        Some("part")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Seek, SeekFrom, Write};
+
+    use super::*;
+    use crate::checkpoint::DirStorage;
+
+    fn p(s: &str) -> StoragePath {
+        StoragePath::new(s).unwrap()
+    }
+
+    /// Deterministic, poorly compressible bytes.
+    fn bytes(seed: u8, len: usize) -> Vec<u8> {
+        let mut x = u64::from(seed).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// Writes `files` into a fresh local snapshot dir `name` and uploads it
+    /// as checkpoint `n` of a RocksDB subtask (`.sst` files are shared).
+    fn upload_files(
+        tmp: &Path,
+        storage: &DirStorage,
+        name: &str,
+        n: u64,
+        files: &[(&str, &[u8])],
+        previous: Option<&StateHandle>,
+    ) -> StateHandle {
+        let dir = tmp.join(name);
+        fs::create_dir_all(&dir).unwrap();
+        for (file, contents) in files {
+            fs::write(dir.join(file), contents).unwrap();
+        }
+        upload(
+            &dir,
+            storage,
+            &p(&format!("j/chk-{n}/0-0/1")),
+            &p("j/shared"),
+            previous,
+            BackendKind::RocksDb,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn upload_records_the_sha256_of_every_file_it_stores() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let sst = bytes(1, 200_000);
+        let handle = upload_files(
+            tmp.path(),
+            &storage,
+            "snap-1",
+            1,
+            &[("000007.sst", &sst), ("CURRENT", b"MANIFEST-000001\n")],
+            None,
+        );
+        for file in &handle.files {
+            let stored = storage.get_bytes(&file.path).unwrap();
+            assert_eq!(
+                file.sha256.as_deref(),
+                Some(hex(&Sha256::digest(&stored)).as_str()),
+                "{}",
+                file.path
+            );
+        }
+        assert_eq!(
+            handle.files[0].sha256.as_deref(),
+            Some(hex(&Sha256::digest(&sst)).as_str()),
+            "the hash is of the local file's bytes"
+        );
+    }
+
+    #[test]
+    fn a_shared_file_referenced_again_keeps_its_recorded_hash() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let sst = bytes(2, 10_000);
+        let first = upload_files(
+            tmp.path(),
+            &storage,
+            "snap-1",
+            1,
+            &[("000007.sst", &sst)],
+            None,
+        );
+        // Pretend the recorded hash is another: a reference copies the
+        // handle, it does not hash the file again.
+        let mut previous = first.clone();
+        previous.files[0].sha256 = Some("recorded".into());
+        let second = upload_files(
+            tmp.path(),
+            &storage,
+            "snap-2",
+            2,
+            &[("000007.sst", &sst), ("000008.sst", b"new")],
+            Some(&previous),
+        );
+        assert_eq!(second.files[0], previous.files[0]);
+        assert_eq!(second.incremental_size, 3, "only the new file was stored");
+        assert!(second.files[1].sha256.is_some());
+    }
+
+    /// The finding: `download` checked sizes only, so a file changed in
+    /// storage without changing its length was restored from.
+    #[test]
+    fn a_file_changed_in_storage_without_changing_its_size_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let handle = upload_files(
+            tmp.path(),
+            &storage,
+            "snap-1",
+            1,
+            &[("000007.sst", &bytes(3, 100_000)), ("CURRENT", b"x\n")],
+            None,
+        );
+        download(&handle, &storage, &tmp.path().join("ok")).unwrap();
+
+        let sst = &handle.files[0];
+        assert!(sst.shared, "{sst:?}");
+        let stored = tmp.path().join("storage").join(sst.path.as_str());
+        let mut f = fs::OpenOptions::new().write(true).open(&stored).unwrap();
+        f.seek(SeekFrom::Start(sst.size / 2)).unwrap();
+        f.write_all(b"sixteen bytes!!!").unwrap();
+        drop(f);
+        assert_eq!(fs::metadata(&stored).unwrap().len(), sst.size, "same size");
+
+        let err = download(&handle, &storage, &tmp.path().join("bad")).unwrap_err();
+        let CheckpointError::Corrupt(why) = &err else {
+            panic!("{err:?}");
+        };
+        assert!(why.contains(&format!("`{}`", sst.path)), "{why}");
+        assert!(
+            !why.contains(&tmp.path().display().to_string()),
+            "names the storage path, not a local one: {why}"
+        );
+    }
+
+    #[test]
+    fn a_handle_without_hashes_still_downloads_checked_by_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let sst = bytes(4, 50_000);
+        let handle = upload_files(
+            tmp.path(),
+            &storage,
+            "snap-1",
+            1,
+            &[("000007.sst", &sst)],
+            None,
+        );
+        // As written before files were hashed: no `sha256` field at all.
+        let mut json = serde_json::to_value(&handle).unwrap();
+        json["files"][0].as_object_mut().unwrap().remove("sha256");
+        assert!(!json.to_string().contains("sha256"), "{json}");
+        let old: StateHandle = serde_json::from_value(json).unwrap();
+        assert_eq!(old.files[0].sha256, None);
+        assert_eq!(
+            serde_json::to_value(&old).unwrap()["files"][0].get("sha256"),
+            None,
+            "and written back the same way"
+        );
+
+        download(&old, &storage, &tmp.path().join("d1")).unwrap();
+        assert_eq!(fs::read(tmp.path().join("d1/000007.sst")).unwrap(), sst);
+
+        // Its size is still checked.
+        let stored = tmp.path().join("storage").join(old.files[0].path.as_str());
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&stored)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        let err = download(&old, &storage, &tmp.path().join("d2")).unwrap_err();
+        assert!(matches!(err, CheckpointError::Corrupt(_)), "{err}");
+    }
+
+    #[test]
+    fn a_timers_file_changed_in_storage_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().to_path_buf());
+        let path = p("j/chk-1/0-0/timers.json");
+        let written = br#"[[1,[[5,[1,2]]]]]"#;
+        storage.put_bytes(&path, written).unwrap();
+        let sha256 = sha256_hex(written);
+        assert_eq!(
+            get_checked(&storage, &path, Some(&sha256)).unwrap(),
+            written
+        );
+        // Written before timers files were hashed: read as it is.
+        assert_eq!(get_checked(&storage, &path, None).unwrap(), written);
+
+        storage.put_bytes(&path, br#"[[1,[[6,[1,2]]]]]"#).unwrap();
+        let err = get_checked(&storage, &path, Some(&sha256)).unwrap_err();
+        let CheckpointError::Corrupt(why) = &err else {
+            panic!("{err:?}");
+        };
+        assert!(why.contains("`j/chk-1/0-0/timers.json`"), "{why}");
+    }
+
+    fn part(path: &str, sha256: &str, source: Option<serde_json::Value>) -> SubtaskCheckpoint {
+        SubtaskCheckpoint {
+            finished: false,
+            states: vec![(
+                1,
+                StateHandle {
+                    backend: BackendKind::RocksDb,
+                    files: vec![FileHandle {
+                        local_name: "000007.sst".into(),
+                        path: p(path),
+                        size: 10,
+                        shared: true,
+                        sha256: Some(sha256.into()),
+                    }],
+                    full_size: 10,
+                    incremental_size: 10,
+                },
+            )],
+            timers: None,
+            timers_sha256: None,
+            source,
+            sink: Some(serde_json::json!({ "parts": ["a"], "next": 2 })),
+        }
+    }
+
+    fn metadata(subtasks: Vec<((u32, u32), SubtaskCheckpoint)>) -> CheckpointMetadata {
+        CheckpointMetadata {
+            job: "j".into(),
+            checkpoint: 3,
+            triggered_at_ms: 1,
+            completed_at_ms: 2,
+            subtasks,
+        }
+    }
+
+    #[test]
+    fn the_metadata_path_is_in_the_checkpoints_directory() {
+        assert_eq!(metadata_path("j", 3).unwrap(), p("j/chk-3/_metadata"));
+        assert!(metadata_path("../j", 3).is_err());
+    }
+
+    #[test]
+    fn a_restore_matching_its_metadata_passes() {
+        let path = metadata_path("j", 3).unwrap();
+        let a = part(
+            "j/shared/a.sst",
+            "aa",
+            Some(serde_json::json!({ "next": 7 })),
+        );
+        let b = part("j/shared/b.sst", "bb", None);
+        let bytes =
+            serde_json::to_vec(&metadata(vec![((0, 0), a.clone()), ((0, 1), b.clone())])).unwrap();
+        verify_restore(&path, &bytes, "j", 3, &[((0, 0), &a), ((0, 1), &b)]).unwrap();
+        // A TaskManager checks only the subtasks it restores.
+        verify_restore(&path, &bytes, "j", 3, &[((0, 1), &b)]).unwrap();
+        // A `null` position in memory is what JSON reads back as none.
+        let null = part("j/shared/b.sst", "bb", Some(serde_json::Value::Null));
+        verify_restore(&path, &bytes, "j", 3, &[((0, 1), &null)]).unwrap();
+    }
+
+    #[test]
+    fn a_restore_not_matching_its_metadata_is_refused_naming_the_file() {
+        let path = metadata_path("j", 3).unwrap();
+        let a = part(
+            "j/shared/a.sst",
+            "aa",
+            Some(serde_json::json!({ "next": 7 })),
+        );
+        let good = metadata(vec![((0, 0), a.clone())]);
+        let bytes = |m: &CheckpointMetadata| serde_json::to_vec(m).unwrap();
+
+        let mut other_job = good.clone();
+        other_job.job = "k".into();
+        let mut other_checkpoint = good.clone();
+        other_checkpoint.checkpoint = 2;
+        let mut twice = good.clone();
+        twice.subtasks.push(((0, 0), a.clone()));
+        let missing = metadata(vec![((0, 1), a.clone())]);
+        let mut other_hash = good.clone();
+        other_hash.subtasks[0].1.states[0].1.files[0].sha256 = Some("ab".into());
+        let mut other_source = good.clone();
+        other_source.subtasks[0].1.source = Some(serde_json::json!({ "next": 8 }));
+        let mut finished = good.clone();
+        finished.subtasks[0].1.finished = true;
+        let mut other_timers = good.clone();
+        other_timers.subtasks[0].1.timers_sha256 = Some("cd".into());
+
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("empty", Vec::new(), "unreadable"),
+            ("not JSON", b"{\"job\": \"j\", ".to_vec(), "unreadable"),
+            ("not metadata", b"{\"job\": \"j\"}".to_vec(), "unreadable"),
+            ("another job", bytes(&other_job), "of job `k`"),
+            (
+                "another checkpoint",
+                bytes(&other_checkpoint),
+                "checkpoint 2",
+            ),
+            ("a subtask twice", bytes(&twice), "twice"),
+            ("no part", bytes(&missing), "no part for subtask 0/0"),
+            ("another hash", bytes(&other_hash), "`states`"),
+            ("another position", bytes(&other_source), "`source`"),
+            ("finished", bytes(&finished), "`finished`"),
+            ("another timers hash", bytes(&other_timers), "`timers`"),
+        ];
+        for (case, bytes, says) in cases {
+            let err = verify_restore(&path, &bytes, "j", 3, &[((0, 0), &a)]).unwrap_err();
+            let CheckpointError::Corrupt(why) = &err else {
+                panic!("{case}: {err:?}");
+            };
+            assert!(why.starts_with("`j/chk-3/_metadata`: "), "{case}: {why}");
+            assert!(why.contains(says), "{case}: {why}");
+        }
+        verify_restore(&path, &bytes(&good), "j", 3, &[((0, 0), &a)]).unwrap();
+    }
+
+    #[test]
+    fn the_jobmanagers_metadata_reads_back() {
+        // The JSON as the JobManager wrote it before `CheckpointMetadata`
+        // existed (`serde_json::json!`, keys sorted): still readable.
+        let a = part("j/shared/a.sst", "aa", None);
+        let written = serde_json::json!({
+            "job": "j",
+            "checkpoint": 3,
+            "triggered_at_ms": 1,
+            "completed_at_ms": 2,
+            "subtasks": [((0u32, 0u32), &a)],
+        });
+        let read: CheckpointMetadata = serde_json::from_value(written).unwrap();
+        assert_eq!(read, metadata(vec![((0, 0), a)]));
     }
 }

@@ -119,6 +119,11 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     /// Stores the local file `local` at `path` (replacing any file there);
     /// returns the bytes written.
     fn put_file(&self, path: &StoragePath, local: &Path) -> Result<u64, CheckpointError>;
+    /// Stores everything `src` yields at `path` (replacing any file
+    /// there), streaming it; returns the bytes written. What `src` yields
+    /// is read once, so a reader that looks at the bytes on their way (a
+    /// hash) sees exactly what was stored.
+    fn put_reader(&self, path: &StoragePath, src: &mut dyn Read) -> Result<u64, CheckpointError>;
     /// Stores `bytes` at `path` (replacing any file there).
     fn put_bytes(&self, path: &StoragePath, bytes: &[u8]) -> Result<(), CheckpointError>;
     /// Copies the file at `path` to the local file `local` (created or
@@ -271,6 +276,10 @@ impl CheckpointStorage for DirStorage {
         self.write_atomic(path, |dst| io::copy(&mut src, dst))
     }
 
+    fn put_reader(&self, path: &StoragePath, src: &mut dyn Read) -> Result<u64, CheckpointError> {
+        self.write_atomic(path, |dst| io::copy(src, dst))
+    }
+
     fn put_bytes(&self, path: &StoragePath, bytes: &[u8]) -> Result<(), CheckpointError> {
         self.write_atomic(path, |dst| {
             dst.write_all(bytes).map(|()| bytes.len() as u64)
@@ -392,6 +401,10 @@ mod tests {
         let local = tmp.path().join("local.sst");
         fs::write(&local, vec![7u8; 10_000]).unwrap();
         assert_eq!(s.put_file(&p("chk-1/op/0/a.sst"), &local).unwrap(), 10_000);
+        let mut src: &[u8] = b"streamed";
+        assert_eq!(s.put_reader(&p("chk-1/op/0/b"), &mut src).unwrap(), 8);
+        assert_eq!(s.get_bytes(&p("chk-1/op/0/b")).unwrap(), b"streamed");
+        s.delete(&p("chk-1/op/0/b")).unwrap();
         s.put_bytes(&p("chk-10/meta"), b"other").unwrap();
         s.put_bytes(&p("chk-1/meta"), b"replaced").unwrap();
 
