@@ -1,0 +1,375 @@
+//! What the JobManager answers: [`ApiError`] (an HTTP status and a
+//! message) and the views of the REST API ([`JobSummary`], [`JobDetail`],
+//! [`CheckpointsView`], [`Overview`], …), with the queries that build them
+//! under the state lock. `REST.md` documents them for users.
+
+use super::*;
+
+/// An error for an API caller: an HTTP status and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub status: u16,
+    /// What is wrong, for a human.
+    pub message: String,
+}
+
+impl ApiError {
+    /// 400.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 400,
+            message: message.into(),
+        }
+    }
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 404,
+            message: message.into(),
+        }
+    }
+    /// 409.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 409,
+            message: message.into(),
+        }
+    }
+    /// 500.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: 500,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError {
+            status: e.http_status(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// `GET /v1/jobs` entry.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobSummary {
+    /// Job id.
+    pub id: String,
+    /// `job.name`.
+    pub name: String,
+    /// Current state.
+    pub state: JobState,
+    /// Submission time, Unix ms.
+    pub submitted_at_ms: u64,
+    /// End time, Unix ms.
+    pub ended_at_ms: Option<u64>,
+    /// Root cause of a failure.
+    pub failure: Option<String>,
+}
+
+/// `GET /v1/jobs/{id}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobDetail {
+    /// The summary fields.
+    #[serde(flatten)]
+    pub summary: JobSummary,
+    /// Per vertex, in graph order.
+    pub vertices: Vec<VertexDetail>,
+    /// Tasks after chaining.
+    pub tasks: u32,
+    /// The deployment attempt (0, then one more per restart); the
+    /// counters are the latest attempt's.
+    pub attempt: u32,
+    /// Most batches seen queued in one channel (latest attempt).
+    pub max_queued_batches: u64,
+}
+
+/// One vertex of a [`JobDetail`].
+#[derive(Debug, Clone, Serialize)]
+pub struct VertexDetail {
+    /// The uid.
+    pub id: String,
+    /// `source`, `operator` or `sink`.
+    pub role: &'static str,
+    /// Parallelism.
+    pub parallelism: u32,
+    /// Aggregate state of its subtasks.
+    pub state: &'static str,
+    /// Records received, over all subtasks.
+    pub records_in: u64,
+    /// Records emitted, over all subtasks.
+    pub records_out: u64,
+    /// Time its task's subtasks spent working, summed.
+    pub busy_ms: u64,
+    /// Time they spent blocked on full output channels.
+    pub backpressured_ms: u64,
+    /// Time they spent waiting for input.
+    pub idle_ms: u64,
+    /// Where each subtask runs.
+    pub subtasks: Vec<SubtaskDetail>,
+}
+
+/// One subtask of a [`VertexDetail`].
+#[derive(Debug, Clone, Serialize)]
+pub struct SubtaskDetail {
+    /// Subtask index.
+    pub index: u32,
+    /// The TaskManager it runs on.
+    pub taskmanager: String,
+    /// Its state.
+    pub state: TaskState,
+}
+
+/// `GET /v1/jobs/{id}/checkpoints`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointsView {
+    /// Whether the job takes checkpoints.
+    pub enabled: bool,
+    /// The newest retained checkpoint whose metadata
+    /// (`<job>/chk-<n>/_metadata`) is in storage. A checkpoint every
+    /// subtask acked shows as `completed` in `history` a little earlier,
+    /// while its metadata is being written.
+    pub latest: Option<u64>,
+    /// Newest first: pending, completed and aborted checkpoints.
+    pub history: Vec<CheckpointStats>,
+    /// Every restart, with the checkpoint it restored from.
+    pub restores: Vec<RestoreRecord>,
+}
+
+/// `POST /v1/jobs` answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobCreated {
+    /// The new job's id.
+    pub id: String,
+    /// `job.name`.
+    pub name: String,
+}
+
+/// `GET /v1/taskmanagers` entry.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskManagerInfo {
+    /// Its id.
+    pub id: String,
+    /// Its data-plane address.
+    pub data_address: String,
+    /// Slots it offers.
+    pub slots_total: u32,
+    /// Slots no job uses.
+    pub slots_free: u32,
+    /// `active` or `lost`.
+    pub state: &'static str,
+    /// Why it was lost.
+    pub lost_reason: Option<String>,
+    /// Registration time, Unix ms.
+    pub registered_at_ms: u64,
+    /// Milliseconds since its last heartbeat.
+    pub last_heartbeat_ms_ago: u64,
+    /// Its data plane's counters.
+    pub net: NetStats,
+}
+
+/// `GET /v1/overview`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Overview {
+    /// Weir's version.
+    pub version: &'static str,
+    /// Active TaskManagers.
+    pub taskmanagers: u32,
+    /// Slots of active TaskManagers.
+    pub slots_total: u32,
+    /// Of which free.
+    pub slots_free: u32,
+    /// Jobs by state.
+    pub jobs: JobCounts,
+    /// Entries in the module store.
+    pub modules: u32,
+}
+
+/// Jobs by state, for [`Overview`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct JobCounts {
+    /// Running, failing or canceling.
+    pub running: u32,
+    /// Finished.
+    pub finished: u32,
+    /// Failed.
+    pub failed: u32,
+    /// Canceled.
+    pub canceled: u32,
+}
+
+impl JobManager {
+    /// Every job, newest first.
+    pub fn jobs(&self) -> Vec<JobSummary> {
+        let state = self.lock();
+        let mut jobs: Vec<JobSummary> = state.jobs.values().map(Job::summary).collect();
+        jobs.sort_by_key(|j| std::cmp::Reverse(j.submitted_at_ms));
+        jobs
+    }
+
+    /// One job with per-vertex state and metrics.
+    pub fn job(&self, id: &str) -> Result<JobDetail, ApiError> {
+        job_detail(&self.lock(), id)
+    }
+
+    /// A job's checkpoint history and restores (`GET /v1/jobs/{id}/checkpoints`).
+    pub fn checkpoints(&self, id: &str) -> Result<CheckpointsView, ApiError> {
+        let state = self.lock();
+        let job = state
+            .jobs
+            .get(id)
+            .ok_or_else(|| ApiError::not_found(format!("no job with id {id:?}")))?;
+        let Some(c) = &job.checkpoints else {
+            return Ok(CheckpointsView {
+                enabled: false,
+                latest: None,
+                history: Vec::new(),
+                restores: Vec::new(),
+            });
+        };
+        Ok(CheckpointsView {
+            enabled: true,
+            latest: c
+                .coordinator
+                .retained()
+                .rev()
+                .map(|r| r.id)
+                .find(|id| c.stored.contains(id)),
+            history: c.coordinator.history(),
+            restores: c.coordinator.restores().to_vec(),
+        })
+    }
+
+    /// Every TaskManager ever registered since start (lost ones too).
+    pub fn taskmanagers(&self) -> Vec<TaskManagerInfo> {
+        let state = self.lock();
+        state
+            .taskmanagers
+            .iter()
+            .map(|(id, tm)| TaskManagerInfo {
+                id: id.clone(),
+                data_address: tm.data_address.to_string(),
+                slots_total: tm.slots_total,
+                slots_free: tm.slots_total - tm.occupied.len() as u32,
+                state: if tm.lost.is_some() { "lost" } else { "active" },
+                lost_reason: tm.lost.clone(),
+                registered_at_ms: tm.registered_at_ms,
+                last_heartbeat_ms_ago: tm.last_heartbeat.elapsed().as_millis() as u64,
+                net: tm.net.clone(),
+            })
+            .collect()
+    }
+
+    /// Cluster overview.
+    pub fn overview(&self) -> Overview {
+        let state = self.lock();
+        let active = state.taskmanagers.values().filter(|t| t.lost.is_none());
+        let (mut n, mut total, mut free) = (0, 0, 0);
+        for tm in active {
+            n += 1;
+            total += tm.slots_total;
+            free += tm.slots_total - tm.occupied.len() as u32;
+        }
+        let mut jobs = JobCounts::default();
+        for job in state.jobs.values() {
+            match job.state {
+                JobState::Finished => jobs.finished += 1,
+                JobState::Failed => jobs.failed += 1,
+                JobState::Canceled => jobs.canceled += 1,
+                _ => jobs.running += 1,
+            }
+        }
+        Overview {
+            version: env!("CARGO_PKG_VERSION"),
+            taskmanagers: n,
+            slots_total: total,
+            slots_free: free,
+            jobs,
+            modules: self.store.list().len() as u32,
+        }
+    }
+}
+
+/// Job `id` with per-vertex state and metrics.
+pub(crate) fn job_detail(state: &State, id: &str) -> Result<JobDetail, ApiError> {
+    let job = state
+        .jobs
+        .get(id)
+        .ok_or_else(|| ApiError::not_found(format!("no job with id {id:?}")))?;
+    let task_of: HashMap<usize, usize> = job
+        .tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(t, spec)| spec.vertices.iter().map(move |v| (*v, t)))
+        .collect();
+    let vertices = job
+        .graph
+        .vertices
+        .iter()
+        .enumerate()
+        .map(|(v, vertex)| {
+            let t = task_of[&v];
+            let head = job.tasks[t].head();
+            let sum = |f: &dyn Fn(&weir_runtime::rpc::VertexReport) -> u64, at: usize| -> u64 {
+                job.reports
+                    .values()
+                    .filter_map(|r| r.vertices.get(at))
+                    .map(f)
+                    .sum()
+            };
+            let states = &job.subtasks[t];
+            VertexDetail {
+                id: vertex.id.0.clone(),
+                role: vertex.kind.role(),
+                parallelism: vertex.parallelism,
+                state: aggregate_state(states),
+                records_in: sum(&|r| r.records_in, v),
+                records_out: sum(&|r| r.records_out, v),
+                busy_ms: sum(&|r| r.busy_ms, head),
+                backpressured_ms: sum(&|r| r.backpressured_ms, head),
+                idle_ms: sum(&|r| r.idle_ms, head),
+                subtasks: job.placement[t]
+                    .iter()
+                    .zip(states)
+                    .enumerate()
+                    .map(|(i, (slot, st))| SubtaskDetail {
+                        index: i as u32,
+                        taskmanager: slot.taskmanager.clone(),
+                        state: *st,
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    Ok(JobDetail {
+        summary: job.summary(),
+        vertices,
+        tasks: job.tasks.len() as u32,
+        attempt: job.attempt,
+        max_queued_batches: job
+            .reports
+            .values()
+            .map(|r| r.max_queued_batches)
+            .max()
+            .unwrap_or(0),
+    })
+}
+
+pub(crate) fn aggregate_state(states: &[TaskState]) -> &'static str {
+    let any = |s: TaskState| states.contains(&s);
+    if any(TaskState::Failed) {
+        "failed"
+    } else if any(TaskState::Running) {
+        "running"
+    } else if any(TaskState::Deploying) {
+        "deploying"
+    } else if any(TaskState::Canceled) {
+        "canceled"
+    } else {
+        "finished"
+    }
+}

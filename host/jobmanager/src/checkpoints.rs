@@ -1,0 +1,181 @@
+//! A job's checkpoints on the JobManager: the coordinator and registry it
+//! holds ([`JobCheckpoints`]), the sweep before a restart, and carrying
+//! out the coordinator's actions (trigger, complete, discard, abort) as
+//! messages to TaskManagers and storage commands.
+
+use super::*;
+
+/// Where the sweep before a restart stands: requested or done, for the
+/// attempt it prepares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sweep {
+    Requested(u32),
+    Done(u32),
+}
+
+/// A job's checkpoint coordinator and the shared files its checkpoints use.
+pub(crate) struct JobCheckpoints {
+    pub(crate) coordinator: Coordinator<SubtaskCheckpoint>,
+    pub(crate) registry: SharedStateRegistry,
+    /// Retained checkpoints a TaskManager could not restore (a file missing
+    /// or corrupt in storage, its `_metadata` missing or not matching):
+    /// restarts pass over them to an older one.
+    pub(crate) unrestorable: BTreeSet<u64>,
+    /// Retained checkpoints whose metadata is in storage.
+    pub(crate) stored: BTreeSet<u64>,
+}
+
+impl JobCheckpoints {
+    /// The checkpoint a restart restores from: the newest retained one not
+    /// known to be unrestorable; with the newer ones passed over, newest
+    /// first.
+    pub(crate) fn restore_point(
+        &self,
+    ) -> (Option<&CompletedCheckpoint<SubtaskCheckpoint>>, Vec<u64>) {
+        let mut skipped = Vec::new();
+        for c in self.coordinator.retained().rev() {
+            if self.unrestorable.contains(&c.id) {
+                skipped.push(c.id);
+            } else {
+                return (Some(c), skipped);
+            }
+        }
+        (None, skipped)
+    }
+}
+
+/// Carries out what the coordinator decided, under the state lock:
+/// TaskManagers are told at once, storage work is queued for the job's
+/// drain task ([`storage_io`]) in the order the coordinator gave it.
+///
+/// `CheckpointComplete` is sent when the checkpoint completes, not after
+/// its metadata is written: nothing restores from `_metadata` alone (a
+/// restart restores from the retained handles in memory, which each
+/// TaskManager checks against `_metadata`, after its sweep, which runs
+/// after the metadata write), and a subtask that learned of a
+/// completion only after storage caught up could take its next
+/// incremental checkpoint on an older base, the case the registry cannot
+/// see ([`weir_runtime::checkpoint::registry`]). Its place among the other
+/// messages to TaskManagers (triggers, cancels, `JobFinished`) stays
+/// what it was.
+pub(crate) fn checkpoint_actions(
+    taskmanagers: &BTreeMap<String, Tm>,
+    job: &mut Job,
+    jm: &JobManager,
+    actions: Vec<Action<SubtaskCheckpoint>>,
+) {
+    let chk_dir = |job: &str, id: u64| StoragePath::new(format!("{job}/chk-{id}"));
+    for action in actions {
+        match action {
+            Action::Trigger { id, .. } => {
+                tell(taskmanagers, job, |job, attempt| {
+                    ToTaskManager::TriggerCheckpoint {
+                        job,
+                        attempt,
+                        checkpoint: id,
+                    }
+                });
+            }
+            Action::Complete(done) => {
+                let Some(c) = job.checkpoints.as_mut() else {
+                    continue;
+                };
+                let handles = || {
+                    done.acks
+                        .values()
+                        .flat_map(|a| a.states.iter().map(|(_, h)| h))
+                };
+                let full: u64 = handles().map(|h| h.full_size).sum();
+                let incremental: u64 = handles().map(|h| h.incremental_size).sum();
+                c.coordinator.set_sizes(done.id, full, incremental);
+                c.registry
+                    .register(done.id, handles().flat_map(|h| h.shared_paths().cloned()));
+                let metadata = CheckpointMetadata {
+                    job: job.id.clone(),
+                    checkpoint: done.id,
+                    triggered_at_ms: done.triggered_at_ms,
+                    completed_at_ms: done.completed_at_ms,
+                    subtasks: done.acks.iter().map(|(id, a)| (*id, a.clone())).collect(),
+                };
+                if let (Ok(path), Ok(bytes)) = (
+                    metadata_path(&job.id, done.id),
+                    serde_json::to_vec(&metadata),
+                ) {
+                    jm.enqueue(
+                        job,
+                        StorageCommand::WriteMetadata {
+                            checkpoint: done.id,
+                            path,
+                            bytes,
+                        },
+                    );
+                }
+                tracing::info!(job = %job.id, checkpoint = done.id, full, incremental, "checkpoint completed");
+                tell(taskmanagers, job, |job, attempt| {
+                    ToTaskManager::CheckpointComplete {
+                        job,
+                        attempt,
+                        checkpoint: done.id,
+                    }
+                });
+            }
+            Action::Discard(old) => {
+                let Some(c) = job.checkpoints.as_mut() else {
+                    continue;
+                };
+                c.stored.remove(&old.id);
+                // Decided here, under the lock: after the checkpoint that
+                // subsumes it was registered, so these are files no
+                // retained checkpoint references.
+                let unused = c.registry.release(old.id);
+                for file in unused {
+                    jm.enqueue(job, StorageCommand::Delete(file));
+                }
+                if let Ok(dir) = chk_dir(&job.id, old.id) {
+                    jm.enqueue(job, StorageCommand::DeletePrefix(dir));
+                }
+            }
+            Action::Abort { id, reason, acked } => {
+                tracing::info!(job = %job.id, checkpoint = id, "checkpoint aborted: {reason}");
+                tell(taskmanagers, job, |job, attempt| {
+                    ToTaskManager::CheckpointAborted {
+                        job,
+                        attempt,
+                        checkpoint: id,
+                    }
+                });
+                let uploaded: Vec<StoragePath> = acked
+                    .iter()
+                    .flat_map(|(_, a)| a.shared_paths().cloned())
+                    .collect();
+                discard_uploads(jm, job, id, &uploaded);
+            }
+        }
+    }
+}
+
+/// Queues the deletion of what was uploaded for a checkpoint that will
+/// never complete: its private directory and the shared files no completed
+/// checkpoint uses (decided now, under the lock).
+pub(crate) fn discard_uploads(jm: &JobManager, job: &mut Job, id: u64, shared: &[StoragePath]) {
+    // Only the job's own shared files (acks naming others are refused
+    // before they get here; this keeps it so).
+    let own = StoragePath::new(format!("{}/shared", job.id));
+    let shared: Vec<StoragePath> = shared
+        .iter()
+        .filter(|f| own.as_ref().is_ok_and(|own| f.starts_with(own)))
+        .cloned()
+        .collect();
+    let Some(c) = &job.checkpoints else {
+        return;
+    };
+    let orphans = c.registry.orphans(&shared);
+    // Never a completed checkpoint's own folder.
+    let retained = c.coordinator.retained().any(|r| r.id == id);
+    for file in orphans {
+        jm.enqueue(job, StorageCommand::Delete(file));
+    }
+    if !retained && let Ok(dir) = StoragePath::new(format!("{}/chk-{id}", job.id)) {
+        jm.enqueue(job, StorageCommand::DeletePrefix(dir));
+    }
+}

@@ -1,0 +1,366 @@
+//! Carrying out the job lifecycle ([`crate::job`] decides the states):
+//! cancel, failure, settling once every subtask stopped (end, or restart as
+//! the strategy says), the restart's deployment after the sweep, and the
+//! messages to TaskManagers each move implies.
+
+use super::*;
+
+impl JobManager {
+    /// Cancels a job.
+    pub fn cancel(&self, id: &str) -> Result<JobSummary, ApiError> {
+        let result = self.cancel_locked(id);
+        self.changed();
+        result
+    }
+
+    pub(crate) fn cancel_locked(&self, id: &str) -> Result<JobSummary, ApiError> {
+        let mut state = self.lock();
+        let State { taskmanagers, jobs } = &mut *state;
+        let job = jobs
+            .get_mut(id)
+            .ok_or_else(|| ApiError::not_found(format!("no job with id {id:?}")))?;
+        if job.state.is_terminal() {
+            return Err(ApiError::conflict(format!(
+                "job {id} ({}) already ended: {}",
+                job.name,
+                serde_json::to_value(job.state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            )));
+        }
+        // Finishing: the final output is being published; the cancel is
+        // refused by the lifecycle and the job finishes.
+        if let Ok(next) = job.state.on(Event::Cancel) {
+            match std::mem::replace(&mut job.state, next) {
+                JobState::Running => send_cancel(taskmanagers, job),
+                // Nothing runs: it settles at once.
+                JobState::Restarting => job.restart_at = None,
+                // Failing: its subtasks are being canceled already.
+                _ => {}
+            }
+        }
+        settle(taskmanagers, job, self.clock.now());
+        Ok(job.summary())
+    }
+
+    /// Drives checkpoint coordinators and restarts.
+    pub(crate) fn tick_jobs(&self) {
+        let mut state = self.lock();
+        let State { taskmanagers, jobs } = &mut *state;
+        let now = self.clock.now();
+        for job in jobs.values_mut() {
+            let deferred = std::mem::take(&mut job.deferred);
+            checkpoint_actions(taskmanagers, job, self, deferred);
+            match job.state {
+                JobState::Running => {
+                    // Checkpoints start once every subtask runs (a trigger
+                    // during deployment could not reach the sources).
+                    let deployed = job
+                        .subtasks
+                        .iter()
+                        .flatten()
+                        .all(|s| matches!(s, TaskState::Running | TaskState::Finished));
+                    if let Some(c) = job.checkpoints.as_mut().filter(|_| deployed) {
+                        let actions = c.coordinator.tick(now);
+                        checkpoint_actions(taskmanagers, job, self, actions);
+                    }
+                }
+                JobState::Restarting => {
+                    // Deployed once the sweep has run (see `swept`), and due.
+                    if !self.swept(job) || job.restart_at.is_none_or(|t| now < t) {
+                        continue;
+                    }
+                    job.attempt += 1;
+                    match deploy(taskmanagers, job, self.scheduling, &self.checkpoint_root) {
+                        Ok(()) => {
+                            job.restart_at = None;
+                            job.state = job.state.on(Event::Redeployed).unwrap_or(job.state);
+                            job.reports.clear();
+                            // The next failure is reported as itself.
+                            job.failure = None;
+                            job.failure_is_root = false;
+                            if let Some(c) = job.checkpoints.as_mut() {
+                                let (from, skipped) = c.restore_point();
+                                let from = from.map(|l| l.id);
+                                c.coordinator.record_restore_skipping(
+                                    from,
+                                    skipped,
+                                    now_ms(),
+                                    job.attempt,
+                                );
+                                c.coordinator.resume(now);
+                            }
+                            tracing::info!(job = %job.id, attempt = job.attempt, "restarted");
+                        }
+                        Err(why) => {
+                            // Not enough slots yet: wait for a TaskManager.
+                            job.attempt -= 1;
+                            // Ticks are 50 ms apart: a TaskManager that
+                            // registers is used within a tick or two.
+                            job.restart_at = Some(now + Duration::from_millis(100));
+                            tracing::debug!(job = %job.id, "restart waits: {why}");
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether a restarting job's shared folder has been swept for its
+    /// next attempt; if not, requests the sweep (once).
+    ///
+    /// The failed attempt may have uploaded files it never acked (a
+    /// TaskManager killed mid-upload); the sweep deletes whatever in the
+    /// job's shared folder no retained checkpoint references. It lists the
+    /// folder, so it must run before the new attempt can upload anything:
+    /// the restart waits for it. Being behind every storage command the
+    /// job queued before, it also means the metadata of the checkpoint the
+    /// restart restores from has been written. The registry does not
+    /// change meanwhile: nothing completes while the job is restarting.
+    pub(crate) fn swept(&self, job: &mut Job) -> bool {
+        let next = job.attempt + 1;
+        let Some(c) = &job.checkpoints else {
+            return true;
+        };
+        match job.sweep {
+            Some(Sweep::Done(a)) if a == next => true,
+            Some(Sweep::Requested(a)) if a == next => false,
+            _ => {
+                let Ok(prefix) = StoragePath::new(format!("{}/shared", job.id)) else {
+                    return true;
+                };
+                let keep = c.registry.referenced().into_iter().collect();
+                job.sweep = Some(Sweep::Requested(next));
+                self.enqueue(
+                    job,
+                    StorageCommand::Sweep {
+                        prefix,
+                        keep,
+                        attempt: next,
+                    },
+                );
+                false
+            }
+        }
+    }
+}
+
+/// A `finishing` job whose final commit did not happen on one of its
+/// TaskManagers: it fails, and restarts as its strategy says (the restored
+/// sinks commit again; parts committed since are rolled back and produced
+/// again).
+pub(crate) fn not_committed(
+    taskmanagers: &mut BTreeMap<String, Tm>,
+    job: &mut Job,
+    reason: String,
+    now: Instant,
+) {
+    job.committing.clear();
+    job.failure = Some(reason);
+    job.failure_is_root = true;
+    job.state = job.state.on(Event::CommitFailed).unwrap_or(job.state);
+    settle(taskmanagers, job, now);
+}
+
+/// Records a failure of `job` and cancels its other subtasks.
+pub(crate) fn fail(
+    taskmanagers: &BTreeMap<String, Tm>,
+    job: &mut Job,
+    reason: String,
+    root: bool,
+    now: Instant,
+) {
+    if job.failure.is_none() || (root && !job.failure_is_root) {
+        job.failure = Some(reason);
+        job.failure_is_root = root;
+    }
+    if let Ok(next) = job.state.on(Event::TaskFailed) {
+        job.state = next;
+        send_cancel(taskmanagers, job);
+        if let Some(c) = job.checkpoints.as_mut() {
+            let actions = c.coordinator.suspend("a task failed", now);
+            job.deferred.extend(actions);
+        }
+    }
+}
+
+pub(crate) fn send_cancel(taskmanagers: &BTreeMap<String, Tm>, job: &Job) {
+    for tm in job.taskmanagers() {
+        if let Some(tm) = taskmanagers.get(tm).filter(|tm| tm.lost.is_none()) {
+            let _ = tm.tx.send(ToTaskManager::Cancel {
+                job: job.id.clone(),
+            });
+        }
+    }
+}
+
+/// Once every subtask has stopped: ends the job, or schedules its restart
+/// (the restart strategy decides), and frees its slots.
+pub(crate) fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job, now: Instant) {
+    if job.state.is_terminal()
+        || matches!(job.state, JobState::Restarting | JobState::Finishing)
+        || !job.subtasks.iter().flatten().all(|s| s.is_terminal())
+    {
+        return;
+    }
+
+    let all_finished = job
+        .subtasks
+        .iter()
+        .flatten()
+        .all(|s| *s == TaskState::Finished);
+    let mut committers = 0;
+    let mut restart = false;
+    match job.state {
+        JobState::Running if all_finished => {
+            // Sinks commit what they pre-committed at the end of input.
+            tell(taskmanagers, job, |job, attempt| {
+                ToTaskManager::JobFinished { job, attempt }
+            });
+            if job.checkpoints.is_some() {
+                // Finished once every TaskManager confirms its commits: a
+                // reader of the output, or a TaskManager lost meanwhile
+                // (then the job restarts), never misses the last part.
+                job.committing = job
+                    .taskmanagers()
+                    .into_iter()
+                    .filter(|tm| taskmanagers.get(*tm).is_some_and(|t| t.lost.is_none()))
+                    .map(str::to_owned)
+                    .collect();
+                committers = job.committing.len();
+            }
+        }
+        JobState::Canceling => {}
+        // The attempt failed: the restart strategy decides (and counts).
+        _ => match job.restarts.on_failure(now) {
+            Ok(delay) => {
+                job.restart_at = Some(now + delay);
+                restart = true;
+                tracing::info!(
+                    job = %job.id,
+                    "failed ({}); restarting in {delay:?}",
+                    job.failure.as_deref().unwrap_or("?")
+                );
+            }
+            Err(why) => {
+                if job.restarts.count() > 0 {
+                    let failure = job.failure.take().unwrap_or_default();
+                    job.failure = Some(format!("{failure} (not restarted: {why})"));
+                }
+            }
+        },
+    }
+    let stopped = Event::Stopped {
+        all_finished,
+        committers,
+        restart,
+    };
+    match job.state.on(stopped) {
+        Ok(next) => job.state = next,
+        Err(illegal) => {
+            // Every non-ended state but Restarting and Finishing (returned
+            // above) takes `Stopped`.
+            tracing::error!(job = %job.id, "{illegal}");
+            return;
+        }
+    }
+    if let Some(c) = job.checkpoints.as_mut() {
+        let reason = match job.state {
+            JobState::Restarting => "the job is restarting",
+            _ => "the job ended",
+        };
+        let actions = c.coordinator.suspend(reason, now);
+        job.deferred.extend(actions);
+    }
+    if job.state == JobState::Canceled {
+        job.failure = None;
+    }
+    if job.state.is_terminal() {
+        job.ended_at_ms = Some(now_ms());
+    }
+    for tm in taskmanagers.values_mut() {
+        tm.occupied.retain(|_, j| *j != job.id);
+    }
+    tracing::info!(job = %job.id, state = ?job.state, "settled");
+}
+
+/// Places a job's subtasks (again, for a restart) and sends the deployment,
+/// restoring from the latest completed checkpoint if there is one.
+pub(crate) fn deploy(
+    taskmanagers: &mut BTreeMap<String, Tm>,
+    job: &mut Job,
+    scheduling: Strategy,
+    checkpoint_root: &std::path::Path,
+) -> Result<(), String> {
+    let free: BTreeMap<String, Vec<u32>> = taskmanagers
+        .iter()
+        .filter(|(_, tm)| tm.lost.is_none())
+        .map(|(id, tm)| {
+            let free = (0..tm.slots_total)
+                .filter(|s| !tm.occupied.contains_key(s))
+                .collect();
+            (id.clone(), free)
+        })
+        .collect();
+    let placement = scheduler::place(&job.graph, &job.tasks, &free, scheduling)?;
+    for slot in placement.iter().flatten() {
+        if let Some(tm) = taskmanagers.get_mut(&slot.taskmanager) {
+            tm.occupied.insert(slot.slot, job.id.clone());
+        }
+    }
+    let peers: HashMap<String, SocketAddr> = placement
+        .iter()
+        .flatten()
+        .filter_map(|s| {
+            taskmanagers
+                .get(&s.taskmanager)
+                .map(|tm| (s.taskmanager.clone(), tm.data_address))
+        })
+        .collect();
+    let restore = job.checkpoints.as_ref().and_then(|c| {
+        c.restore_point().0.map(|latest| RestorePoint {
+            checkpoint: latest.id,
+            subtasks: latest.acks.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        })
+    });
+    let deployment = Deployment {
+        job: job.id.clone(),
+        graph: job.graph.clone(),
+        placement: placement.clone(),
+        peers,
+        attempt: job.attempt,
+        checkpoints: job.checkpoints.as_ref().map(|_| CheckpointDeploy {
+            storage: checkpoint_root.to_path_buf(),
+        }),
+        restore,
+    };
+    job.placement = placement;
+    job.subtasks = job
+        .tasks
+        .iter()
+        .map(|t| vec![TaskState::Deploying; t.parallelism as usize])
+        .collect();
+    for tm in job.taskmanagers() {
+        if let Some(tm) = taskmanagers.get(tm) {
+            let _ = tm
+                .tx
+                .send(ToTaskManager::Deploy(Box::new(deployment.clone())));
+        }
+    }
+    Ok(())
+}
+
+/// Sends `message(job id, attempt)` to every live TaskManager of the job.
+pub(crate) fn tell(
+    taskmanagers: &BTreeMap<String, Tm>,
+    job: &Job,
+    message: impl Fn(String, u32) -> ToTaskManager,
+) {
+    for tm in job.taskmanagers() {
+        if let Some(tm) = taskmanagers.get(tm).filter(|tm| tm.lost.is_none()) {
+            let _ = tm.tx.send(message(job.id.clone(), job.attempt));
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Modules and jobs coming in: module upload and delete, and a job's
+//! submission: validation, module resolution and loading (each operator
+//! checked against its place in the graph), placement, deployment.
+
+use super::*;
+
+/// A checked job: its graph (modules by hash), the hashes, and the loaded
+/// modules.
+pub(crate) type Prepared = (JobGraph, HashSet<String>, LoadedModules);
+
+/// Whether a job spec can refer to a module named `name` (`name@version`):
+/// the spec's id rule, stricter than the store's.
+pub(crate) fn check_spec_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= weir_runtime::job::MAX_ID_LEN
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "bad module name `{name}`: expected [a-z0-9][a-z0-9_-]*, at most {} bytes, \
+             so that a job spec can name it as \"name@version\"",
+            weir_runtime::job::MAX_ID_LEN
+        )))
+    }
+}
+
+impl JobManager {
+    /// The module store.
+    pub fn store(&self) -> &ModuleStore {
+        &self.store
+    }
+
+    /// The largest module upload, in bytes.
+    pub fn max_module_bytes(&self) -> usize {
+        self.max_module_bytes
+    }
+
+    /// Validates `bytes` as an operator component and stores it.
+    pub async fn upload_module(
+        self: &Arc<Self>,
+        name: String,
+        version: Option<String>,
+        bytes: Vec<u8>,
+    ) -> Result<(ModuleInfo, bool), ApiError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            // Check the names first: compiling is the expensive part.
+            check_spec_name(&name)?;
+            if let Some(v) = &version {
+                modules::check_name("version", v)?;
+            }
+            let module = this
+                .runtime
+                .load_bytes(&name, &bytes)
+                .map_err(|e| ApiError::bad_request(format!("{name}: {}", e.message)))?;
+            this.runtime
+                .describe(&module)
+                .map_err(|e| ApiError::bad_request(format!("{name}: {e}")))?;
+            Ok(this.store.put(&bytes, &name, version.as_deref())?)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+    }
+
+    /// Deletes a module entry unless a job that has not ended uses it.
+    pub fn delete_module(&self, reference: &str) -> Result<Vec<ModuleInfo>, ApiError> {
+        let info = self.store.resolve(reference)?;
+        let state = self.lock();
+        // A bare hash deletes every entry with it; a name@version only that
+        // one, but the blob goes with its last entry: refuse either way
+        // while a live job needs the content.
+        if let Some(job) = state
+            .jobs
+            .values()
+            .find(|j| !j.state.is_terminal() && j.modules.contains(&info.hash))
+        {
+            return Err(ApiError::conflict(format!(
+                "module {}@{} is used by job {} ({}), which is {}; cancel it first",
+                info.name,
+                info.version,
+                job.id,
+                job.name,
+                serde_json::to_value(job.state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            )));
+        }
+        Ok(self.store.delete(reference)?)
+    }
+
+    /// Validates, schedules and deploys a job.
+    pub async fn submit(self: &Arc<Self>, spec: String) -> Result<JobCreated, ApiError> {
+        let this = self.clone();
+        let (graph, modules, _loaded) = tokio::task::spawn_blocking(move || this.prepare(&spec))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))??;
+        self.admit(graph, modules)
+    }
+
+    /// Validates, schedules and deploys a job of the embedded cluster
+    /// (`weir run`): its operators may name `.wasm` files, which are put
+    /// into the module store by content. Returns the checked modules too:
+    /// while the caller holds them, the TaskManager's load of the same
+    /// bytes shares them ([`Runtime::load_bytes`]) instead of loading again.
+    pub async fn submit_graph(
+        self: &Arc<Self>,
+        graph: JobGraph,
+    ) -> Result<(JobCreated, LoadedModules), ApiError> {
+        let this = self.clone();
+        let (graph, modules, loaded) =
+            tokio::task::spawn_blocking(move || this.prepare_graph(graph, true))
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))??;
+        Ok((self.admit(graph, modules)?, loaded))
+    }
+
+    /// Admits a prepared job: reserves its slots and deploys it.
+    pub(crate) fn admit(
+        &self,
+        graph: JobGraph,
+        modules: HashSet<String>,
+    ) -> Result<JobCreated, ApiError> {
+        let tasks = chain(&graph);
+        let mut state = self.lock();
+        // A module deleted since `prepare` looked it up (deletion holds the
+        // state lock too, so after this check it stays until the job ends).
+        for hash in &modules {
+            if !self.store.blob_path(hash).exists() {
+                return Err(ApiError::conflict(format!(
+                    "module {hash} was deleted while the job was being submitted; upload it again"
+                )));
+            }
+        }
+        let id = loop {
+            let id = format!("{:016x}", random_u64());
+            if !state.jobs.contains_key(&id) {
+                break id;
+            }
+        };
+        let now = self.clock.now();
+        let checkpoints = graph.settings.checkpoints.clone().map(|config| {
+            let subtasks = tasks
+                .iter()
+                .enumerate()
+                .flat_map(|(t, spec)| (0..spec.parallelism).map(move |s| (t as u32, s)))
+                .collect();
+            JobCheckpoints {
+                coordinator: Coordinator::new(config, subtasks, 1, now, now_ms()),
+                registry: SharedStateRegistry::new(),
+                unrestorable: BTreeSet::new(),
+                stored: BTreeSet::new(),
+            }
+        });
+        let mut job = Job {
+            id: id.clone(),
+            name: graph.name.clone(),
+            subtasks: Vec::new(),
+            restarts: Restarts::new(graph.settings.restart),
+            tasks,
+            placement: Vec::new(),
+            graph,
+            state: JobState::Running,
+            failure: None,
+            failure_is_root: false,
+            submitted_at_ms: now_ms(),
+            ended_at_ms: None,
+            modules,
+            reports: HashMap::new(),
+            attempt: 0,
+            restart_at: None,
+            checkpoints,
+            deferred: Vec::new(),
+            committing: BTreeSet::new(),
+            storage: StorageQueue::default(),
+            sweep: None,
+        };
+        deploy(
+            &mut state.taskmanagers,
+            &mut job,
+            self.scheduling,
+            &self.checkpoint_root,
+        )
+        .map_err(|m| ApiError {
+            status: 503,
+            message: m,
+        })?;
+        tracing::info!(job = %id, name = %job.name, "submitted");
+        let created = JobCreated {
+            id: id.clone(),
+            name: job.name.clone(),
+        };
+        state.jobs.insert(id, job);
+        Ok(created)
+    }
+
+    /// Parses and checks a spec; resolves its modules to hashes.
+    pub(crate) fn prepare(&self, spec: &str) -> Result<Prepared, ApiError> {
+        // A submitted spec has no folder of its own: its file paths must be
+        // absolute (`weir submit` makes them so), never resolved against
+        // this daemon's working directory, which messages do not reveal.
+        let origin = std::path::Path::new("/submitted-job.toml");
+        let spec =
+            JobSpec::parse(spec, origin, &[]).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if let Some((field, path)) = spec.relative_file_paths().into_iter().next() {
+            return Err(ApiError::bad_request(format!(
+                "{field}: found the relative path {:?}; a job submitted to a cluster names \
+                 its files by absolute path (`weir submit` makes the paths of a spec \
+                 absolute, against the spec's folder)",
+                path.display().to_string()
+            )));
+        }
+        let graph = JobGraph::from_spec(spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        self.prepare_graph(graph, false)
+    }
+
+    /// Checks a job graph; resolves its modules to hashes (with
+    /// `embedded`, a `.wasm` path is read and stored by content), and
+    /// loads each one to check it against its place in the graph.
+    pub(crate) fn prepare_graph(
+        &self,
+        mut graph: JobGraph,
+        embedded: bool,
+    ) -> Result<Prepared, ApiError> {
+        // Refused here, before any TaskManager is involved: files outside
+        // the allowed roots (or not regular files, where this host sees them).
+        weir_runtime::local::check_file_connectors(&graph, self.checker.allowed_roots())
+            .map_err(|m| ApiError::bad_request(format!("job `{}` refused: {m}", graph.name)))?;
+        let mut hashes = HashSet::new();
+        let mut local = graph.clone();
+        for (v, vertex) in graph.vertices.iter_mut().enumerate() {
+            let VertexKind::Operator(op) = &mut vertex.kind else {
+                continue;
+            };
+            let reference = match &op.module {
+                ModuleRef::Path(p) if embedded => {
+                    let bytes = std::fs::read(p).map_err(|e| {
+                        ApiError::bad_request(format!(
+                            "operator `{}`: cannot read module {}: {e}",
+                            vertex.id,
+                            p.display()
+                        ))
+                    })?;
+                    let hash = modules::sha256_ref(&bytes);
+                    self.store.put_blob(&hash, &bytes)?;
+                    // The check below loads it by its own path, so errors
+                    // name the file the user wrote.
+                    op.module = ModuleRef::Hash(hash.clone());
+                    hashes.insert(hash);
+                    continue;
+                }
+                ModuleRef::Path(p) => {
+                    return Err(ApiError::bad_request(format!(
+                        "operator `{}`: module {} is a file path; upload it first \
+                         (`weir upload FILE --name N`) and refer to it as \"name@version\", \
+                         or use `weir submit`, which uploads the files a spec names",
+                        vertex.id,
+                        p.display()
+                    )));
+                }
+                other => other.to_string(),
+            };
+            let info = self.store.resolve(&reference).map_err(|e| match e {
+                StoreError::NotFound(_) => ApiError::bad_request(format!(
+                    "operator `{}`: unknown module `{reference}`; upload it with \
+                     `weir upload FILE --name N --version V` (`weir modules` lists the uploaded ones)",
+                    vertex.id
+                )),
+                other => ApiError::from(other),
+            })?;
+            op.module = ModuleRef::Hash(info.hash.clone());
+            if let VertexKind::Operator(lop) = &mut local.vertices[v].kind {
+                lop.module = ModuleRef::Path(self.store.blob_path(&info.hash));
+            }
+            hashes.insert(info.hash);
+        }
+        // Load every module (compiled cache) and check it against the graph,
+        // so a bad job is refused here rather than failing on TaskManagers.
+        let loaded = self
+            .checker
+            .load_modules(&local)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok((graph, hashes, loaded))
+    }
+}
