@@ -1,0 +1,260 @@
+//! Validation of each source, operator and sink table: its settings, its
+//! paths resolved against the spec's folder, its module reference.
+
+use super::*;
+
+impl Builder {
+    pub(super) fn source(
+        &mut self,
+        label: &str,
+        t: &SourceTable,
+        settings: &JobSettings,
+    ) -> Vertex {
+        let id = self.id(label, &t.id);
+        let (spec, parallelism) = match t.source_type {
+            SourceType::File => {
+                let what = "for type = \"file\" (a generator field)";
+                let max_record_bytes = t
+                    .max_record_bytes
+                    .unwrap_or(crate::config::DEFAULT_MAX_RECORD_BYTES);
+                self.check_range(
+                    &format!("{label}.max_record_bytes"),
+                    max_record_bytes,
+                    1,
+                    MAX_FILE_RECORD_BYTES,
+                );
+                self.not_for(label, "kind", &t.kind, what);
+                self.not_for(label, "count", &t.count, what);
+                self.not_for(label, "seed", &t.seed, what);
+                self.not_for(label, "accounts", &t.accounts, what);
+                self.not_for(label, "record_bytes", &t.record_bytes, what);
+                self.not_for(label, "keys", &t.keys, what);
+                self.not_for(label, "vocabulary", &t.vocabulary, what);
+                let path = match &t.path {
+                    Some(path) => self.resolve(path),
+                    None => {
+                        self.problem(
+                            format!("{label}.path"),
+                            "missing; a file source needs the path of the file to read",
+                        );
+                        PathBuf::new()
+                    }
+                };
+                let format = t.format.unwrap_or(SourceFormat::Lines);
+                if format != SourceFormat::JsonLines {
+                    let what = "for format = \"lines\" (json-lines only)";
+                    self.not_for(label, "key_field", &t.key_field, what);
+                    self.not_for(label, "timestamp_field", &t.timestamp_field, what);
+                }
+                for (field, value) in [
+                    ("key_field", &t.key_field),
+                    ("timestamp_field", &t.timestamp_field),
+                ] {
+                    if value.as_deref() == Some("") {
+                        self.problem(
+                            format!("{label}.{field}"),
+                            "found \"\", expected the name of a top-level JSON field",
+                        );
+                    }
+                }
+                // A file is read by one subtask: the default is 1 whatever
+                // job.parallelism says, and nothing else is allowed.
+                if let Some(p) = t.parallelism.filter(|&p| p != 1) {
+                    self.problem(
+                        format!("{label}.parallelism"),
+                        format!(
+                            "found {p}, expected 1: a file source is read by one subtask \
+                             (omit parallelism, or use `partition = \"rebalance\"` on its edge to spread records)"
+                        ),
+                    );
+                }
+                if t.rate == Some(0) {
+                    self.problem(
+                        format!("{label}.rate"),
+                        "must be at least 1 line per second",
+                    );
+                }
+                let spec = SourceSpec::File(FileSourceSpec {
+                    path,
+                    rate: t.rate,
+                    format,
+                    key_field: t.key_field.clone(),
+                    timestamp_field: t.timestamp_field.clone(),
+                    max_record_bytes,
+                });
+                (spec, 1)
+            }
+            SourceType::Generator => {
+                let what = "for type = \"generator\" (a file-source field)";
+                self.not_for(label, "path", &t.path, what);
+                self.not_for(label, "format", &t.format, what);
+                self.not_for(label, "key_field", &t.key_field, what);
+                self.not_for(label, "timestamp_field", &t.timestamp_field, what);
+                self.not_for(label, "max_record_bytes", &t.max_record_bytes, what);
+                let kind_name = match t.kind {
+                    Some(kind) => kind,
+                    None => {
+                        self.problem(
+                            format!("{label}.kind"),
+                            "missing; expected \"sequence\", \"transactions\" or \"words\"",
+                        );
+                        GeneratorKindName::Sequence
+                    }
+                };
+                let only =
+                    |kind: &str| format!("for kind = {:?} ({kind} only)", kind_name_str(kind_name));
+                if kind_name != GeneratorKindName::Transactions {
+                    self.not_for(label, "accounts", &t.accounts, &only("transactions"));
+                }
+                if kind_name != GeneratorKindName::Sequence {
+                    self.not_for(label, "record_bytes", &t.record_bytes, &only("sequence"));
+                    self.not_for(label, "keys", &t.keys, &only("sequence"));
+                }
+                if kind_name != GeneratorKindName::Words {
+                    self.not_for(label, "vocabulary", &t.vocabulary, &only("words"));
+                }
+                let kind = match kind_name {
+                    GeneratorKindName::Sequence => {
+                        if let Some(bytes) = t.record_bytes {
+                            self.check_range(
+                                &format!("{label}.record_bytes"),
+                                bytes.into(),
+                                1,
+                                MAX_RECORD_BYTES.into(),
+                            );
+                        }
+                        if let Some(keys) = t.keys {
+                            self.check_range(&format!("{label}.keys"), keys, 1, u64::MAX);
+                        }
+                        GeneratorKind::Sequence {
+                            record_bytes: t.record_bytes,
+                            keys: t.keys,
+                        }
+                    }
+                    GeneratorKindName::Transactions => {
+                        let accounts = t.accounts.unwrap_or(DEFAULT_ACCOUNTS);
+                        self.check_range(&format!("{label}.accounts"), accounts, 1, u64::MAX);
+                        GeneratorKind::Transactions { accounts }
+                    }
+                    GeneratorKindName::Words => {
+                        let vocabulary = t.vocabulary.unwrap_or(DEFAULT_VOCABULARY);
+                        self.check_range(
+                            &format!("{label}.vocabulary"),
+                            vocabulary.into(),
+                            1,
+                            u64::MAX,
+                        );
+                        GeneratorKind::Words { vocabulary }
+                    }
+                };
+                if let Some(rate) = t.rate {
+                    self.check_range(&format!("{label}.rate"), rate, 1, u64::MAX);
+                }
+                let parallelism = self.vertex_parallelism(label, t.parallelism, settings);
+                let spec = SourceSpec::Generator(GeneratorSpec {
+                    kind,
+                    count: t.count,
+                    seed: t.seed.unwrap_or(0),
+                    rate: t.rate,
+                });
+                (spec, parallelism)
+            }
+        };
+        Vertex {
+            id,
+            parallelism,
+            slot_sharing_group: self.group(label, &t.slot_sharing_group),
+            kind: VertexKind::Source(spec),
+        }
+    }
+
+    pub(super) fn operator(
+        &mut self,
+        label: &str,
+        t: &OperatorTable,
+        settings: &JobSettings,
+    ) -> Vertex {
+        let id = self.id(label, &t.id);
+        let module = match parse_module(&t.module) {
+            Ok(ModuleRef::Path(path)) => ModuleRef::Path(self.resolve(&path)),
+            Ok(named) => named,
+            Err(message) => {
+                self.problem(format!("{label}.module"), message);
+                ModuleRef::Path(PathBuf::new())
+            }
+        };
+        let key_by = match t.key_by.as_deref().map(parse_key_selector).transpose() {
+            Ok(key_by) => key_by,
+            Err(message) => {
+                self.problem(format!("{label}.key_by"), message);
+                None
+            }
+        };
+        let parallelism = self.vertex_parallelism(label, t.parallelism, settings);
+        Vertex {
+            id,
+            parallelism,
+            slot_sharing_group: self.group(label, &t.slot_sharing_group),
+            kind: VertexKind::Operator(OperatorSpec {
+                module,
+                config: flatten_config(&t.config),
+                key_by,
+            }),
+        }
+    }
+
+    pub(super) fn sink(&mut self, label: &str, t: &SinkTable, settings: &JobSettings) -> Vertex {
+        let id = self.id(label, &t.id);
+        let format = t.format.unwrap_or(SinkFormat::Value);
+        let spec = match t.sink_type {
+            SinkType::File => {
+                let path = match &t.path {
+                    Some(path) => self.resolve(path),
+                    None => {
+                        self.problem(
+                            format!("{label}.path"),
+                            "missing; a file sink needs the path of the file to write",
+                        );
+                        PathBuf::new()
+                    }
+                };
+                self.not_for(
+                    label,
+                    "rate",
+                    &t.rate,
+                    "for type = \"file\" (blackhole only)",
+                );
+                SinkSpec::File(FileSinkSpec { path, format })
+            }
+            SinkType::Stdout => {
+                self.not_for(label, "path", &t.path, "for type = \"stdout\" (file only)");
+                self.not_for(
+                    label,
+                    "rate",
+                    &t.rate,
+                    "for type = \"stdout\" (blackhole only)",
+                );
+                SinkSpec::Stdout { format }
+            }
+            SinkType::Blackhole => {
+                let what = "for type = \"blackhole\" (it writes nothing)";
+                self.not_for(label, "path", &t.path, what);
+                self.not_for(label, "format", &t.format, what);
+                if t.rate == Some(0) {
+                    self.problem(
+                        format!("{label}.rate"),
+                        "must be at least 1 record per second",
+                    );
+                }
+                SinkSpec::Blackhole { rate: t.rate }
+            }
+        };
+        let parallelism = self.vertex_parallelism(label, t.parallelism, settings);
+        Vertex {
+            id,
+            parallelism,
+            slot_sharing_group: self.group(label, &t.slot_sharing_group),
+            kind: VertexKind::Sink(spec),
+        }
+    }
+}
