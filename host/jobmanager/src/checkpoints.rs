@@ -64,7 +64,7 @@ pub(crate) fn checkpoint_actions(
     jm: &JobManager,
     actions: Vec<Action<SubtaskCheckpoint>>,
 ) {
-    let chk_dir = |job: &str, id: u64| StoragePath::new(format!("{job}/chk-{id}"));
+    use weir_runtime::checkpoint::layout::checkpoint_dir as chk_dir;
     for action in actions {
         match action {
             Action::Trigger { id, .. } => {
@@ -160,7 +160,7 @@ pub(crate) fn checkpoint_actions(
 pub(crate) fn discard_uploads(jm: &JobManager, job: &mut Job, id: u64, shared: &[StoragePath]) {
     // Only the job's own shared files (acks naming others are refused
     // before they get here; this keeps it so).
-    let own = StoragePath::new(format!("{}/shared", job.id));
+    let own = weir_runtime::checkpoint::layout::shared_dir(&job.id);
     let shared: Vec<StoragePath> = shared
         .iter()
         .filter(|f| own.as_ref().is_ok_and(|own| f.starts_with(own)))
@@ -175,7 +175,7 @@ pub(crate) fn discard_uploads(jm: &JobManager, job: &mut Job, id: u64, shared: &
     for file in orphans {
         jm.enqueue(job, StorageCommand::Delete(file));
     }
-    if !retained && let Ok(dir) = StoragePath::new(format!("{}/chk-{id}", job.id)) {
+    if !retained && let Ok(dir) = weir_runtime::checkpoint::layout::checkpoint_dir(&job.id, id) {
         jm.enqueue(job, StorageCommand::DeletePrefix(dir));
     }
 }

@@ -128,7 +128,7 @@ impl JobManager {
             Some(Sweep::Done(a)) if a == next => true,
             Some(Sweep::Requested(a)) if a == next => false,
             _ => {
-                let Ok(prefix) = StoragePath::new(format!("{}/shared", job.id)) else {
+                let Ok(prefix) = weir_runtime::checkpoint::layout::shared_dir(&job.id) else {
                     return true;
                 };
                 let keep = c.registry.referenced().into_iter().collect();

@@ -8,6 +8,8 @@
 //! * [`storage`]: [`StoragePath`] (relative paths that cannot escape the
 //!   storage root), the [`CheckpointStorage`] trait and [`DirStorage`] (a
 //!   local or shared directory), with atomic writes.
+//! * [`layout`]: where a job's checkpoints live in storage (the one place
+//!   the `<job>/shared`, `<job>/chk-<n>/…` layout is spelled).
 //! * [`snapshot`]: one subtask's keyed state in a checkpoint. The
 //!   synchronous part is [`crate::state::KeyedStateBackend::snapshot_local`]
 //!   (a RocksDB checkpoint of hard links, or a heap snapshot file);
@@ -59,6 +61,7 @@ use crate::state::StateError;
 
 pub mod acks;
 pub mod coordinator;
+pub mod layout;
 pub mod registry;
 pub mod snapshot;
 pub mod storage;

@@ -411,8 +411,8 @@ impl SubtaskCheckpoint {
     /// the path names, which may be another job's.
     pub fn foreign_path(&self, job: &str, checkpoint: u64) -> Option<&StoragePath> {
         let (Ok(shared), Ok(private)) = (
-            StoragePath::new(format!("{job}/shared")),
-            StoragePath::new(format!("{job}/chk-{checkpoint}")),
+            super::layout::shared_dir(job),
+            super::layout::checkpoint_dir(job, checkpoint),
         ) else {
             // No path can lie under a folder that cannot be named.
             return self
@@ -437,14 +437,7 @@ impl SubtaskCheckpoint {
     }
 }
 
-/// The name of a completed checkpoint's metadata file in its directory.
-pub const METADATA_FILE: &str = "_metadata";
-
-/// `<job>/chk-<checkpoint>/_metadata`: where the JobManager writes a
-/// completed checkpoint's [`CheckpointMetadata`] and a restore reads it.
-pub fn metadata_path(job: &str, checkpoint: u64) -> Result<StoragePath, CheckpointError> {
-    StoragePath::new(format!("{job}/chk-{checkpoint}/{METADATA_FILE}"))
-}
+pub use super::layout::{METADATA_FILE, metadata_path};
 
 /// A completed checkpoint's `_metadata` (JSON): written by the JobManager
 /// once every subtask acked, read back by every TaskManager that restores
