@@ -169,7 +169,7 @@ pub use api::*;
 use checkpoints::*;
 pub use config::*;
 use control::*;
-pub use server::{RunningJobManager, start};
+pub use server::{RunningJobManager, Sockets, bind, serve, start};
 
 struct Tm {
     data_address: SocketAddr,

@@ -1,5 +1,6 @@
-//! The `weir jobmanager` daemon around the core: [`start`] binds the QUIC
-//! endpoint TaskManagers connect to and the REST server, and serves each
+//! The `weir jobmanager` daemon around the core: [`serve`] runs it on the
+//! [`Sockets`] it is given (the QUIC endpoint TaskManagers connect to, the
+//! REST listener; [`start`] binds them from the config first), and serves each
 //! TaskManager connection (registration checked against its certificate,
 //! the control stream, module fetches).
 
@@ -50,16 +51,24 @@ impl RunningJobManager {
     }
 }
 
-/// Starts a JobManager on the current tokio runtime: RPC endpoint, REST
-/// server and heartbeat monitor. `runtime` compiles uploaded modules to
-/// validate them (its cache should live in the data dir).
-pub async fn start(
-    config: JobManagerConfig,
-    runtime: Arc<Runtime>,
-) -> Result<RunningJobManager, StartError> {
-    // Before touching the disk: an empty token or an insecure non-loopback
-    // address is refused whatever else is wrong.
-    config.rest_auth.check(config.rest)?;
+/// The sockets a JobManager serves on: the QUIC endpoint TaskManagers
+/// connect to (configured with the JobManager's identity, see
+/// [`weir_runtime::net::tls::endpoint`]) and the REST listener. The daemon
+/// owns no socket it was not given: [`bind`] makes them from the config,
+/// or a caller (`weir local`, a test) binds its own.
+#[derive(Debug)]
+pub struct Sockets {
+    /// Where TaskManagers connect.
+    pub rpc: quinn::Endpoint,
+    /// Where the REST API listens.
+    pub rest: tokio::net::TcpListener,
+}
+
+/// Checks what can be refused before touching the disk or the network:
+/// an empty token, an insecure REST address that is not loopback, a
+/// certificate that is not the JobManager's.
+fn precheck(config: &JobManagerConfig, rest: SocketAddr) -> Result<(), StartError> {
+    config.rest_auth.check(rest)?;
     if config.identity.role() != Some(Role::JobManager) {
         return Err(StartError::Identity(
             "the certificate is not the JobManager's (TaskManagers would refuse it): issue \
@@ -67,36 +76,71 @@ pub async fn start(
                 .into(),
         ));
     }
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| StartError::DataDir {
-        path: config.data_dir.clone(),
-        message: e.to_string(),
-    })?;
-    let auth = config.rest_auth.resolve(config.rest, &config.data_dir)?;
-    let store =
-        ModuleStore::open(&config.data_dir.join("modules")).map_err(|e| StartError::DataDir {
-            path: config.data_dir.clone(),
-            message: e.to_string(),
-        })?;
-    let endpoint = weir_runtime::net::tls::endpoint(config.rpc, &config.identity).map_err(|e| {
+    Ok(())
+}
+
+/// Binds `config.rpc` and `config.rest` (port 0: any free port).
+pub async fn bind(config: &JobManagerConfig) -> Result<Sockets, StartError> {
+    let rpc = weir_runtime::net::tls::endpoint(config.rpc, &config.identity).map_err(|e| {
         StartError::Bind {
             address: config.rpc,
             message: e.to_string(),
         }
     })?;
-    let rpc_address = endpoint.local_addr().map_err(|e| StartError::Bind {
-        address: config.rpc,
-        message: e.to_string(),
-    })?;
-    let listener = tokio::net::TcpListener::bind(config.rest)
+    let rest = tokio::net::TcpListener::bind(config.rest)
         .await
         .map_err(|e| StartError::Bind {
             address: config.rest,
             message: e.to_string(),
         })?;
-    let rest_address = listener.local_addr().map_err(|e| StartError::Bind {
-        address: config.rest,
+    Ok(Sockets { rpc, rest })
+}
+
+/// Starts a JobManager on the current tokio runtime: binds its sockets
+/// ([`bind`]), then [`serve`]s on them.
+pub async fn start(
+    config: JobManagerConfig,
+    runtime: Arc<Runtime>,
+) -> Result<RunningJobManager, StartError> {
+    // Before touching the disk or binding: an empty token or an insecure
+    // non-loopback address is refused whatever else is wrong.
+    precheck(&config, config.rest)?;
+    let sockets = bind(&config).await?;
+    serve(sockets, config, runtime).await
+}
+
+/// Serves a JobManager on `sockets` (the addresses in `config` are not
+/// used: the REST rules apply to the address `sockets.rest` is bound to):
+/// opens the data dir and the module store, then runs the clock, the REST
+/// server and the TaskManager endpoint on the current tokio runtime.
+/// `runtime` compiles uploaded modules to validate them (its cache should
+/// live in the data dir).
+pub async fn serve(
+    sockets: Sockets,
+    config: JobManagerConfig,
+    runtime: Arc<Runtime>,
+) -> Result<RunningJobManager, StartError> {
+    let Sockets {
+        rpc: endpoint,
+        rest: listener,
+    } = sockets;
+    let bound = |address: SocketAddr, e: std::io::Error| StartError::Bind {
+        address,
+        message: e.to_string(),
+    };
+    let rpc_address = endpoint.local_addr().map_err(|e| bound(config.rpc, e))?;
+    let rest_address = listener.local_addr().map_err(|e| bound(config.rest, e))?;
+    precheck(&config, rest_address)?;
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| StartError::DataDir {
+        path: config.data_dir.clone(),
         message: e.to_string(),
     })?;
+    let auth = config.rest_auth.resolve(rest_address, &config.data_dir)?;
+    let store =
+        ModuleStore::open(&config.data_dir.join("modules")).map_err(|e| StartError::DataDir {
+            path: config.data_dir.clone(),
+            message: e.to_string(),
+        })?;
     let jm = JobManager::new(config.core(), runtime, store);
     let mut tasks = vec![jm.clone().spawn_clock()];
     let router = rest::router(
@@ -290,4 +334,57 @@ pub(crate) async fn serve_fetch(
         tracing::info!(hash = %request.hash, "module fetch failed: {e}");
     }
     let _ = send.finish();
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+    use weir_runtime::net::tls::ClusterCa;
+    use weir_runtime::wasm::RuntimeConfig;
+
+    use super::*;
+
+    /// The status line of `GET path` on `address`, with `token` if given.
+    async fn get(address: SocketAddr, path: &str, token: Option<&str>) -> String {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response.lines().next().unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn a_jobmanager_serves_on_the_sockets_it_is_given() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let identity = ClusterCa::generate().unwrap().issue_jobmanager().unwrap();
+            // The caller binds: port 0, then the addresses it got.
+            let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+            let rpc = weir_runtime::net::tls::endpoint(any, &identity).unwrap();
+            let rest = tokio::net::TcpListener::bind(any).await.unwrap();
+            let (rpc_at, rest_at) = (rpc.local_addr().unwrap(), rest.local_addr().unwrap());
+            // The config's addresses name other ports: they are not bound.
+            let unused: SocketAddr = "127.0.0.1:9".parse().unwrap();
+            let mut config = JobManagerConfig::new(unused, unused, dir.path().join("jm"), identity);
+            config.rest_auth = RestAuth::Token("s3cret-token".into());
+            let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None }).unwrap());
+            let jm = serve(Sockets { rpc, rest }, config, runtime).await.unwrap();
+            assert_eq!((jm.rpc_address, jm.rest_address), (rpc_at, rest_at));
+            let refused = get(rest_at, "/v1/overview", None).await;
+            assert!(refused.contains(" 401 "), "{refused}");
+            let answered = get(rest_at, "/v1/overview", Some("s3cret-token")).await;
+            assert!(answered.contains(" 200 "), "{answered}");
+            jm.shutdown().await;
+        });
+    }
 }
