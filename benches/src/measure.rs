@@ -3,13 +3,32 @@
 /// The process's peak resident set size in KiB (`VmHWM` in
 /// `/proc/self/status`), or `None` where that file does not exist.
 ///
-/// It is a high-water mark over the whole life of the process, so the
-/// workload harness runs every case in a fresh child process.
+/// It is a high-water mark over the whole life of the process (unless
+/// [`reset_peak_rss`] moved it), so the workload harness runs every case in
+/// a fresh child process.
 pub fn peak_rss_kib() -> Option<u64> {
+    status_kib("VmHWM")
+}
+
+/// The process's current resident set size in KiB (`VmRSS`), or `None`
+/// where `/proc/self/status` does not exist.
+pub fn rss_kib() -> Option<u64> {
+    status_kib("VmRSS")
+}
+
+/// Sets the peak resident set size ([`peak_rss_kib`]) to the current one,
+/// so that the next reading is the peak from now on (Linux 4.0 and later:
+/// `/proc/self/clear_refs`). Whether it could.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// A `kB` field of `/proc/self/status`.
+fn status_kib(key: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
@@ -42,6 +61,24 @@ mod tests {
     fn reads_peak_rss_on_linux() {
         if cfg!(target_os = "linux") {
             assert!(peak_rss_kib().unwrap() > 0);
+            assert!(rss_kib().unwrap() > 0);
         }
+    }
+
+    #[test]
+    fn a_reset_peak_forgets_an_earlier_one() {
+        if !cfg!(target_os = "linux") {
+            return;
+        }
+        // 64 MiB made resident, then freed: the peak stays above it until
+        // the reset, and only then falls back near the current size.
+        let big = vec![1u8; 64 << 20];
+        std::hint::black_box(&big);
+        drop(big);
+        let before = peak_rss_kib().unwrap();
+        assert!(before >= 64 << 10, "{before} KiB");
+        assert!(reset_peak_rss());
+        let after = peak_rss_kib().unwrap();
+        assert!(after < before, "{after} KiB after, {before} KiB before");
     }
 }

@@ -22,5 +22,6 @@ mod rest;
 mod rest_auth;
 mod sandbox;
 mod side_output;
+mod upload_memory;
 mod util;
 mod word_count;
