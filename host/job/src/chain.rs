@@ -94,6 +94,54 @@ pub fn is_chained(graph: &JobGraph, edge: &JobEdge) -> bool {
         && graph.inputs(edge.to).count() == 1
 }
 
+/// Checks that `tasks` is a chaining of `graph` that the runtime can
+/// build: every vertex in exactly one task, chains of vertices with the
+/// task's parallelism, each link a chained edge. What a TaskManager checks
+/// of the task list a deployment carries (the JobManager computed it once
+/// with [`chain`]; the placement indexes into it) before building anything
+/// from it.
+pub fn check_tasks(graph: &JobGraph, tasks: &[TaskSpec]) -> Result<(), String> {
+    let mut seen = vec![false; graph.vertices.len()];
+    for (t, task) in tasks.iter().enumerate() {
+        if task.vertices.is_empty() {
+            return Err(format!("task {t} has no vertex"));
+        }
+        for (i, &v) in task.vertices.iter().enumerate() {
+            let Some(vertex) = graph.vertices.get(v) else {
+                return Err(format!(
+                    "task {t} names vertex {v}, the graph has {}",
+                    seen.len()
+                ));
+            };
+            if std::mem::replace(&mut seen[v], true) {
+                return Err(format!("vertex `{}` is in two tasks", vertex.id));
+            }
+            if vertex.parallelism != task.parallelism {
+                return Err(format!(
+                    "task {t} has parallelism {}, its vertex `{}` {}",
+                    task.parallelism, vertex.id, vertex.parallelism
+                ));
+            }
+            if i > 0 {
+                let from = task.vertices[i - 1];
+                let linked = graph
+                    .inputs(v)
+                    .any(|edge| edge.from == from && is_chained(graph, edge));
+                if !linked {
+                    return Err(format!(
+                        "task {t} chains `{}` to `{}` without a chainable edge",
+                        graph.vertices[from].id, vertex.id
+                    ));
+                }
+            }
+        }
+    }
+    match seen.iter().position(|s| !s) {
+        Some(v) => Err(format!("vertex `{}` is in no task", graph.vertices[v].id)),
+        None => Ok(()),
+    }
+}
+
 /// Fuses `graph` into tasks, in topological order.
 pub fn chain(graph: &JobGraph) -> Vec<TaskSpec> {
     let mut task_of: Vec<Option<usize>> = vec![None; graph.vertices.len()];

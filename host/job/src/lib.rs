@@ -57,7 +57,7 @@ mod overrides;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use chain::{TaskEdge, TaskId, TaskSpec, chain, task_edges};
+pub use chain::{TaskEdge, TaskId, TaskSpec, chain, check_tasks, task_edges};
 pub use graph::{
     FileSinkSpec, FileSourceSpec, GeneratorKind, GeneratorSpec, JobEdge, JobGraph, JobSettings,
     KeySelector, ModuleRef, OperatorLimits, OperatorSpec, Partitioner, SinkFormat, SinkSpec,

@@ -328,6 +328,7 @@ pub(crate) fn deploy(
     let deployment = Deployment {
         job: job.id.clone(),
         graph: job.graph.clone(),
+        tasks: job.tasks.clone(),
         placement: placement.clone(),
         peers,
         attempt: job.attempt,

@@ -7,7 +7,8 @@
 //! 1. Loads every operator's component through the process's [`Runtime`]
 //!    (compiled cache) and asks it to `describe` itself; an operator that
 //!    declares keyed state must have a keyed input.
-//! 2. Chains the graph into tasks ([`crate::job::chain`]) and creates one
+//! 2. Takes the graph's tasks as chained by the JobManager (checked with
+//!    [`crate::job::check_tasks`]: a TaskManager never chains again) and creates one
 //!    bounded channel per downstream subtask (or asks the [`Exchange`] for
 //!    a channel to a subtask on another TaskManager).
 //! 3. Builds every subtask: its source or input gate, its operator instances
@@ -40,7 +41,7 @@ use crate::connectors::{
 };
 use crate::job::{
     GeneratorKind, JobGraph, KeySelector, ModuleRef, Partitioner, SinkFormat, SinkSpec,
-    SourceFormat, SourceSpec, StateBackendKind, VertexKind, chain, task_edges,
+    SourceFormat, SourceSpec, StateBackendKind, TaskSpec, VertexKind, check_tasks, task_edges,
 };
 use crate::state::{
     BackendConfig, BackendKind, StateDescriptor, StateKind, key_group_range_for_subtask,
@@ -184,11 +185,14 @@ impl LocalCluster {
     }
 
     /// Builds and starts the subtasks of `graph` that `exchange` says run
-    /// here; outputs to subtasks elsewhere go through `exchange`. Blocking:
-    /// instantiates every operator before returning.
+    /// here; outputs to subtasks elsewhere go through `exchange`. `tasks`
+    /// is the graph's chaining as the JobManager computed it (task and
+    /// subtask indexes refer to it); one that is no chaining of `graph` is
+    /// refused. Blocking: instantiates every operator before returning.
     pub fn deploy(
         &self,
         graph: &JobGraph,
+        tasks: &[TaskSpec],
         modules: &LoadedModules,
         work_dir: PathBuf,
         exchange: &dyn Exchange,
@@ -204,7 +208,8 @@ impl LocalCluster {
         })?;
         // Again here: a TaskManager does not rely on its JobManager's check.
         check_file_connectors(graph, &self.roots).map_err(RunError::Plan)?;
-        let tasks = chain(graph);
+        check_tasks(graph, tasks).map_err(|e| RunError::Plan(format!("task list: {e}")))?;
+        let tasks = tasks.to_vec();
         let edges = task_edges(graph, &tasks);
         let capacity = settings.channel_capacity.max(1) as usize;
         let batch_size = settings.batch_size.max(1) as usize;

@@ -212,7 +212,11 @@ pub struct Deployment {
     pub job: String,
     /// The validated graph; operator modules are `sha256:` references.
     pub graph: JobGraph,
-    /// Per task (after [`crate::job::chain`]), per subtask: where it runs.
+    /// The graph's tasks, chained once by the JobManager
+    /// ([`crate::job::chain`]); TaskManagers build these, checked with
+    /// [`crate::job::check_tasks`], and never chain again.
+    pub tasks: Vec<crate::job::TaskSpec>,
+    /// Per task of `tasks`, per subtask: where it runs.
     pub placement: Vec<Vec<SlotRef>>,
     /// Data-plane address of every TaskManager in `placement`.
     pub peers: HashMap<String, SocketAddr>,

@@ -769,6 +769,36 @@ impl Exchange for NetExchange<'_> {
     }
 }
 
+/// Whether `tasks` is a chaining of `graph` ([`weir_runtime::job::check_tasks`])
+/// and `placement` names a slot for every subtask of every task, and no
+/// more.
+fn check_deployment(
+    graph: &JobGraph,
+    tasks: &[TaskSpec],
+    placement: &[Vec<SlotRef>],
+) -> Result<(), String> {
+    weir_runtime::job::check_tasks(graph, tasks)?;
+    if placement.len() != tasks.len() {
+        return Err(format!(
+            "{} tasks, placement for {}",
+            tasks.len(),
+            placement.len()
+        ));
+    }
+    match tasks
+        .iter()
+        .zip(placement)
+        .position(|(t, p)| p.len() != t.parallelism as usize)
+    {
+        Some(t) => Err(format!(
+            "task {t} has {} subtasks, placement for {}",
+            tasks[t].parallelism,
+            placement[t].len()
+        )),
+        None => Ok(()),
+    }
+}
+
 async fn run_job(
     inner: Arc<Inner>,
     upstream: Upstream,
@@ -778,6 +808,7 @@ async fn run_job(
     let Deployment {
         job,
         mut graph,
+        tasks,
         placement,
         peers,
         attempt,
@@ -786,7 +817,6 @@ async fn run_job(
     } = deployment;
     let key = format!("{job}#{attempt}");
     let _events_guard = EventsGuard(inner.clone(), key.clone());
-    let tasks: Vec<TaskSpec> = weir_runtime::job::chain(&graph);
     let local: Vec<(usize, u32)> = placement
         .iter()
         .enumerate()
@@ -810,6 +840,12 @@ async fn run_job(
             );
         }
     };
+    // The task list and the placement must fit the graph before anything
+    // indexes into them.
+    if let Err(why) = check_deployment(&graph, &tasks, &placement) {
+        fail_all(format!("the deployment does not fit its graph: {why}"));
+        return;
+    }
     if let Err(e) = fetch_modules(&inner, &upstream, &mut graph).await {
         fail_all(e);
         return;
@@ -856,6 +892,7 @@ async fn run_job(
         let inner = inner.clone();
         let key = key.clone();
         let graph = graph.clone();
+        let tasks = tasks.clone();
         let job_dir = job_dir.clone();
         let restored = restored.clone();
         let with_checkpoints = storage.is_some();
@@ -891,6 +928,7 @@ async fn run_job(
             };
             inner.cluster.deploy(
                 &graph,
+                &tasks,
                 &modules,
                 job_dir.join("state"),
                 &exchange,

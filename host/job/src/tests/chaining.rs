@@ -1,7 +1,7 @@
 //! Chaining vertices into tasks, and the edges left between tasks.
 
 use super::{SINK, SRC, edge, edge_with, operator, valid};
-use crate::{JobGraph, Partitioner, TaskSpec, chain, task_edges};
+use crate::{JobGraph, Partitioner, TaskSpec, chain, check_tasks, task_edges};
 
 fn task_ids(tasks: &[TaskSpec]) -> Vec<&str> {
     tasks.iter().map(|t| t.id.as_str()).collect()
@@ -18,6 +18,7 @@ fn check_invariants(graph: &JobGraph, tasks: &[TaskSpec]) {
         }
     }
     assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
+    assert_eq!(check_tasks(graph, tasks), Ok(()));
     for e in task_edges(graph, tasks) {
         assert!(e.from_task < e.to_task, "task edge goes backwards: {e:?}");
         assert_eq!(tasks[e.to_task].head(), e.to_vertex);
@@ -159,4 +160,46 @@ fn tasks_follow_topological_order_not_declaration_order() {
     let tasks = chain(&graph);
     assert_eq!(task_ids(&tasks), ["src+early", "late", "out"]);
     check_invariants(&graph, &tasks);
+}
+
+#[test]
+fn a_task_list_that_is_no_chaining_of_the_graph_is_refused() {
+    let graph = valid(&format!(
+        "{SRC}{}{}{SINK}{}{}{}",
+        operator("a", ""),
+        operator("b", "parallelism = 2"),
+        edge("src", "a"),
+        edge("a", "b"),
+        edge("b", "out")
+    ));
+    let tasks = chain(&graph);
+    assert_eq!(check_tasks(&graph, &tasks), Ok(()));
+    let refused = |tasks: Vec<TaskSpec>, why: &str| {
+        let err = check_tasks(&graph, &tasks).unwrap_err();
+        assert!(err.contains(why), "{err}");
+    };
+    // A vertex left out, or placed twice.
+    refused(tasks[..2].to_vec(), "vertex `out` is in no task");
+    let mut twice = tasks.clone();
+    twice[2].vertices.push(0);
+    refused(twice, "vertex `src` is in two tasks");
+    // A parallelism that is not the vertices'.
+    let mut wider = tasks.clone();
+    wider[0].parallelism = 3;
+    refused(wider, "task 0 has parallelism 3");
+    // A chain in the wrong order: no edge leads from `a` to `src`.
+    let mut reversed = tasks.clone();
+    reversed[0].vertices.reverse();
+    refused(reversed, "chains `a` to `src` without a chainable edge");
+    // Indices out of the graph; an empty task.
+    let mut outside = tasks.clone();
+    outside[2].vertices = vec![9];
+    refused(outside, "names vertex 9");
+    let mut empty = tasks;
+    empty.push(TaskSpec {
+        id: crate::TaskId("x".to_owned()),
+        vertices: vec![],
+        parallelism: 1,
+    });
+    refused(empty, "has no vertex");
 }

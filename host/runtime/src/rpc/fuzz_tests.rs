@@ -239,6 +239,7 @@ fn deployment() -> impl Strategy<Value = Deployment> {
             |(job, placement, peers, attempt, storage, restore)| Deployment {
                 job,
                 graph: graph(),
+                tasks: Vec::new(),
                 placement,
                 peers: peers.into_iter().collect::<HashMap<_, _>>(),
                 attempt,
