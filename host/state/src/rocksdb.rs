@@ -3,7 +3,7 @@
 //!
 //! Owns the database in the subtask's working directory, its options, the
 //! list merge operator, and the in-memory `Buffer` in front of it (write-back
-//! buffer and read cache in one).
+//! buffer and read cache in one, in `rocksdb/buffer.rs`).
 //!
 //! # Layout
 //! * Column family `state:<name>` per declared state (the prefix keeps a
@@ -71,6 +71,10 @@ use super::{
     BackendKind, KeyedStateBackend, MapEntries, StateDescriptor, StateError, StateKind, ttl,
 };
 
+mod buffer;
+
+use buffer::*;
+
 /// Prefix of every state's column family name.
 pub const CF_PREFIX: &str = "state:";
 
@@ -112,18 +116,6 @@ pub const DB_WRITE_BUFFER_BYTES: usize = 64 << 20;
 /// files' worth of stale versions wait longer for compaction.
 pub const L0_COMPACTION_TRIGGER: i32 = 20;
 
-/// The buffer flushes itself once this many bytes (estimated) were written
-/// since the last flush, even if the driver has not called `flush` yet.
-pub const WRITE_BACK_LIMIT_BYTES: usize = 32 << 20;
-
-/// Bound on the (estimated) bytes the buffer holds, clean and dirty, per
-/// subtask; sized for a few hundred thousand small hot entries.
-pub const BUFFER_LIMIT_BYTES: usize = 32 << 20;
-
-/// Estimated bytes of bookkeeping per slot, beyond its key and payload
-/// (hash-map bucket, `Vec` headers, allocator slack).
-const SLOT_OVERHEAD: usize = 64;
-
 /// The column family of state `name`.
 pub fn cf_name(name: &str) -> String {
     format!("{CF_PREFIX}{name}")
@@ -131,237 +123,6 @@ pub fn cf_name(name: &str) -> String {
 
 fn backend_err(e: ::rocksdb::Error) -> StateError {
     StateError::Backend(e.into_string())
-}
-
-/// A slot's kind does not fit its state's kind: a bug in this module.
-fn mixed_slot() -> StateError {
-    StateError::Backend("internal: buffered entry does not match the state kind".into())
-}
-
-/// What the buffer knows about one stored key.
-enum Slot {
-    /// The database's entry: its stored value (value and map states), or
-    /// `None` if it has none (any state).
-    Clean(Option<Vec<u8>>),
-    /// Dirty: the new stored value (value and map states).
-    Put(Vec<u8>),
-    /// Dirty: the key is gone (any state).
-    Delete,
-    /// Dirty (list state): elements appended since the last flush;
-    /// `replace` means the database's list is void (cleared, or rewritten
-    /// without expired elements).
-    List { replace: bool, appended: Vec<u8> },
-}
-
-impl Slot {
-    fn is_dirty(&self) -> bool {
-        !matches!(self, Slot::Clean(_))
-    }
-
-    /// Bytes of data the slot holds.
-    fn payload(&self) -> usize {
-        match self {
-            Slot::Clean(Some(v)) | Slot::Put(v) | Slot::List { appended: v, .. } => v.len(),
-            Slot::Clean(None) | Slot::Delete => 0,
-        }
-    }
-}
-
-/// One state's slots.
-#[derive(Default)]
-struct StateSlots {
-    slots: FastHashMap<Vec<u8>, Slot>,
-    /// The keys of the dirty slots, each once.
-    dirty: Vec<Vec<u8>>,
-}
-
-/// The write-back buffer and read cache of one subtask; see the module docs.
-struct Buffer {
-    states: Vec<StateSlots>,
-    /// Estimated bytes held by all slots.
-    bytes: usize,
-    /// Estimated bytes written since the last flush; 0 iff nothing is dirty.
-    dirty_bytes: usize,
-}
-
-impl Buffer {
-    fn new(states: usize) -> Self {
-        Self {
-            states: (0..states).map(|_| StateSlots::default()).collect(),
-            bytes: 0,
-            dirty_bytes: 0,
-        }
-    }
-
-    #[inline]
-    fn get(&self, state: usize, key: &[u8]) -> Option<&Slot> {
-        self.states[state].slots.get(key)
-    }
-
-    /// Records the database's entry for `key` (not in the buffer yet).
-    fn insert_clean(&mut self, state: usize, key: &[u8], stored: Option<Vec<u8>>) {
-        let slot = Slot::Clean(stored);
-        self.bytes += key.len() + SLOT_OVERHEAD + slot.payload();
-        self.states[state].slots.insert(key.to_vec(), slot);
-    }
-
-    /// Makes `key`'s slot the dirty `new`.
-    fn set_dirty(&mut self, state: usize, key: &[u8], new: Slot) {
-        debug_assert!(new.is_dirty());
-        self.dirty_bytes += key.len() + SLOT_OVERHEAD + new.payload();
-        let st = &mut self.states[state];
-        match st.slots.get_mut(key) {
-            Some(slot) => {
-                self.bytes = (self.bytes + new.payload()).saturating_sub(slot.payload());
-                if !slot.is_dirty() {
-                    st.dirty.push(key.to_vec());
-                }
-                *slot = new;
-            }
-            None => {
-                self.bytes += key.len() + SLOT_OVERHEAD + new.payload();
-                st.dirty.push(key.to_vec());
-                st.slots.insert(key.to_vec(), new);
-            }
-        }
-    }
-
-    /// Sets `key`'s stored value, reusing the slot's allocation when it has one.
-    fn put(
-        &mut self,
-        state: usize,
-        key: &[u8],
-        expiry: Option<u64>,
-        value: &[u8],
-    ) -> Result<(), StateError> {
-        let st = &mut self.states[state];
-        if let Some(slot) = st.slots.get_mut(key) {
-            if matches!(slot, Slot::List { .. }) {
-                return Err(mixed_slot());
-            }
-            let was_dirty = slot.is_dirty();
-            let old = slot.payload();
-            let mut stored = match mem::replace(slot, Slot::Delete) {
-                Slot::Put(v) | Slot::Clean(Some(v)) => v,
-                Slot::Clean(None) | Slot::Delete | Slot::List { .. } => Vec::new(),
-            };
-            stored.clear();
-            ttl::encode(&mut stored, expiry, value);
-            let new = stored.len();
-            *slot = Slot::Put(stored);
-            if !was_dirty {
-                st.dirty.push(key.to_vec());
-            }
-            self.bytes = (self.bytes + new).saturating_sub(old);
-            self.dirty_bytes += key.len() + SLOT_OVERHEAD + new;
-            return Ok(());
-        }
-        let mut stored = Vec::with_capacity(ttl::EXPIRY_LEN + value.len());
-        ttl::encode(&mut stored, expiry, value);
-        self.set_dirty(state, key, Slot::Put(stored));
-        Ok(())
-    }
-
-    /// Appends a list element (blind: the database's list is not read).
-    fn list_add(
-        &mut self,
-        state: usize,
-        key: &[u8],
-        expiry: Option<u64>,
-        element: &[u8],
-    ) -> Result<(), StateError> {
-        let st = &mut self.states[state];
-        match st.slots.get_mut(key) {
-            Some(Slot::List { appended, .. }) => {
-                let old = appended.len();
-                layout::push_list_element(appended, expiry, element)?;
-                let grown = appended.len() - old;
-                self.bytes += grown;
-                self.dirty_bytes += grown;
-                Ok(())
-            }
-            Some(Slot::Put(_) | Slot::Clean(Some(_))) => Err(mixed_slot()),
-            other => {
-                // After a tombstone (or with none in the database), the
-                // database's list does not count: write the list whole.
-                let replace = other.is_some();
-                let mut appended = Vec::new();
-                layout::push_list_element(&mut appended, expiry, element)?;
-                self.set_dirty(state, key, Slot::List { replace, appended });
-                Ok(())
-            }
-        }
-    }
-
-    /// Moves every dirty slot into `batch`, sorted by key per column family,
-    /// and marks it clean (slots with appended list elements are dropped
-    /// instead: only the database knows the merged list).
-    fn drain_dirty(&mut self, store: &Store, batch: &mut WriteBatch) -> Result<(), StateError> {
-        for (state, st) in self.states.iter_mut().enumerate() {
-            if st.dirty.is_empty() {
-                continue;
-            }
-            let cf = store.cf(state)?;
-            st.dirty.sort_unstable();
-            for key in st.dirty.drain(..) {
-                let Some(slot) = st.slots.get_mut(&key[..]) else {
-                    continue;
-                };
-                let keep = match slot {
-                    Slot::Put(stored) => {
-                        batch.put_cf(cf, &key, &stored);
-                        let stored = mem::take(stored);
-                        *slot = Slot::Clean(Some(stored));
-                        true
-                    }
-                    Slot::Delete => {
-                        batch.delete_cf(cf, &key);
-                        *slot = Slot::Clean(None);
-                        true
-                    }
-                    Slot::List {
-                        replace: false,
-                        appended,
-                    } => {
-                        batch.merge_cf(cf, &key, &appended);
-                        false
-                    }
-                    Slot::List {
-                        replace: true,
-                        appended,
-                    } if appended.is_empty() => {
-                        batch.delete_cf(cf, &key);
-                        false
-                    }
-                    Slot::List {
-                        replace: true,
-                        appended,
-                    } => {
-                        batch.put_cf(cf, &key, &appended);
-                        false
-                    }
-                    Slot::Clean(_) => true,
-                };
-                if !keep && let Some(slot) = st.slots.remove(&key[..]) {
-                    self.bytes = self
-                        .bytes
-                        .saturating_sub(key.len() + SLOT_OVERHEAD + slot.payload());
-                }
-            }
-        }
-        self.dirty_bytes = 0;
-        Ok(())
-    }
-
-    /// Drops every slot, dirty ones included.
-    fn clear(&mut self) {
-        for st in &mut self.states {
-            st.slots.clear();
-            st.dirty.clear();
-        }
-        self.bytes = 0;
-        self.dirty_bytes = 0;
-    }
 }
 
 /// The database and what every access to it needs.
