@@ -31,13 +31,14 @@ use weir_runtime::taskmanager::{Abort, Message, TaskError};
 
 use crate::checkpoints::{JobCheckpoints, JobEvent};
 use crate::fetch::fetch_modules;
-use crate::node::{Inner, LocalJob};
+use crate::node::{DeploymentKey, Inner, LocalJob};
 use crate::restore::download_restore;
 use crate::session::Upstream;
 
 /// The exchange of one job on this TaskManager.
 struct NetExchange<'a> {
     me: &'a str,
+    /// The deployment's name on the data plane (`job#attempt`).
     job: &'a str,
     placement: &'a [Vec<SlotRef>],
     peers: &'a HashMap<String, SocketAddr>,
@@ -115,7 +116,7 @@ pub(crate) async fn run_job(
         checkpoints,
         restore,
     } = deployment;
-    let key = format!("{job}#{attempt}");
+    let key = DeploymentKey::new(&job, attempt);
     let _events_guard = EventsGuard(inner.clone(), key.clone());
     let tasks: Vec<TaskSpec> = weir_runtime::job::chain(&graph);
     let local: Vec<(usize, u32)> = placement
@@ -145,7 +146,7 @@ pub(crate) async fn run_job(
         fail_all(e);
         return;
     }
-    let job_dir = inner.work_dir.join(&key);
+    let job_dir = inner.work_dir.join(key.to_string());
     let storage: Option<Arc<dyn CheckpointStorage>> = checkpoints
         .as_ref()
         .map(|c| Arc::new(DirStorage::new(c.storage.clone())) as Arc<dyn CheckpointStorage>);
@@ -185,7 +186,7 @@ pub(crate) async fn run_job(
     let (taken_tx, taken_rx) = mpsc::unbounded_channel();
     let deployed = {
         let inner = inner.clone();
-        let key = key.clone();
+        let net_key = key.to_string();
         let graph = graph.clone();
         let job_dir = job_dir.clone();
         let restored = restored.clone();
@@ -198,7 +199,7 @@ pub(crate) async fn run_job(
             };
             let exchange = NetExchange {
                 me: &inner.id,
-                job: &key,
+                job: &net_key,
                 placement: &placement,
                 peers: &peers,
                 senders: Arc::new(
@@ -371,7 +372,7 @@ pub(crate) async fn run_job(
 }
 
 /// Forgets a deployment's event queue when its `run_job` ends, however it ends.
-struct EventsGuard(Arc<Inner>, String);
+struct EventsGuard(Arc<Inner>, DeploymentKey);
 
 impl Drop for EventsGuard {
     fn drop(&mut self) {

@@ -110,7 +110,6 @@ impl InProcessTaskManager {
     /// a finished job's sinks have committed).
     pub async fn wait_idle(&self, job: &str) {
         let mut ended = self.inner.ended.subscribe();
-        let prefix = format!("{job}#");
         loop {
             let busy = self
                 .inner
@@ -118,7 +117,7 @@ impl InProcessTaskManager {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .keys()
-                .any(|k| k.starts_with(&prefix));
+                .any(|k| k.job == job);
             if !busy || ended.changed().await.is_err() {
                 return;
             }

@@ -10,10 +10,15 @@
 //! Each map has its own lock, held only to read or change it: never
 //! across an `.await`, never while another of them is held.
 //!
+//! A deployment is named by a [`DeploymentKey`] (job and attempt), never
+//! by a string put together from them; its `job#attempt` spelling is only
+//! for the data plane and the work directory.
+//!
 //! This module must not talk to the network or run jobs itself: the
 //! session and `deploy` do.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +34,35 @@ use weir_runtime::rpc::{JobReport, TaskState, ToJobManager, VertexReport};
 use weir_runtime::taskmanager::{Abort, JobMetrics};
 
 use crate::checkpoints::JobEvent;
+
+/// One deployment: attempt `attempt` of job `job`.
+///
+/// Its [`Display`](fmt::Display) form, `job#attempt`, names the
+/// deployment's inputs on the data plane, where every TaskManager of the
+/// job must spell it the same, and its work directory.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct DeploymentKey {
+    /// The job id.
+    pub(crate) job: String,
+    /// The attempt (the JobManager counts them per job).
+    pub(crate) attempt: u32,
+}
+
+impl DeploymentKey {
+    /// Attempt `attempt` of `job`.
+    pub(crate) fn new(job: &str, attempt: u32) -> DeploymentKey {
+        DeploymentKey {
+            job: job.to_owned(),
+            attempt,
+        }
+    }
+}
+
+impl fmt::Display for DeploymentKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.job, self.attempt)
+    }
+}
 
 /// One deployment running here, from the moment its subtasks are deployed
 /// until its `run_job` ends.
@@ -92,14 +126,14 @@ pub(crate) struct Inner {
     pub(crate) data: Option<DataPlane>,
     pub(crate) cluster: LocalCluster,
     pub(crate) store: ModuleStore,
-    pub(crate) jobs: Mutex<HashMap<String, LocalJob>>,
-    /// Attempts (`job#attempt`) canceled before (or while) they were deployed.
-    pub(crate) canceled: Mutex<HashSet<String>>,
+    pub(crate) jobs: Mutex<HashMap<DeploymentKey, LocalJob>>,
+    /// Attempts canceled before (or while) they were deployed.
+    pub(crate) canceled: Mutex<HashSet<DeploymentKey>>,
     /// The latest attempt of each job deployed here.
     pub(crate) deploying: Mutex<HashMap<String, u32>>,
-    /// Checkpoint events of each deployment (`job#attempt`), from the
-    /// moment its deployment arrives (events queue while it deploys).
-    pub(crate) events: Mutex<HashMap<String, mpsc::UnboundedSender<JobEvent>>>,
+    /// Checkpoint events of each deployment, from the moment it arrives
+    /// (events queue while it deploys).
+    pub(crate) events: Mutex<HashMap<DeploymentKey, mpsc::UnboundedSender<JobEvent>>>,
     /// The current control connection's outbox.
     pub(crate) outbox: Mutex<Option<mpsc::UnboundedSender<ToJobManager>>>,
     /// Bumped whenever a deployment's `run_job` ends.
@@ -152,7 +186,7 @@ impl Inner {
             self.canceled
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(format!("{job}#{attempt}"));
+                .insert(DeploymentKey::new(job, *attempt));
         }
         self.for_each_attempt(job, |j| {
             j.canceled.store(true, Ordering::Relaxed);
@@ -173,7 +207,7 @@ impl Inner {
             .events
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&format!("{job}#{attempt}"))
+            .get(&DeploymentKey::new(job, attempt))
         {
             let _ = events.send(event);
         }
@@ -204,9 +238,9 @@ impl Inner {
     }
 
     /// Forgets the data-plane inputs of deployment `key`.
-    pub(crate) fn unregister_job(&self, key: &str) {
+    pub(crate) fn unregister_job(&self, key: &DeploymentKey) {
         if let Some(data) = &self.data {
-            data.unregister_job(key);
+            data.unregister_job(&key.to_string());
         }
     }
 
@@ -220,5 +254,20 @@ impl Inner {
     pub(crate) fn job_report(&self, job: &str) -> Option<JobReport> {
         let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
         jobs.values().find(|j| j.job == job).map(LocalJob::report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The data plane names a deployment `job#attempt`: every TaskManager
+    /// of the job must spell its channels' key the same way.
+    #[test]
+    fn a_deployment_key_is_spelled_job_hash_attempt() {
+        assert_eq!(
+            DeploymentKey::new("wordcount", 3).to_string(),
+            "wordcount#3"
+        );
     }
 }

@@ -28,7 +28,7 @@ use weir_runtime::wasm::Runtime;
 use crate::TaskManagerConfig;
 use crate::checkpoints::JobEvent;
 use crate::deploy::run_job;
-use crate::node::Inner;
+use crate::node::{DeploymentKey, Inner};
 
 /// A started TaskManager.
 pub struct RunningTaskManager {
@@ -298,7 +298,7 @@ pub(crate) fn dispatch(inner: &Arc<Inner>, upstream: &Upstream, message: ToTaskM
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(
-                    format!("{}#{}", deployment.job, deployment.attempt),
+                    DeploymentKey::new(&deployment.job, deployment.attempt),
                     events_tx,
                 );
             let inner = inner.clone();
