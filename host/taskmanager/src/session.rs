@@ -21,7 +21,7 @@ use weir_runtime::local::LocalCluster;
 use weir_runtime::modules::ModuleStore;
 use weir_runtime::net::DataPlane;
 use weir_runtime::net::tls::{JOBMANAGER_NAME, NodeIdentity, Role};
-use weir_runtime::rpc::{ToJobManager, ToTaskManager, read_frame, write_frame};
+use weir_runtime::rpc::{FrameError, ToJobManager, ToTaskManager, read_frame, write_frame};
 use weir_runtime::start::StartError;
 use weir_runtime::wasm::Runtime;
 
@@ -89,7 +89,8 @@ pub async fn start(
         message,
     };
     std::fs::create_dir_all(&config.data_dir).map_err(|e| data_dir_error(e.to_string()))?;
-    let id = certified_id(&config.identity, config.id.as_deref()).map_err(StartError::Identity)?;
+    let id = certified_id(&config.identity, config.id.as_deref())
+        .map_err(|e| StartError::Identity(e.to_string()))?;
     let store = ModuleStore::open(&config.data_dir.join("modules"))
         .map_err(|e| data_dir_error(e.to_string()))?;
     let endpoint =
@@ -170,25 +171,87 @@ fn advertised(bound: SocketAddr, jobmanager: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, bound.port())
 }
 
+/// Why a certificate cannot be this TaskManager's
+/// ([`StartError::Identity`] carries its message).
+#[derive(Debug, thiserror::Error)]
+enum IdentityError {
+    /// It is another TaskManager's.
+    #[error("the id is `{wanted}` but the certificate is TaskManager `{id}`'s")]
+    OtherTaskManager {
+        /// The id asked for (`--id`).
+        wanted: String,
+        /// The certificate's.
+        id: String,
+    },
+    /// It is the JobManager's.
+    #[error("the certificate is the JobManager's, not a TaskManager's")]
+    JobManager,
+    /// It names no role.
+    #[error(
+        "the certificate names no TaskManager (a shared `taskmanager.pem` from an older \
+         `weir cluster init`?): issue one per TaskManager with `weir cluster issue DIR \
+         --taskmanager {}`",
+        .wanted.as_deref().unwrap_or("ID")
+    )]
+    NoRole {
+        /// The id asked for, if any.
+        wanted: Option<String>,
+    },
+}
+
 /// The id in `identity`'s certificate, which `wanted` (if given) must
 /// equal: the JobManager accepts a TaskManager only under that id.
-fn certified_id(identity: &NodeIdentity, wanted: Option<&str>) -> Result<String, String> {
+fn certified_id(identity: &NodeIdentity, wanted: Option<&str>) -> Result<String, IdentityError> {
     match (identity.role(), wanted) {
         (Some(Role::TaskManager(id)), None) => Ok(id),
         (Some(Role::TaskManager(id)), Some(wanted)) if id == wanted => Ok(id),
-        (Some(Role::TaskManager(id)), Some(wanted)) => Err(format!(
-            "the id is `{wanted}` but the certificate is TaskManager `{id}`'s"
-        )),
-        (Some(Role::JobManager), _) => {
-            Err("the certificate is the JobManager's, not a TaskManager's".to_owned())
-        }
-        (None, _) => Err(format!(
-            "the certificate names no TaskManager (a shared `taskmanager.pem` from an older \
-             `weir cluster init`?): issue one per TaskManager with `weir cluster issue DIR \
-             --taskmanager {}`",
-            wanted.unwrap_or("ID")
-        )),
+        (Some(Role::TaskManager(id)), Some(wanted)) => Err(IdentityError::OtherTaskManager {
+            wanted: wanted.to_owned(),
+            id,
+        }),
+        (Some(Role::JobManager), _) => Err(IdentityError::JobManager),
+        (None, _) => Err(IdentityError::NoRole {
+            wanted: wanted.map(str::to_owned),
+        }),
     }
+}
+
+/// Why a session with the JobManager ended (logged; the TaskManager then
+/// connects again).
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    /// The embedded cluster's TaskManager has no endpoint (never happens:
+    /// it has no session).
+    #[error("no network endpoint")]
+    NoEndpoint,
+    /// The connection could not be started.
+    #[error("cannot connect: {0}")]
+    Connect(quinn::ConnectError),
+    /// The handshake failed (the JobManager is down, or its certificate is
+    /// not the cluster's JobManager's).
+    #[error("cannot connect: {0}")]
+    Handshake(quinn::ConnectionError),
+    /// The control stream could not be opened.
+    #[error("{0}")]
+    Open(quinn::ConnectionError),
+    /// The registration could not be sent.
+    #[error("{0}")]
+    SendRegister(FrameError),
+    /// The JobManager refused the registration.
+    #[error("rejected: {0}")]
+    Rejected(String),
+    /// The JobManager answered something else, or closed the stream.
+    #[error("no registration answer")]
+    NoAnswer,
+    /// The answer to the registration could not be read.
+    #[error("registration failed: {0}")]
+    Registration(FrameError),
+    /// The JobManager closed the control stream.
+    #[error("the JobManager closed the connection")]
+    Closed,
+    /// The control stream failed.
+    #[error("connection lost: {0}")]
+    Lost(FrameError),
 }
 
 /// One connection to the JobManager, until it is lost.
@@ -196,17 +259,17 @@ async fn session(
     inner: &Arc<Inner>,
     jobmanager: SocketAddr,
     registered: &watch::Sender<u64>,
-) -> Result<(), String> {
+) -> Result<(), SessionError> {
     let Some(data) = &inner.data else {
-        return Err("no network endpoint".to_owned());
+        return Err(SessionError::NoEndpoint);
     };
     let conn = data
         .endpoint()
         .connect(jobmanager, JOBMANAGER_NAME)
-        .map_err(|e| format!("cannot connect: {e}"))?
+        .map_err(SessionError::Connect)?
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+        .map_err(SessionError::Handshake)?;
+    let (mut send, mut recv) = conn.open_bi().await.map_err(SessionError::Open)?;
     write_frame(
         &mut send,
         &ToJobManager::Register {
@@ -217,14 +280,14 @@ async fn session(
         },
     )
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(SessionError::SendRegister)?;
     let interval = match read_frame::<_, ToTaskManager>(&mut recv).await {
         Ok(Some(ToTaskManager::Registered {
             heartbeat_interval_ms,
         })) => Duration::from_millis(heartbeat_interval_ms.max(10)),
-        Ok(Some(ToTaskManager::Rejected { reason })) => return Err(format!("rejected: {reason}")),
-        Ok(_) => return Err("no registration answer".to_owned()),
-        Err(e) => return Err(format!("registration failed: {e}")),
+        Ok(Some(ToTaskManager::Rejected { reason })) => return Err(SessionError::Rejected(reason)),
+        Ok(_) => return Err(SessionError::NoAnswer),
+        Err(e) => return Err(SessionError::Registration(e)),
     };
     tracing::info!(taskmanager = %inner.id, %jobmanager, "registered");
     let (tx, mut rx) = mpsc::unbounded_channel::<ToJobManager>();
@@ -243,8 +306,8 @@ async fn session(
     let result = loop {
         match read_frame::<_, ToTaskManager>(&mut recv).await {
             Ok(Some(message)) => dispatch(inner, &upstream, message),
-            Ok(None) => break Err("the JobManager closed the connection".to_owned()),
-            Err(e) => break Err(format!("connection lost: {e}")),
+            Ok(None) => break Err(SessionError::Closed),
+            Err(e) => break Err(SessionError::Lost(e)),
         }
     };
     heartbeat.abort();
@@ -331,6 +394,47 @@ pub(crate) fn dispatch(inner: &Arc<Inner>, upstream: &Upstream, message: ToTaskM
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_runtime::net::tls::ClusterCa;
+
+    /// The messages `weir taskmanager` fails to start with (an e2e test
+    /// waits for the first one).
+    #[test]
+    fn a_certificate_must_be_this_taskmanagers() {
+        let ca = ClusterCa::generate().unwrap();
+        let tm2 = ca.issue_taskmanager("tm-2").unwrap();
+        assert_eq!(certified_id(&tm2, None).unwrap(), "tm-2");
+        assert_eq!(certified_id(&tm2, Some("tm-2")).unwrap(), "tm-2");
+        assert_eq!(
+            certified_id(&tm2, Some("tm-1")).unwrap_err().to_string(),
+            "the id is `tm-1` but the certificate is TaskManager `tm-2`'s"
+        );
+        let jm = ca.issue_jobmanager().unwrap();
+        assert_eq!(
+            certified_id(&jm, Some("tm-1")).unwrap_err().to_string(),
+            "the certificate is the JobManager's, not a TaskManager's"
+        );
+    }
+
+    #[test]
+    fn a_certificate_without_a_role_says_how_to_issue_one() {
+        let message = |wanted: Option<&str>| {
+            IdentityError::NoRole {
+                wanted: wanted.map(str::to_owned),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            message(Some("tm-1")),
+            "the certificate names no TaskManager (a shared `taskmanager.pem` from an older \
+             `weir cluster init`?): issue one per TaskManager with `weir cluster issue DIR \
+             --taskmanager tm-1`"
+        );
+        assert!(
+            message(None).ends_with("--taskmanager ID`"),
+            "{}",
+            message(None)
+        );
+    }
 
     #[test]
     fn a_wildcard_bind_advertises_the_route_to_the_jobmanager() {
