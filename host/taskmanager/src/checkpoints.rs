@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use weir_runtime::checkpoint::CheckpointError;
 use weir_runtime::checkpoint::acks::{AckLedger, Command};
 use weir_runtime::checkpoint::snapshot::{StateHandle, sha256_hex};
 use weir_runtime::checkpoint::storage::{CheckpointStorage, StoragePath};
@@ -224,7 +225,7 @@ impl JobCheckpoints {
             let result = upload_snapshot(&snapshot, storage.as_ref(), &job, backend, &base);
             let message = match result {
                 Ok(part) => Ok((id, subtask, part, snapshot.alignment)),
-                Err(e) => Err((id, subtask, e)),
+                Err(e) => Err((id, subtask, e.to_string())),
             };
             // The local snapshot (hard links) is no longer needed.
             if let Some(dir) = snapshot.states.first().and_then(|(_, d)| d.parent()) {
@@ -235,6 +236,18 @@ impl JobCheckpoints {
     }
 }
 
+/// Why a subtask's snapshot was not uploaded (the ledger declines it with
+/// this message).
+#[derive(Debug, thiserror::Error)]
+enum UploadError {
+    /// A storage path or a state upload failed.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The timers could not be written as JSON.
+    #[error(transparent)]
+    Timers(serde_json::Error),
+}
+
 /// Uploads one subtask's synchronous snapshot: state, timers.
 fn upload_snapshot(
     snapshot: &TakenSnapshot,
@@ -242,30 +255,28 @@ fn upload_snapshot(
     job: &str,
     backend: weir_runtime::state::BackendKind,
     previous: &HashMap<usize, StateHandle>,
-) -> Result<SubtaskCheckpoint, String> {
-    let e = |e: weir_runtime::checkpoint::CheckpointError| e.to_string();
+) -> Result<SubtaskCheckpoint, UploadError> {
     let (t, s, id) = (snapshot.task, snapshot.subtask, snapshot.checkpoint);
-    let private = StoragePath::new(format!("{job}/chk-{id}/{t}-{s}")).map_err(e)?;
-    let shared = StoragePath::new(format!("{job}/shared")).map_err(e)?;
+    let private = StoragePath::new(format!("{job}/chk-{id}/{t}-{s}"))?;
+    let shared = StoragePath::new(format!("{job}/shared"))?;
     let mut states = Vec::new();
     for (vertex, dir) in &snapshot.states {
         let handle = weir_runtime::checkpoint::snapshot::upload(
             dir,
             storage,
-            &private.join(&vertex.to_string()).map_err(e)?,
+            &private.join(&vertex.to_string())?,
             &shared,
             previous.get(vertex),
             backend,
-        )
-        .map_err(e)?;
+        )?;
         states.push((*vertex, handle));
     }
     let (timers, timers_sha256) = if snapshot.timers.is_empty() {
         (None, None)
     } else {
-        let path = private.join("timers.json").map_err(e)?;
-        let bytes = serde_json::to_vec(&snapshot.timers).map_err(|e| e.to_string())?;
-        storage.put_bytes(&path, &bytes).map_err(e)?;
+        let path = private.join("timers.json")?;
+        let bytes = serde_json::to_vec(&snapshot.timers).map_err(UploadError::Timers)?;
+        storage.put_bytes(&path, &bytes)?;
         (Some(path), Some(sha256_hex(&bytes)))
     };
     Ok(SubtaskCheckpoint {

@@ -143,7 +143,7 @@ pub(crate) async fn run_job(
         }
     };
     if let Err(e) = fetch_modules(&inner, &upstream, &mut graph).await {
-        fail_all(e);
+        fail_all(e.to_string());
         return;
     }
     let job_dir = inner.work_dir.join(key.to_string());

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 
+use weir_runtime::checkpoint::CheckpointError;
 use weir_runtime::checkpoint::snapshot::{StateHandle, get_checked, metadata_path, verify_restore};
 use weir_runtime::checkpoint::storage::CheckpointStorage;
 use weir_runtime::local::SubtaskRestore;
@@ -30,6 +31,23 @@ pub(crate) struct Restored {
     pub(crate) previous: HashMap<(usize, u32), StateHandle>,
 }
 
+/// Why a checkpoint cannot be restored here.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RestoreError {
+    /// `_metadata` missing, unreadable or not matching; a state file
+    /// missing or changed; a timers file missing or changed.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A timers file (its hash matching) is not the JSON a snapshot writes.
+    #[error("{path}: {source}")]
+    Timers {
+        /// Its storage path.
+        path: String,
+        /// Why it does not parse.
+        source: serde_json::Error,
+    },
+}
+
 /// Downloads what the `local` subtasks of job `job` restore from `point`
 /// into `dir`. First reads the checkpoint's `_metadata` and checks that it
 /// records the very parts this TaskManager was sent for them
@@ -43,7 +61,7 @@ pub(crate) fn download_restore(
     local: &[(usize, u32)],
     storage: &dyn CheckpointStorage,
     dir: &std::path::Path,
-) -> Result<Restored, String> {
+) -> Result<Restored, RestoreError> {
     let parts: Vec<((u32, u32), &SubtaskCheckpoint)> = point
         .subtasks
         .iter()
@@ -51,9 +69,9 @@ pub(crate) fn download_restore(
         .map(|(id, part)| (*id, part))
         .collect();
     if !parts.is_empty() {
-        let path = metadata_path(job, point.checkpoint).map_err(|e| e.to_string())?;
-        let bytes = storage.get_bytes(&path).map_err(|e| e.to_string())?;
-        verify_restore(&path, &bytes, job, point.checkpoint, &parts).map_err(|e| e.to_string())?;
+        let path = metadata_path(job, point.checkpoint)?;
+        let bytes = storage.get_bytes(&path)?;
+        verify_restore(&path, &bytes, job, point.checkpoint, &parts)?;
     }
     let mut out = Restored::default();
     for ((t, s), part) in &point.subtasks {
@@ -79,16 +97,17 @@ pub(crate) fn download_restore(
         }
         for (vertex, handle) in &part.states {
             let to = dir.join(format!("{t}-{s}-{vertex}"));
-            weir_runtime::checkpoint::snapshot::download(handle, storage, &to)
-                .map_err(|e| e.to_string())?;
+            weir_runtime::checkpoint::snapshot::download(handle, storage, &to)?;
             restore.states.insert(*vertex, to);
             out.previous.insert((*vertex, s), handle.clone());
         }
         if let Some(path) = &part.timers {
-            let bytes = get_checked(storage, path, part.timers_sha256.as_deref())
-                .map_err(|e| e.to_string())?;
+            let bytes = get_checked(storage, path, part.timers_sha256.as_deref())?;
             let timers: Vec<(usize, weir_runtime::taskmanager::Timers)> =
-                serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.as_str()))?;
+                serde_json::from_slice(&bytes).map_err(|source| RestoreError::Timers {
+                    path: path.as_str().to_owned(),
+                    source,
+                })?;
             restore.timers = timers.into_iter().collect();
         }
         out.subtasks.insert((t, s), restore);
@@ -183,7 +202,9 @@ mod tests {
         let timers = point.subtasks[1].1.timers.clone().unwrap();
         storage.put_bytes(&timers, b"[[1,[[7,[1,2]]]]]").unwrap();
         let dir = tmp.path().join("restore");
-        let err = download_restore("j", &point, &[(0, 1)], &storage, &dir).unwrap_err();
+        let err = download_restore("j", &point, &[(0, 1)], &storage, &dir)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("`j/chk-3/0-1/timers.json` has SHA-256"),
             "{err}"
@@ -203,7 +224,9 @@ mod tests {
             .delete(&metadata_path("j", point.checkpoint).unwrap())
             .unwrap();
         let dir = tmp.path().join("restore");
-        let err = download_restore("j", &point, &[(0, 0), (0, 1)], &storage, &dir).unwrap_err();
+        let err = download_restore("j", &point, &[(0, 0), (0, 1)], &storage, &dir)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`j/chk-3/_metadata` not found"), "{err}");
         assert!(!dir.exists(), "nothing was downloaded");
     }
@@ -222,7 +245,9 @@ mod tests {
         // Subtask 0/0 alone matches ...
         download_restore("j", &point, &[(0, 0)], &storage, &dir.join("a")).unwrap();
         // ... 0/1 does not.
-        let err = download_restore("j", &point, &[(0, 1)], &storage, &dir.join("b")).unwrap_err();
+        let err = download_restore("j", &point, &[(0, 1)], &storage, &dir.join("b"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("subtask 0/1"), "{err}");
         assert!(err.contains("`j/chk-3/_metadata`"), "{err}");
     }
