@@ -5,10 +5,11 @@
 //! of a job), the bookkeeping that lets a cancel reach an attempt still
 //! being deployed, each deployment's queue of checkpoint events, and the
 //! outbox to the JobManager (none while disconnected: messages are then
-//! dropped, as the JobManager will redeploy anyway).
+//! dropped, and every job here is canceled).
 //!
-//! Each map has its own lock, held only to read or change it: never
-//! across an `.await`, never while another of them is held.
+//! Each map has its own lock, held only to read or change it, never
+//! across an `.await`; the one nesting is `deploying` then `canceled`
+//! (in [`Inner::cancel`]).
 //!
 //! A deployment is named by a [`DeploymentKey`] (job and attempt), never
 //! by a string put together from them; its `job#attempt` spelling is only
