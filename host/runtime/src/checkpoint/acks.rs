@@ -5,7 +5,7 @@
 //!
 //! A pure state machine in the style of [`super::coordinator`]: no clock,
 //! no channels, no storage, no tasks. The TaskManager's shell
-//! (`JobCheckpoints` in `taskmanager/src/lib.rs`) feeds it events and
+//! (`JobCheckpoints` in `taskmanager/src/checkpoints.rs`) feeds it events and
 //! carries out the [`Command`]s it returns, in the order returned:
 //! * [`AckLedger::trigger`]: the JobManager triggered a checkpoint.
 //! * [`AckLedger::taken`]: a local subtask took the synchronous part of its

@@ -1,0 +1,254 @@
+//! The restore download: what one deployment's local subtasks restore
+//! from a checkpoint ([`download_restore`] → [`Restored`]).
+//!
+//! The checkpoint's `_metadata` is read first and must record exactly the
+//! parts this TaskManager was sent for its subtasks
+//! ([`verify_restore`]); only then are their state files downloaded (each
+//! checked by size and SHA-256) and their timers files read (checked by
+//! SHA-256). Any failure is why the checkpoint cannot be restored: the
+//! caller reports it as
+//! [`ToJobManager::RestoreFailed`](weir_runtime::rpc::ToJobManager::RestoreFailed).
+//!
+//! Blocking file and storage I/O: run it on the blocking pool. This module
+//! must not start subtasks or talk to the JobManager.
+
+use std::collections::HashMap;
+
+use weir_runtime::checkpoint::CheckpointError;
+use weir_runtime::checkpoint::snapshot::{StateHandle, get_checked, metadata_path, verify_restore};
+use weir_runtime::checkpoint::storage::CheckpointStorage;
+use weir_runtime::local::SubtaskRestore;
+use weir_runtime::rpc::{RestorePoint, SubtaskCheckpoint};
+
+/// What a TaskManager restores for its subtasks of one deployment.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Restored {
+    /// What each local subtask (task, subtask) starts from.
+    pub(crate) subtasks: HashMap<(usize, u32), SubtaskRestore>,
+    /// Subtasks that had finished, with their (already committed) part.
+    pub(crate) finished: HashMap<(u32, u32), SubtaskCheckpoint>,
+    /// The restored state handles: the base of the next incremental upload.
+    pub(crate) previous: HashMap<(usize, u32), StateHandle>,
+}
+
+/// Why a checkpoint cannot be restored here.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RestoreError {
+    /// `_metadata` missing, unreadable or not matching; a state file
+    /// missing or changed; a timers file missing or changed.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A timers file (its hash matching) is not the JSON a snapshot writes.
+    #[error("{path}: {source}")]
+    Timers {
+        /// Its storage path.
+        path: String,
+        /// Why it does not parse.
+        source: serde_json::Error,
+    },
+}
+
+/// Downloads what the `local` subtasks of job `job` restore from `point`
+/// into `dir`. First reads the checkpoint's `_metadata` and checks that it
+/// records the very parts this TaskManager was sent for them
+/// ([`verify_restore`]); then downloads their state files (each checked by
+/// size and hash) and reads their timers. Any failure is why the
+/// checkpoint cannot be restored
+/// ([`ToJobManager::RestoreFailed`](weir_runtime::rpc::ToJobManager::RestoreFailed)).
+pub(crate) fn download_restore(
+    job: &str,
+    point: &RestorePoint,
+    local: &[(usize, u32)],
+    storage: &dyn CheckpointStorage,
+    dir: &std::path::Path,
+) -> Result<Restored, RestoreError> {
+    let parts: Vec<((u32, u32), &SubtaskCheckpoint)> = point
+        .subtasks
+        .iter()
+        .filter(|((t, s), _)| local.contains(&(*t as usize, *s)))
+        .map(|(id, part)| (*id, part))
+        .collect();
+    if !parts.is_empty() {
+        let path = metadata_path(job, point.checkpoint)?;
+        let bytes = storage.get_bytes(&path)?;
+        verify_restore(&path, &bytes, job, point.checkpoint, &parts)?;
+    }
+    let mut out = Restored::default();
+    for ((t, s), part) in &point.subtasks {
+        let (t, s) = (*t as usize, *s);
+        if !local.contains(&(t, s)) {
+            continue;
+        }
+        let mut restore = SubtaskRestore {
+            finished: part.finished,
+            source: part.source.clone(),
+            sink: part.sink.clone(),
+            ..SubtaskRestore::default()
+        };
+        if part.finished {
+            out.finished.insert(
+                (t as u32, s),
+                SubtaskCheckpoint {
+                    finished: true,
+                    source: part.source.clone(),
+                    ..SubtaskCheckpoint::default()
+                },
+            );
+        }
+        for (vertex, handle) in &part.states {
+            let to = dir.join(format!("{t}-{s}-{vertex}"));
+            weir_runtime::checkpoint::snapshot::download(handle, storage, &to)?;
+            restore.states.insert(*vertex, to);
+            out.previous.insert((*vertex, s), handle.clone());
+        }
+        if let Some(path) = &part.timers {
+            let bytes = get_checked(storage, path, part.timers_sha256.as_deref())?;
+            let timers: Vec<(usize, weir_runtime::taskmanager::Timers)> =
+                serde_json::from_slice(&bytes).map_err(|source| RestoreError::Timers {
+                    path: path.as_str().to_owned(),
+                    source,
+                })?;
+            restore.timers = timers.into_iter().collect();
+        }
+        out.subtasks.insert((t, s), restore);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_runtime::checkpoint::snapshot::sha256_hex;
+    use weir_runtime::checkpoint::storage::{DirStorage, StoragePath};
+
+    /// A restore point of checkpoint 3 of job `j` with two subtasks, each
+    /// with a state file uploaded to `storage`.
+    fn restore_point(tmp: &std::path::Path, storage: &DirStorage) -> RestorePoint {
+        let subtasks = (0..2u32)
+            .map(|s| {
+                let local = tmp.join(format!("snap-{s}"));
+                std::fs::create_dir_all(&local).unwrap();
+                std::fs::write(local.join("heap.snapshot"), format!("state of {s}")).unwrap();
+                let handle = weir_runtime::checkpoint::upload(
+                    &local,
+                    storage,
+                    &StoragePath::new(format!("j/chk-3/0-{s}/1")).unwrap(),
+                    &StoragePath::new("j/shared").unwrap(),
+                    None,
+                    weir_runtime::state::BackendKind::Heap,
+                )
+                .unwrap();
+                let timers = StoragePath::new(format!("j/chk-3/0-{s}/timers.json")).unwrap();
+                let bytes = format!("[[1,[[{s},[1,2]]]]]").into_bytes();
+                storage.put_bytes(&timers, &bytes).unwrap();
+                let part = SubtaskCheckpoint {
+                    states: vec![(1, handle)],
+                    timers: Some(timers),
+                    timers_sha256: Some(sha256_hex(&bytes)),
+                    source: Some(serde_json::json!({ "next": s })),
+                    ..SubtaskCheckpoint::default()
+                };
+                ((0, s), part)
+            })
+            .collect();
+        RestorePoint {
+            checkpoint: 3,
+            subtasks,
+        }
+    }
+
+    fn write_metadata(storage: &DirStorage, point: &RestorePoint) {
+        let metadata = weir_runtime::checkpoint::snapshot::CheckpointMetadata {
+            job: "j".into(),
+            checkpoint: point.checkpoint,
+            triggered_at_ms: 1,
+            completed_at_ms: 2,
+            subtasks: point.subtasks.clone(),
+        };
+        storage
+            .put_bytes(
+                &metadata_path("j", point.checkpoint).unwrap(),
+                &serde_json::to_vec(&metadata).unwrap(),
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn a_restore_matching_the_checkpoints_metadata_downloads_its_subtasks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let point = restore_point(tmp.path(), &storage);
+        write_metadata(&storage, &point);
+        let dir = tmp.path().join("restore");
+        let restored = download_restore("j", &point, &[(0, 1)], &storage, &dir).unwrap();
+        assert_eq!(restored.subtasks.len(), 1, "only the local subtask");
+        assert_eq!(
+            std::fs::read(dir.join("0-1-1/heap.snapshot")).unwrap(),
+            b"state of 1"
+        );
+        assert_eq!(
+            restored.subtasks[&(0, 1)].timers,
+            HashMap::from([(1, vec![(1, vec![1, 2])])])
+        );
+    }
+
+    #[test]
+    fn a_timers_file_changed_in_storage_fails_the_restore() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let point = restore_point(tmp.path(), &storage);
+        write_metadata(&storage, &point);
+        // Same length, another timer.
+        let timers = point.subtasks[1].1.timers.clone().unwrap();
+        storage.put_bytes(&timers, b"[[1,[[7,[1,2]]]]]").unwrap();
+        let dir = tmp.path().join("restore");
+        let err = download_restore("j", &point, &[(0, 1)], &storage, &dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`j/chk-3/0-1/timers.json` has SHA-256"),
+            "{err}"
+        );
+    }
+
+    /// A checkpoint whose `_metadata` was deleted is not restored from:
+    /// the restore fails (reported as `RestoreFailed`, so the JobManager
+    /// falls back) before any state file is downloaded.
+    #[test]
+    fn a_checkpoint_whose_metadata_is_deleted_is_not_restored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let point = restore_point(tmp.path(), &storage);
+        write_metadata(&storage, &point);
+        storage
+            .delete(&metadata_path("j", point.checkpoint).unwrap())
+            .unwrap();
+        let dir = tmp.path().join("restore");
+        let err = download_restore("j", &point, &[(0, 0), (0, 1)], &storage, &dir)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`j/chk-3/_metadata` not found"), "{err}");
+        assert!(!dir.exists(), "nothing was downloaded");
+    }
+
+    #[test]
+    fn a_restore_not_matching_the_checkpoints_metadata_fails() {
+        let tmp = tempfile::tempdir().unwrap();
+        let storage = DirStorage::new(tmp.path().join("storage"));
+        let point = restore_point(tmp.path(), &storage);
+        // The metadata records another position for subtask 0/1 than the
+        // part this TaskManager was sent.
+        let mut recorded = point.clone();
+        recorded.subtasks[1].1.source = Some(serde_json::json!({ "next": 99 }));
+        write_metadata(&storage, &recorded);
+        let dir = tmp.path().join("restore");
+        // Subtask 0/0 alone matches ...
+        download_restore("j", &point, &[(0, 0)], &storage, &dir.join("a")).unwrap();
+        // ... 0/1 does not.
+        let err = download_restore("j", &point, &[(0, 1)], &storage, &dir.join("b"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("subtask 0/1"), "{err}");
+        assert!(err.contains("`j/chk-3/_metadata`"), "{err}");
+    }
+}
