@@ -579,17 +579,23 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
         announce_token(&jm);
         let mut tms = Vec::new();
         for (i, tm_id) in (0..args.taskmanagers).zip(tm_ids) {
+            // Each TaskManager gets the endpoint this process binds for it
+            // (any free port on loopback).
+            let any: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
+            let endpoint = weir_host::net::tls::endpoint(any, &tm_id).map_err(failed)?;
             let config = TaskManagerConfig {
                 id: Some(format!("tm-{}", i + 1)),
                 jobmanager: jm.rpc_address,
                 slots: args.slots,
                 data_dir: data_dir.join(format!("taskmanager-{}", i + 1)),
                 identity: tm_id,
-                bind: "127.0.0.1:0".parse().expect("valid address"),
+                bind: any,
                 net,
                 allowed_roots: roots.clone(),
             };
-            let mut tm = daemon::start(config, wasm.clone()).await.map_err(failed)?;
+            let mut tm = daemon::serve(endpoint, config, wasm.clone())
+                .await
+                .map_err(failed)?;
             tm.registered(1).await;
             tms.push(tm);
         }

@@ -359,7 +359,7 @@ mod tests {
     }
 
     #[test]
-    fn a_jobmanager_serves_on_the_sockets_it_is_given() {
+    fn daemons_serve_on_the_sockets_they_are_given() {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -367,7 +367,8 @@ mod tests {
             .unwrap();
         rt.block_on(async {
             let dir = tempfile::tempdir().unwrap();
-            let identity = ClusterCa::generate().unwrap().issue_jobmanager().unwrap();
+            let ca = ClusterCa::generate().unwrap();
+            let identity = ca.issue_jobmanager().unwrap();
             // The caller binds: port 0, then the addresses it got.
             let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
             let rpc = weir_runtime::net::tls::endpoint(any, &identity).unwrap();
@@ -384,6 +385,32 @@ mod tests {
             assert!(refused.contains(" 401 "), "{refused}");
             let answered = get(rest_at, "/v1/overview", Some("s3cret-token")).await;
             assert!(answered.contains(" 200 "), "{answered}");
+
+            // A TaskManager on an endpoint its caller bound registers
+            // through the JobManager's given endpoint, and advertises the
+            // address of its own.
+            let tm_identity = ca.issue_taskmanager("tm-1").unwrap();
+            let tm_endpoint = weir_runtime::net::tls::endpoint(any, &tm_identity).unwrap();
+            let tm_at = tm_endpoint.local_addr().unwrap();
+            let tm_config = weir_taskmanager::TaskManagerConfig {
+                id: Some("tm-1".into()),
+                jobmanager: rpc_at,
+                slots: 1,
+                data_dir: dir.path().join("tm"),
+                identity: tm_identity,
+                bind: unused,
+                net: weir_runtime::net::NetConfig::default(),
+                allowed_roots: AllowedRoots::none(),
+            };
+            let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None }).unwrap());
+            let mut tm = weir_taskmanager::serve(tm_endpoint, tm_config, runtime)
+                .await
+                .unwrap();
+            tm.registered(1).await;
+            let registered = jm.jobmanager.taskmanagers();
+            assert_eq!(registered.len(), 1, "{registered:?}");
+            assert_eq!(registered[0].data_address, tm_at.to_string());
+            tm.shutdown().await;
             jm.shutdown().await;
         });
     }

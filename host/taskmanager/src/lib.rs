@@ -83,7 +83,7 @@ mod restore;
 mod session;
 
 pub use in_process::InProcessTaskManager;
-pub use session::{RunningTaskManager, start};
+pub use session::{RunningTaskManager, serve, start};
 
 /// Settings of `weir taskmanager`.
 #[derive(Debug, Clone)]

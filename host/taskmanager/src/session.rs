@@ -77,22 +77,16 @@ impl RunningTaskManager {
     }
 }
 
-/// Starts a TaskManager on the current tokio runtime. It connects to the
-/// JobManager in the background; [`RunningTaskManager::registered`] waits
-/// for the registration.
+/// Starts a TaskManager on the current tokio runtime: binds its QUIC
+/// endpoint at `config.bind`, then [`serve`]s on it.
 pub async fn start(
     config: TaskManagerConfig,
     runtime: Arc<Runtime>,
 ) -> Result<RunningTaskManager, StartError> {
-    let data_dir_error = |message: String| StartError::DataDir {
-        path: config.data_dir.clone(),
-        message,
-    };
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| data_dir_error(e.to_string()))?;
-    let id = certified_id(&config.identity, config.id.as_deref())
+    // The identity first: nothing is bound for a certificate that is not
+    // this TaskManager's.
+    certified_id(&config.identity, config.id.as_deref())
         .map_err(|e| StartError::Identity(e.to_string()))?;
-    let store = ModuleStore::open(&config.data_dir.join("modules"))
-        .map_err(|e| data_dir_error(e.to_string()))?;
     let endpoint =
         weir_runtime::net::tls::endpoint(config.bind, &config.identity).map_err(|e| {
             StartError::Bind {
@@ -100,6 +94,30 @@ pub async fn start(
                 message: e.to_string(),
             }
         })?;
+    serve(endpoint, config, runtime).await
+}
+
+/// Runs a TaskManager on `endpoint`, the one QUIC endpoint it owns (the
+/// control connection to the JobManager and the data plane share it),
+/// configured with `config.identity` (see
+/// [`weir_runtime::net::tls::endpoint`]); `config.bind` is not used. The
+/// daemon binds no socket it was not given. It connects to the JobManager
+/// in the background; [`RunningTaskManager::registered`] waits for the
+/// registration.
+pub async fn serve(
+    endpoint: quinn::Endpoint,
+    config: TaskManagerConfig,
+    runtime: Arc<Runtime>,
+) -> Result<RunningTaskManager, StartError> {
+    let data_dir_error = |message: String| StartError::DataDir {
+        path: config.data_dir.clone(),
+        message,
+    };
+    let id = certified_id(&config.identity, config.id.as_deref())
+        .map_err(|e| StartError::Identity(e.to_string()))?;
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| data_dir_error(e.to_string()))?;
+    let store = ModuleStore::open(&config.data_dir.join("modules"))
+        .map_err(|e| data_dir_error(e.to_string()))?;
     let data = DataPlane::new(endpoint, config.net);
     let data_address = advertised(data.local_addr(), config.jobmanager);
     let work_dir = config.data_dir.join("work");
