@@ -233,3 +233,39 @@ fn weir_run_reports_a_runaway_operator_and_exits_cleanly() {
     let out = run_weir(&dir.path().join("cache"), &["run", path.to_str().unwrap()]);
     assert_fails_with(&out, 1, &["operator `evil`", "out of time"]);
 }
+
+/// An operator whose instantiation alone takes more memory than its job
+/// allows (identity plus 15 memories of 4 MiB, filled, under a 32 MiB cap;
+/// the default cap of 64 MiB would let it through) is refused when the job
+/// is checked, before any subtask is deployed: it is described under the
+/// job's cap.
+#[test]
+fn an_operator_over_its_jobs_memory_cap_is_refused_before_deployment() {
+    let dir = tempfile::tempdir().unwrap();
+    let identity = std::fs::read(artifacts::IDENTITY).unwrap();
+    let hostile = weir_tests::adversarial::with_memories(&identity, 15, 4).unwrap();
+    let module = dir.path().join("hostile.wasm");
+    std::fs::write(&module, hostile).unwrap();
+    let path = dir.path().join("hostile.toml");
+    std::fs::write(
+        &path,
+        adversarial_spec(
+            module.to_str().unwrap(),
+            "",
+            "id = \"out\"\ntype = \"blackhole\"",
+        ),
+    )
+    .unwrap();
+    let out = run_weir(&dir.path().join("cache"), &["run", path.to_str().unwrap()]);
+    // Exit 2: refused as bad input while the job is checked (a task
+    // failing at run time would be exit 1).
+    assert_fails_with(
+        &out,
+        2,
+        &[
+            "operator `evil",
+            "out of memory",
+            "over the limit of 33554432 bytes",
+        ],
+    );
+}

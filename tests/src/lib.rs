@@ -1,11 +1,12 @@
 //! # weir-tests: end-to-end tests and the example operators they run
 //!
 //! The tests themselves are one binary, `tests/all/main.rs`, with a module
-//! per topic. This library only exposes [`artifacts`]: the paths of the
+//! per topic. This library exposes [`artifacts`]: the paths of the
 //! example operators of `udfs/`, which `build.rs` compiles to Wasm
 //! components (`cargo build --release --target wasm32-wasip2` on the `udfs/`
 //! workspace, into `udfs/target`) whenever a guest, the SDK or the WIT
 //! contract changes. Tests and benches never depend on a prebuilt binary.
+//! [`adversarial`] builds hostile variants of them (extra memories).
 
 /// Absolute paths of the example operators' components, one constant per
 /// crate of `udfs/` (`word-count` is [`artifacts::WORD_COUNT`]), and
@@ -13,3 +14,5 @@
 pub mod artifacts {
     include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));
 }
+
+pub mod adversarial;

@@ -139,6 +139,9 @@ impl LocalCluster {
     /// `graph`, which must name them by path, and checks each against its
     /// place in the graph.
     pub fn load_modules(&self, graph: &JobGraph) -> Result<LoadedModules, RunError> {
+        // Described once per module, under the job's memory cap per
+        // instance (see `Runtime::describe_within`).
+        let memory_limit = (graph.settings.limits.memory_mb as usize) << 20;
         let mut by_path: HashMap<PathBuf, (Arc<OperatorModule>, OperatorInfo)> = HashMap::new();
         let mut out = HashMap::new();
         for (i, v) in graph.vertices.iter().enumerate() {
@@ -163,7 +166,13 @@ impl LocalCluster {
                         e.operator = format!("{} ({})", v.id.0, path.display());
                         e
                     })?;
-                    let info = self.runtime.describe(&module)?;
+                    let info = self
+                        .runtime
+                        .describe_within(&module, memory_limit)
+                        .map_err(|mut e| {
+                            e.operator = format!("{} ({})", v.id.0, path.display());
+                            e
+                        })?;
                     by_path.insert(path.clone(), (module.clone(), info.clone()));
                     (module, info)
                 }

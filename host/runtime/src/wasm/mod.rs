@@ -395,9 +395,24 @@ impl Runtime {
         OperatorInstance::new(&self.engine, module, config)
     }
 
-    /// Instantiates `module` without state and calls `describe`.
+    /// Instantiates `module` without state and calls `describe`, under the
+    /// default memory cap ([`DEFAULT_MEMORY_LIMIT`]).
     pub fn describe(&self, module: &OperatorModule) -> Result<OperatorInfo, OperatorError> {
-        let mut instance = self.instantiate(module, InstanceConfig::new(&module.name))?;
+        self.describe_within(module, DEFAULT_MEMORY_LIMIT)
+    }
+
+    /// [`Runtime::describe`] in an instance capped at `memory_limit` bytes
+    /// (and never above the default): the cap of the operator in its job,
+    /// so that an operator whose instantiation alone exceeds it is refused
+    /// when the job is checked, not after it was deployed.
+    pub fn describe_within(
+        &self,
+        module: &OperatorModule,
+        memory_limit: usize,
+    ) -> Result<OperatorInfo, OperatorError> {
+        let mut config = InstanceConfig::new(&module.name);
+        config.memory_limit = memory_limit.min(DEFAULT_MEMORY_LIMIT);
+        let mut instance = self.instantiate(module, config)?;
         instance.describe()
     }
 }
