@@ -305,6 +305,14 @@ mod tests {
 /// checkpoint, then deletes every `.inprogress` and `.pending` part it
 /// finds: their records will be produced again from the restored positions.
 ///
+/// The committable of a checkpoint lists every part still pending, not
+/// only the one pre-committed at its barrier: the part of an aborted
+/// checkpoint `k` is committed with the next completed one `m`, and if the
+/// TaskManager is lost before it learns that `m` completed, the restore
+/// from `m` must commit it too (its records come before `m`'s barrier, so
+/// they are not produced again). A part leaves the list once its
+/// `.pending` file is gone: it was committed.
+///
 /// [`commit`]: super::commit
 #[derive(Debug)]
 pub struct TransactionalFileSink {
@@ -314,6 +322,8 @@ pub struct TransactionalFileSink {
     format: OutputFormat,
     next: u64,
     current: Option<(PathBuf, BufWriter<File>)>,
+    /// Parts pre-committed and, as far as this sink saw, not committed.
+    uncommitted: Vec<PathBuf>,
 }
 
 fn part_name(base: &Path, subtask: u32, n: u64) -> PathBuf {
@@ -435,6 +445,7 @@ impl TransactionalFileSink {
             format,
             next,
             current: None,
+            uncommitted: Vec::new(),
         })
     }
 
@@ -475,7 +486,9 @@ impl Sink for TransactionalFileSink {
         &mut self,
         _checkpoint: u64,
     ) -> Result<Option<serde_json::Value>, ConnectorError> {
-        let mut parts = Vec::new();
+        // Committed since the last barrier: its `.pending` file is gone.
+        self.uncommitted
+            .retain(|path| with_suffix(path, ".pending").exists());
         if let Some((path, mut out)) = self.current.take() {
             let tmp = with_suffix(&path, ".inprogress");
             let io = |source| ConnectorError::Io {
@@ -486,10 +499,95 @@ impl Sink for TransactionalFileSink {
             let file = out.into_inner().map_err(|e| io(e.into_error()))?;
             file.sync_all().map_err(io)?;
             std::fs::rename(&tmp, with_suffix(&path, ".pending")).map_err(io)?;
-            parts.push(path.display().to_string());
+            self.uncommitted.push(path);
         }
+        let parts: Vec<String> = self
+            .uncommitted
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
         Ok(Some(
             serde_json::json!({ "parts": parts, "next": self.next }),
         ))
+    }
+}
+
+#[cfg(test)]
+mod transactional_tests {
+    use super::*;
+    use crate::connectors::commit;
+
+    fn batch(value: &str) -> Batch {
+        let mut b = Batch::new();
+        b.push(None, value.as_bytes(), 0);
+        b
+    }
+
+    fn parts(committable: &serde_json::Value) -> Vec<String> {
+        committable["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let p = Path::new(p.as_str().unwrap());
+                p.file_name().unwrap().to_string_lossy().into_owned()
+            })
+            .collect()
+    }
+
+    /// The files beside the sink's base path, sorted.
+    fn files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn an_aborted_checkpoints_part_is_in_every_later_committable_until_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = AllowedRoots::new([dir.path()]).unwrap();
+        let base = dir.path().join("out.txt");
+        let mut sink =
+            TransactionalFileSink::open(&roots, &base, 0, OutputFormat::Value, None).unwrap();
+        sink.write(&batch("a")).unwrap();
+        let first = sink.pre_commit(1).unwrap().unwrap();
+        assert_eq!(parts(&first), ["out.txt.0-0"]);
+        // Checkpoint 1 is aborted: nothing commits it. Checkpoint 2's
+        // committable carries its part too.
+        sink.write(&batch("b")).unwrap();
+        let second = sink.pre_commit(2).unwrap().unwrap();
+        assert_eq!(parts(&second), ["out.txt.0-0", "out.txt.0-1"]);
+        commit(&second, &roots).unwrap();
+        assert_eq!(files(dir.path()), ["out.txt.0-0", "out.txt.0-1"]);
+        // Committed parts leave the list.
+        sink.write(&batch("c")).unwrap();
+        let third = sink.pre_commit(3).unwrap().unwrap();
+        assert_eq!(parts(&third), ["out.txt.0-2"]);
+    }
+
+    #[test]
+    fn a_restore_commits_the_parts_of_aborted_checkpoints_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = AllowedRoots::new([dir.path()]).unwrap();
+        let base = dir.path().join("out.txt");
+        let mut sink =
+            TransactionalFileSink::open(&roots, &base, 0, OutputFormat::Value, None).unwrap();
+        sink.write(&batch("a")).unwrap();
+        sink.pre_commit(1).unwrap(); // aborted
+        sink.write(&batch("b")).unwrap();
+        let second = sink.pre_commit(2).unwrap().unwrap();
+        // Checkpoint 2 completed, but the TaskManager was lost before it
+        // committed: the restore from 2 commits both parts.
+        drop(sink);
+        TransactionalFileSink::open(&roots, &base, 0, OutputFormat::Value, Some(&second)).unwrap();
+        assert_eq!(files(dir.path()), ["out.txt.0-0", "out.txt.0-1"]);
+        let read = |n: &str| std::fs::read_to_string(dir.path().join(n)).unwrap();
+        assert_eq!(
+            (read("out.txt.0-0"), read("out.txt.0-1")),
+            ("a\n".into(), "b\n".into())
+        );
     }
 }
