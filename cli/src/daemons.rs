@@ -65,6 +65,12 @@ pub struct JobManagerArgs {
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     rest_read_timeout_ms: u64,
 
+    /// How long one module upload may take to arrive in all, in
+    /// milliseconds; a slower one is answered 408 and gives its turn (at
+    /// most two uploads are read at once) to the next.
+    #[arg(long, value_name = "MS", default_value_t = 600_000)]
+    rest_upload_timeout_ms: u64,
+
     /// Module store, compiled-component cache and the REST token file
     /// `rest-token` [default: ~/.local/share/weir/jobmanager].
     #[arg(long, value_name = "DIR")]
@@ -418,6 +424,11 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
             "--rest-read-timeout-ms must be at least 1"
         )));
     }
+    if args.rest_upload_timeout_ms == 0 {
+        return Err(bad_input(anyhow::anyhow!(
+            "--rest-upload-timeout-ms must be at least 1"
+        )));
+    }
     if args.heartbeat_interval_ms == 0 || args.heartbeat_timeout_ms <= args.heartbeat_interval_ms {
         return Err(bad_input(anyhow::anyhow!(
             "--heartbeat-timeout-ms ({}) must be larger than --heartbeat-interval-ms ({}), which must be > 0",
@@ -446,6 +457,7 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
         config.max_module_bytes = args.max_module_mb << 20;
         config.rest_auth = auth.clone();
         config.rest_read_timeout = Duration::from_millis(args.rest_read_timeout_ms);
+        config.rest_upload_timeout = Duration::from_millis(args.rest_upload_timeout_ms);
         config.checkpoint_dir = args
             .checkpoint_dir
             .map(|d| std::path::absolute(&d).unwrap_or(d));

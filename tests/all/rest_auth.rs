@@ -508,6 +508,90 @@ fn rest_closes_half_sent_requests() {
     assert_eq!(up.status, 201, "an upload after the stalled ones");
 }
 
+/// Two uploads trickling a byte every 100 ms (never stalling as long as
+/// the read timeout) hold both upload turns; the upload deadline answers
+/// each 408 and the turns come back: a real upload after them is stored.
+/// Without the deadline the tricklers would keep their turns for ever.
+#[test]
+fn rest_uploads_trickled_past_their_deadline_give_their_turn_back() {
+    let cluster = Cluster::start(
+        0,
+        1,
+        &[
+            "--rest-read-timeout-ms",
+            "1000",
+            "--rest-upload-timeout-ms",
+            "2000",
+        ],
+    );
+    let addr = authority(&cluster.rest);
+    let token = cluster.token.clone().unwrap();
+    let tricklers: Vec<std::thread::JoinHandle<(u16, String)>> = (0..2)
+        .map(|i| {
+            let addr = addr.clone();
+            let token = token.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&addr).expect("connect");
+                s.set_read_timeout(Some(Duration::from_millis(100)))
+                    .unwrap();
+                let head = format!(
+                    "POST /v1/modules?name=trickle{i} HTTP/1.1\r\nHost: {addr}\r\n\
+                     Authorization: Bearer {token}\r\nContent-Type: application/wasm\r\n\
+                     Content-Length: 100000\r\nConnection: close\r\n\r\n"
+                );
+                s.write_all(head.as_bytes()).expect("send the header");
+                // A byte per 100 ms (the read timeout above is the pause,
+                // not a synchronization) until the server answers.
+                let deadline = std::time::Instant::now() + READY_TIMEOUT;
+                let mut out = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "trickle{i}: no answer within {READY_TIMEOUT:?}"
+                    );
+                    if s.write_all(b"x").is_err() {
+                        // The server answered and closed its side.
+                        let _ = s.set_read_timeout(Some(READY_TIMEOUT));
+                        let _ = s.read_to_end(&mut out);
+                        break;
+                    }
+                    match s.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            out.extend_from_slice(&buf[..n]);
+                            let _ = s.set_read_timeout(Some(READY_TIMEOUT));
+                            let _ = s.read_to_end(&mut out);
+                            break;
+                        }
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) => {}
+                        Err(_) => break,
+                    }
+                }
+                let text = String::from_utf8_lossy(&out).into_owned();
+                let status = text
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|w| w.parse().ok())
+                    .unwrap_or(0);
+                (status, text)
+            })
+        })
+        .collect();
+    for t in tricklers {
+        let (status, text) = t.join().unwrap();
+        assert_eq!(status, 408, "{text}");
+        assert!(text.contains("--rest-upload-timeout-ms"), "{text}");
+    }
+    let api = Api::of(&cluster);
+    let up = api.upload(Some("upper"), Some("1"), &artifact(artifacts::UPPERCASE));
+    assert_eq!(up.status, 201, "an upload after the trickled ones");
+}
+
 /// A token given in `WEIR_REST_TOKEN` is the one required; it is neither
 /// written to the data dir nor printed.
 #[test]

@@ -30,6 +30,8 @@ pub struct JobManagerConfig {
     /// How long a REST client may stall while sending a request's header
     /// or body.
     pub rest_read_timeout: Duration,
+    /// How long one module upload's body may take in all.
+    pub rest_upload_timeout: Duration,
     /// Checkpoint storage root, a directory every daemon can reach
     /// (default: `<data_dir>/checkpoints`).
     pub checkpoint_dir: Option<PathBuf>,
@@ -58,6 +60,7 @@ impl JobManagerConfig {
             max_module_bytes: DEFAULT_MAX_MODULE_MB << 20,
             rest_auth: RestAuth::Generated,
             rest_read_timeout: rest::DEFAULT_READ_TIMEOUT,
+            rest_upload_timeout: rest::DEFAULT_UPLOAD_TIMEOUT,
             checkpoint_dir: None,
             allowed_roots: AllowedRoots::none(),
         }

@@ -67,6 +67,14 @@ pub const MAX_CONCURRENT_UPLOADS: usize = 2;
 /// pile up.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Default of `--rest-upload-timeout-ms`: how long one module upload may
+/// take to arrive in all. An upload holds one of the
+/// [`MAX_CONCURRENT_UPLOADS`] turns while its body arrives, and the read
+/// timeout only bounds each stall: without this, a client trickling a byte
+/// at a time would keep its turn, and every other upload waiting, for as
+/// long as it likes. Ten minutes: 256 MiB at under 0.5 MiB/s.
+pub const DEFAULT_UPLOAD_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// How long to wait after a failed `accept` (out of file descriptors, most
 /// likely) before trying again: open connections get a chance to close.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -82,6 +90,9 @@ pub struct RestOptions {
     /// How long a client may stall while sending a request's header or
     /// body ([`DEFAULT_READ_TIMEOUT`]).
     pub read_timeout: Duration,
+    /// How long a module upload's body may take in all
+    /// ([`DEFAULT_UPLOAD_TIMEOUT`]).
+    pub upload_timeout: Duration,
 }
 
 impl IntoResponse for ApiError {
@@ -144,6 +155,8 @@ struct Limits {
     read_timeout: Duration,
     /// One permit per upload in progress ([`MAX_CONCURRENT_UPLOADS`]).
     uploads: Semaphore,
+    /// See [`RestOptions::upload_timeout`].
+    upload_timeout: Duration,
 }
 
 /// What the guard in front of every route checks.
@@ -161,6 +174,7 @@ pub fn router(jm: Arc<JobManager>, options: RestOptions) -> Router {
         limits: Arc::new(Limits {
             read_timeout,
             uploads: Semaphore::new(MAX_CONCURRENT_UPLOADS),
+            upload_timeout: options.upload_timeout,
         }),
     };
     let guard = Arc::new(Guard {
@@ -426,16 +440,28 @@ async fn upload_module(
         .map_err(|_| ApiError::internal("the JobManager is shutting down"))?;
     // The body first, even if the query is bad: see `MAX_DRAIN`.
     let limit = jm.max_module_bytes();
-    let body = read_body(body, limit, MAX_DRAIN, limits.read_timeout)
-        .await
-        .map_err(|e| {
-            body_error(e, || {
-                format!(
-                    "module is over the upload limit of {} MiB (the JobManager's --max-module-mb)",
-                    limit >> 20
-                )
-            })
-        })?;
+    let deadline = limits.upload_timeout;
+    let body = tokio::time::timeout(
+        deadline,
+        read_body(body, limit, MAX_DRAIN, limits.read_timeout),
+    )
+    .await
+    .map_err(|_| ApiError {
+        status: 408,
+        message: format!(
+            "the module upload took longer than {} s in all (the JobManager's \
+             --rest-upload-timeout-ms); send it again over a faster link",
+            deadline.as_secs_f64()
+        ),
+    })?
+    .map_err(|e| {
+        body_error(e, || {
+            format!(
+                "module is over the upload limit of {} MiB (the JobManager's --max-module-mb)",
+                limit >> 20
+            )
+        })
+    })?;
     let Query(params) = Query::<UploadParams>::try_from_uri(&parts.uri)?;
     let name = params.name.ok_or_else(|| {
         ApiError::bad_request("missing query parameter `name` (?name=N[&version=V])")

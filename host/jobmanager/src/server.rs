@@ -149,6 +149,7 @@ pub async fn serve(
             token: auth.token,
             listen: rest_address,
             read_timeout: config.rest_read_timeout,
+            upload_timeout: config.rest_upload_timeout,
         },
     );
     tasks.push(tokio::spawn(rest::serve(
