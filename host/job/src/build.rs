@@ -42,7 +42,16 @@ const DEFAULT_ACCOUNTS: u64 = 100;
 /// Default `vocabulary` of a words generator.
 const DEFAULT_VOCABULARY: u32 = 1000;
 
-pub(super) fn build(spec: JobSpec) -> Result<JobGraph, JobError> {
+impl JobGraph {
+    /// Validates `spec` and builds its graph. Reports every problem found
+    /// as one [`JobError::Invalid`]. (Here, not in `graph.rs`: the graph's
+    /// types do not depend on their validation.)
+    pub fn from_spec(spec: JobSpec) -> Result<JobGraph, JobError> {
+        build(spec)
+    }
+}
+
+fn build(spec: JobSpec) -> Result<JobGraph, JobError> {
     let base_dir = spec.base_dir().to_owned();
     let mut builder = Builder {
         base_dir,

@@ -1,5 +1,7 @@
 //! Configuration types a job spec carries and lower layers read: how a job
-//! checkpoints, how it restarts, and the connectors' record-size default.
+//! checkpoints, how it restarts, the connectors' record-size default, the
+//! source and sink formats and the state backend kind (shared by the spec
+//! and the graph, so neither imports the other for them).
 //! They live here, at the bottom of the layers, so that the spec does not
 //! import the checkpoint coordinator, the JobManager or the connectors;
 //! those re-export them.
@@ -184,3 +186,38 @@ impl RestartStrategy {
 /// (`max_record_bytes`): the default output cap of one guest call, so
 /// that one record always fits a batch an operator may emit.
 pub const DEFAULT_MAX_RECORD_BYTES: u64 = 16 << 20;
+
+/// Where keyed state lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StateBackendKind {
+    /// `"rocksdb"`: RocksDB, one column family per declared state (the default).
+    #[serde(rename = "rocksdb")]
+    RocksDb,
+    /// `"heap"`: in memory; small state and tests.
+    #[serde(rename = "heap")]
+    Heap,
+}
+
+/// How a file source turns a line into a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceFormat {
+    /// `"lines"`: the line is the value; no key; timestamp = ingestion time.
+    Lines,
+    /// `"json-lines"`: the line is a JSON object and the value; key and
+    /// timestamp optionally taken from its fields.
+    JsonLines,
+}
+
+/// How a sink turns a record into one line of output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SinkFormat {
+    /// `"value"`: the value bytes, as they are.
+    Value,
+    /// `"key-value"`: key, a tab, value (an absent key is empty).
+    KeyValue,
+    /// `"json"`: `{"key":…,"value":…,"timestamp":…}` with key and value as
+    /// JSON strings (lossy UTF-8), key `null` when absent.
+    Json,
+}

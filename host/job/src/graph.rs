@@ -23,6 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{JobError, JobSpec, Problem};
 
+// Defined with the other config types, below the spec and the graph.
+pub use super::config::{SinkFormat, SourceFormat, StateBackendKind};
+
 /// The stable uid of a source, operator or sink: its `id` in the spec.
 ///
 /// Matches `[a-z0-9][a-z0-9_-]*`, at most [`super::MAX_ID_LEN`] bytes, and
@@ -86,17 +89,6 @@ pub struct JobSettings {
     pub checkpoints: Option<super::config::CheckpointConfig>,
     /// `[job.restart]`, default: fixed-delay with checkpoints, none without.
     pub restart: super::config::RestartStrategy,
-}
-
-/// Where keyed state lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum StateBackendKind {
-    /// `"rocksdb"`: RocksDB, one column family per declared state (the default).
-    #[serde(rename = "rocksdb")]
-    RocksDb,
-    /// `"heap"`: in memory; small state and tests.
-    #[serde(rename = "heap")]
-    Heap,
 }
 
 /// The sandbox of every operator instance (`[job.limits]`, defaults applied).
@@ -178,17 +170,6 @@ pub struct FileSourceSpec {
 
 fn default_max_record_bytes() -> u64 {
     super::config::DEFAULT_MAX_RECORD_BYTES
-}
-
-/// How a file source turns a line into a record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SourceFormat {
-    /// `"lines"`: the line is the value; no key; timestamp = ingestion time.
-    Lines,
-    /// `"json-lines"`: the line is a JSON object and the value; key and
-    /// timestamp optionally taken from its fields.
-    JsonLines,
 }
 
 /// A generator source (`type = "generator"`).
@@ -331,19 +312,6 @@ impl FileSinkSpec {
     }
 }
 
-/// How a sink turns a record into one line of output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SinkFormat {
-    /// `"value"`: the value bytes, as they are.
-    Value,
-    /// `"key-value"`: key, a tab, value (an absent key is empty).
-    KeyValue,
-    /// `"json"`: `{"key":…,"value":…,"timestamp":…}` with key and value as
-    /// JSON strings (lossy UTF-8), key `null` when absent.
-    Json,
-}
-
 /// An edge of the job graph.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobEdge {
@@ -382,12 +350,6 @@ impl fmt::Display for Partitioner {
 }
 
 impl JobGraph {
-    /// Validates `spec` and builds its graph. Reports every problem found
-    /// as one [`JobError::Invalid`].
-    pub fn from_spec(spec: JobSpec) -> Result<JobGraph, JobError> {
-        super::build::build(spec)
-    }
-
     /// [`JobSpec::from_file`] then [`JobGraph::from_spec`].
     pub fn from_file(
         path: impl AsRef<Path>,

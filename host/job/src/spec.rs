@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::JobError;
-use super::graph::{SinkFormat, SourceFormat, StateBackendKind};
+use super::config::{SinkFormat, SourceFormat, StateBackendKind};
 
 /// A parsed job spec: the document plus the file it came from.
 #[derive(Debug, Clone)]

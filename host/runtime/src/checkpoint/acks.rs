@@ -182,10 +182,10 @@ impl AckLedger {
         vertices: impl IntoIterator<Item = usize>,
         sink: Option<serde_json::Value>,
     ) -> HashMap<usize, StateHandle> {
+        self.uploading += 1;
         // Recorded now, not when acked: whatever becomes of this checkpoint
         // (aborted, its upload failed), the output is committed with the
         // next one to complete.
-        self.uploading += 1;
         if let Some(sink) = sink {
             self.pending_commits
                 .entry(checkpoint)
