@@ -20,6 +20,12 @@ use weir_runtime::checkpoint::storage::CheckpointStorage;
 use weir_runtime::local::SubtaskRestore;
 use weir_runtime::rpc::{RestorePoint, SubtaskCheckpoint};
 
+/// The largest `_metadata` a restore reads: it lists every subtask's files
+/// (a few hundred bytes each), so a checkpoint of thousands of subtasks
+/// with thousands of files each stays far below; a bigger one is refused
+/// as corrupt instead of being read into memory whole.
+const MAX_METADATA_BYTES: u64 = 256 << 20;
+
 /// What a TaskManager restores for its subtasks of one deployment.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Restored {
@@ -70,7 +76,7 @@ pub(crate) fn download_restore(
         .collect();
     if !parts.is_empty() {
         let path = metadata_path(job, point.checkpoint)?;
-        let bytes = storage.get_bytes(&path)?;
+        let bytes = storage.get_bytes_at_most(&path, MAX_METADATA_BYTES)?;
         verify_restore(&path, &bytes, job, point.checkpoint, &parts)?;
     }
     let mut out = Restored::default();

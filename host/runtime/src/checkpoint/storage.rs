@@ -131,6 +131,15 @@ pub trait CheckpointStorage: Send + Sync + fmt::Debug {
     fn get_to_file(&self, path: &StoragePath, local: &Path) -> Result<(), CheckpointError>;
     /// The contents of the file at `path`.
     fn get_bytes(&self, path: &StoragePath) -> Result<Vec<u8>, CheckpointError>;
+    /// [`CheckpointStorage::get_bytes`] of a file that must not be over
+    /// `max` bytes (what a restore parses whole, such as `_metadata`): a
+    /// larger one is [`CheckpointError::Corrupt`], and no more than
+    /// `max + 1` bytes of it are read into memory by [`DirStorage`].
+    fn get_bytes_at_most(&self, path: &StoragePath, max: u64) -> Result<Vec<u8>, CheckpointError> {
+        let bytes = self.get_bytes(path)?;
+        check_at_most(path, bytes.len() as u64, max)?;
+        Ok(bytes)
+    }
     /// Deletes the file at `path`; a missing file is not an error.
     fn delete(&self, path: &StoragePath) -> Result<(), CheckpointError>;
     /// Deletes everything at or under `prefix` (a whole checkpoint
@@ -262,6 +271,16 @@ fn io_err(op: &'static str, path: &Path, source: io::Error) -> CheckpointError {
 }
 
 /// Maps "not found" to [`CheckpointError::NotFound`].
+/// Whether `len` bytes of `path` are within `max`.
+fn check_at_most(path: &StoragePath, len: u64, max: u64) -> Result<(), CheckpointError> {
+    if len > max {
+        return Err(CheckpointError::Corrupt(format!(
+            "`{path}` is over {max} bytes, the most a restore reads of it"
+        )));
+    }
+    Ok(())
+}
+
 fn read_err(op: &'static str, path: &StoragePath, local: &Path, e: io::Error) -> CheckpointError {
     if e.kind() == io::ErrorKind::NotFound {
         CheckpointError::NotFound(path.clone())
@@ -301,6 +320,16 @@ impl CheckpointStorage for DirStorage {
         File::open(&src)
             .and_then(|mut f| f.read_to_end(&mut bytes))
             .map_err(|e| read_err("read", path, &src, e))?;
+        Ok(bytes)
+    }
+
+    fn get_bytes_at_most(&self, path: &StoragePath, max: u64) -> Result<Vec<u8>, CheckpointError> {
+        let src = self.resolve(path);
+        let mut bytes = Vec::new();
+        File::open(&src)
+            .and_then(|f| f.take(max.saturating_add(1)).read_to_end(&mut bytes))
+            .map_err(|e| read_err("read", path, &src, e))?;
+        check_at_most(path, bytes.len() as u64, max)?;
         Ok(bytes)
     }
 
@@ -409,6 +438,16 @@ mod tests {
         s.put_bytes(&p("chk-1/meta"), b"replaced").unwrap();
 
         assert_eq!(s.get_bytes(&p("chk-1/meta")).unwrap(), b"replaced");
+        // A file that must be small is read only up to its bound.
+        assert_eq!(
+            s.get_bytes_at_most(&p("chk-1/meta"), 8).unwrap(),
+            b"replaced"
+        );
+        let err = s.get_bytes_at_most(&p("chk-1/meta"), 7).unwrap_err();
+        assert!(
+            err.to_string().contains("`chk-1/meta` is over 7 bytes"),
+            "{err}"
+        );
         let back = tmp.path().join("back.sst");
         s.get_to_file(&p("chk-1/op/0/a.sst"), &back).unwrap();
         assert_eq!(fs::read(&back).unwrap(), vec![7u8; 10_000]);
