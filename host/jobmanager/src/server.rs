@@ -407,7 +407,11 @@ mod tests {
             let mut tm = weir_taskmanager::serve(tm_endpoint, tm_config, runtime)
                 .await
                 .unwrap();
-            tm.registered(1).await;
+            // A generous bound: a broken registration fails the test
+            // instead of hanging it.
+            tokio::time::timeout(std::time::Duration::from_secs(120), tm.registered(1))
+                .await
+                .expect("the TaskManager registers");
             let registered = jm.jobmanager.taskmanagers();
             assert_eq!(registered.len(), 1, "{registered:?}");
             assert_eq!(registered[0].data_address, tm_at.to_string());
