@@ -19,7 +19,7 @@ use crate::cluster::harness::{
     Cluster, Daemon, READY_TIMEOUT, client_command, read_token, word_after,
 };
 use crate::rest::{Api, Reaped, Reply, artifact, assert_error, read, wait_exit};
-use crate::util::describe;
+use crate::util::{describe, http_status};
 
 /// `host:port` of a REST base URL (`http://host:port`).
 fn authority(base: &str) -> String {
@@ -70,11 +70,7 @@ fn raw(addr: &str, request: &str) -> (u16, String) {
     let mut out = Vec::new();
     s.read_to_end(&mut out).expect("read the answer to its end");
     let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|w| w.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    let status = http_status(&text).unwrap_or_else(|| panic!("no status line in {text:?}"));
     let body = text
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_owned())
@@ -489,11 +485,7 @@ fn rest_closes_half_sent_requests() {
                 let mut out = Vec::new();
                 let _ = s.read_to_end(&mut out);
                 let text = String::from_utf8_lossy(&out).into_owned();
-                let status = text
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|w| w.parse().ok())
-                    .unwrap_or(0);
+                let status = http_status(&text).unwrap_or(0);
                 (status, text)
             })
         })
@@ -573,11 +565,7 @@ fn rest_uploads_trickled_past_their_deadline_give_their_turn_back() {
                     }
                 }
                 let text = String::from_utf8_lossy(&out).into_owned();
-                let status = text
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|w| w.parse().ok())
-                    .unwrap_or(0);
+                let status = http_status(&text).unwrap_or(0);
                 (status, text)
             })
         })

@@ -141,10 +141,7 @@ fn upload(
     s.read_to_end(&mut out)
         .unwrap_or_else(|e| panic!("{name}: read the answer: {e}"));
     let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|w| w.parse().ok())
+    let status = crate::util::http_status(&text)
         .unwrap_or_else(|| panic!("{name}: no status line in {text:?}"));
     let body = text
         .split_once("\r\n\r\n")

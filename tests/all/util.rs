@@ -130,3 +130,12 @@ to = "null"
         m = toml_path(module)
     )
 }
+
+/// The status code of a raw HTTP/1.1 answer (`HTTP/1.1 408 …`), if it has
+/// a status line.
+pub fn http_status(answer: &str) -> Option<u16> {
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|w| w.parse().ok())
+}

@@ -75,7 +75,7 @@ impl JobManager {
                     match deploy(taskmanagers, job, self.scheduling, &self.checkpoint_root) {
                         Ok(()) => {
                             job.restart_at = None;
-                            job.state = job.state.on(Event::Redeployed).unwrap_or(job.state);
+                            job.advance(Event::Redeployed);
                             job.reports.clear();
                             // The next failure is reported as itself.
                             job.failure = None;
@@ -160,7 +160,7 @@ pub(crate) fn not_committed(
     job.committing.clear();
     job.failure = Some(reason);
     job.failure_is_root = true;
-    job.state = job.state.on(Event::CommitFailed).unwrap_or(job.state);
+    job.advance(Event::CommitFailed);
     settle(taskmanagers, job, now);
 }
 
@@ -257,14 +257,10 @@ pub(crate) fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job, now
         committers,
         restart,
     };
-    match job.state.on(stopped) {
-        Ok(next) => job.state = next,
-        Err(illegal) => {
-            // Every non-ended state but Restarting and Finishing (returned
-            // above) takes `Stopped`.
-            tracing::error!(job = %job.id, "{illegal}");
-            return;
-        }
+    // Every non-ended state but Restarting and Finishing (returned above)
+    // takes `Stopped`.
+    if !job.advance(stopped) {
+        return;
     }
     if let Some(c) = job.checkpoints.as_mut() {
         let reason = match job.state {

@@ -222,6 +222,22 @@ struct Job {
 }
 
 impl Job {
+    /// Moves the job by `event`, which its caller knows the lifecycle
+    /// allows here. An illegal move is a bug, not an outcome: it is logged
+    /// and the state stays. Returns whether the job moved.
+    fn advance(&mut self, event: Event) -> bool {
+        match self.state.on(event) {
+            Ok(next) => {
+                self.state = next;
+                true
+            }
+            Err(illegal) => {
+                tracing::error!(job = %self.id, "{illegal}");
+                false
+            }
+        }
+    }
+
     /// Records what a storage command of the job did ([`JobManager::drain`]).
     fn record(&mut self, outcome: Outcome) {
         match outcome {

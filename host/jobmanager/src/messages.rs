@@ -187,9 +187,7 @@ impl JobManager {
                     not_committed(taskmanagers, job, reason, now);
                 } else if job.committing.remove(tm_id) {
                     let last = job.committing.is_empty();
-                    if let Ok(next) = job.state.on(Event::Committed { last }) {
-                        job.state = next;
-                    }
+                    job.advance(Event::Committed { last });
                     if job.state == JobState::Finished {
                         job.ended_at_ms = Some(now_ms());
                         tracing::info!(job = %job.id, "finished: every final commit is done");

@@ -7,8 +7,9 @@
 //! 1. Loads every operator's component through the process's [`Runtime`]
 //!    (compiled cache) and asks it to `describe` itself; an operator that
 //!    declares keyed state must have a keyed input.
-//! 2. Takes the graph's tasks as chained by the JobManager (checked with
-//!    [`crate::job::check_tasks`]: a TaskManager never chains again) and creates one
+//! 2. Takes the graph's tasks as chained by the JobManager (checked by the
+//!    TaskManager with [`crate::job::check_tasks`] when the deployment
+//!    arrives: it never chains again) and creates one
 //!    bounded channel per downstream subtask (or asks the [`Exchange`] for
 //!    a channel to a subtask on another TaskManager).
 //! 3. Builds every subtask: its source or input gate, its operator instances
@@ -41,7 +42,7 @@ use crate::connectors::{
 };
 use crate::job::{
     GeneratorKind, JobGraph, KeySelector, ModuleRef, Partitioner, SinkFormat, SinkSpec,
-    SourceFormat, SourceSpec, StateBackendKind, TaskSpec, VertexKind, check_tasks, task_edges,
+    SourceFormat, SourceSpec, StateBackendKind, TaskSpec, VertexKind, task_edges,
 };
 use crate::state::{
     BackendConfig, BackendKind, StateDescriptor, StateKind, key_group_range_for_subtask,
@@ -162,17 +163,16 @@ impl LocalCluster {
             let entry = match by_path.get(&path) {
                 Some(e) => e.clone(),
                 None => {
-                    let module = self.runtime.load(&path).map_err(|mut e| {
+                    // Errors name the operator and its file.
+                    let named = |mut e: OperatorError| {
                         e.operator = format!("{} ({})", v.id.0, path.display());
                         e
-                    })?;
+                    };
+                    let module = self.runtime.load(&path).map_err(named)?;
                     let info = self
                         .runtime
                         .describe_within(&module, memory_limit)
-                        .map_err(|mut e| {
-                            e.operator = format!("{} ({})", v.id.0, path.display());
-                            e
-                        })?;
+                        .map_err(named)?;
                     by_path.insert(path.clone(), (module.clone(), info.clone()));
                     (module, info)
                 }
@@ -196,8 +196,10 @@ impl LocalCluster {
     /// Builds and starts the subtasks of `graph` that `exchange` says run
     /// here; outputs to subtasks elsewhere go through `exchange`. `tasks`
     /// is the graph's chaining as the JobManager computed it (task and
-    /// subtask indexes refer to it); one that is no chaining of `graph` is
-    /// refused. Blocking: instantiates every operator before returning.
+    /// subtask indexes refer to it), already checked with
+    /// [`check_tasks`](crate::job::check_tasks) where the deployment
+    /// arrived (the TaskManager's `check_deployment`). Blocking:
+    /// instantiates every operator before returning.
     pub fn deploy(
         &self,
         graph: &JobGraph,
@@ -217,7 +219,6 @@ impl LocalCluster {
         })?;
         // Again here: a TaskManager does not rely on its JobManager's check.
         check_file_connectors(graph, &self.roots).map_err(RunError::Plan)?;
-        check_tasks(graph, tasks).map_err(|e| RunError::Plan(format!("task list: {e}")))?;
         let tasks = tasks.to_vec();
         let edges = task_edges(graph, &tasks);
         let capacity = settings.channel_capacity.max(1) as usize;
