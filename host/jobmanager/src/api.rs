@@ -1,7 +1,7 @@
 //! What the JobManager answers: [`ApiError`] (an HTTP status and a
 //! message) and the views of the REST API ([`JobSummary`], [`JobDetail`],
 //! [`CheckpointsView`], [`Overview`], …), with the queries that build them
-//! under the state lock. `REST.md` documents them for users.
+//! (each under the locks of what it reads). `REST.md` documents them for users.
 
 use super::*;
 
@@ -205,24 +205,25 @@ pub struct JobCounts {
 impl JobManager {
     /// Every job, newest first.
     pub fn jobs(&self) -> Vec<JobSummary> {
-        let state = self.lock();
-        let mut jobs: Vec<JobSummary> = state.jobs.values().map(Job::summary).collect();
+        let mut jobs: Vec<JobSummary> = self
+            .job_cells()
+            .iter()
+            .map(|cell| self.lock_job(cell).summary())
+            .collect();
         jobs.sort_by_key(|j| std::cmp::Reverse(j.submitted_at_ms));
         jobs
     }
 
     /// One job with per-vertex state and metrics.
     pub fn job(&self, id: &str) -> Result<JobDetail, ApiError> {
-        job_detail(&self.lock(), id)
+        let cell = self.job_cell(id)?;
+        Ok(job_detail(&self.lock_job(&cell)))
     }
 
     /// A job's checkpoint history and restores (`GET /v1/jobs/{id}/checkpoints`).
     pub fn checkpoints(&self, id: &str) -> Result<CheckpointsView, ApiError> {
-        let state = self.lock();
-        let job = state
-            .jobs
-            .get(id)
-            .ok_or_else(|| ApiError::not_found(format!("no job with id {id:?}")))?;
+        let cell = self.job_cell(id)?;
+        let job = self.lock_job(&cell);
         let Some(c) = &job.checkpoints else {
             return Ok(CheckpointsView {
                 enabled: false,
@@ -246,9 +247,8 @@ impl JobManager {
 
     /// Every TaskManager ever registered since start (lost ones too).
     pub fn taskmanagers(&self) -> Vec<TaskManagerInfo> {
-        let state = self.lock();
-        state
-            .taskmanagers
+        self.taskmanagers
+            .lock()
             .iter()
             .map(|(id, tm)| TaskManagerInfo {
                 id: id.clone(),
@@ -266,17 +266,17 @@ impl JobManager {
 
     /// Cluster overview.
     pub fn overview(&self) -> Overview {
-        let state = self.lock();
-        let active = state.taskmanagers.values().filter(|t| t.lost.is_none());
         let (mut n, mut total, mut free) = (0, 0, 0);
-        for tm in active {
-            n += 1;
-            total += tm.slots_total;
-            free += tm.slots_total - tm.occupied.len() as u32;
+        for tm in self.taskmanagers.lock().values() {
+            if tm.lost.is_none() {
+                n += 1;
+                total += tm.slots_total;
+                free += tm.slots_total - tm.occupied.len() as u32;
+            }
         }
         let mut jobs = JobCounts::default();
-        for job in state.jobs.values() {
-            match job.state {
+        for cell in self.job_cells() {
+            match self.lock_job(&cell).state {
                 JobState::Finished => jobs.finished += 1,
                 JobState::Failed => jobs.failed += 1,
                 JobState::Canceled => jobs.canceled += 1,
@@ -294,12 +294,8 @@ impl JobManager {
     }
 }
 
-/// Job `id` with per-vertex state and metrics.
-pub(crate) fn job_detail(state: &State, id: &str) -> Result<JobDetail, ApiError> {
-    let job = state
-        .jobs
-        .get(id)
-        .ok_or_else(|| ApiError::not_found(format!("no job with id {id:?}")))?;
+/// `job` with per-vertex state and metrics.
+pub(crate) fn job_detail(job: &Job) -> JobDetail {
     let task_of: HashMap<usize, usize> = job
         .tasks
         .iter()
@@ -345,7 +341,7 @@ pub(crate) fn job_detail(state: &State, id: &str) -> Result<JobDetail, ApiError>
             }
         })
         .collect();
-    Ok(JobDetail {
+    JobDetail {
         summary: job.summary(),
         vertices,
         tasks: job.tasks.len() as u32,
@@ -356,7 +352,7 @@ pub(crate) fn job_detail(state: &State, id: &str) -> Result<JobDetail, ApiError>
             .map(|r| r.max_queued_batches)
             .max()
             .unwrap_or(0),
-    })
+    }
 }
 
 pub(crate) fn aggregate_state(states: &[TaskState]) -> &'static str {

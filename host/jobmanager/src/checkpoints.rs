@@ -44,7 +44,7 @@ impl JobCheckpoints {
     }
 }
 
-/// Carries out what the coordinator decided, under the state lock:
+/// Carries out what the coordinator decided, under the job's lock:
 /// TaskManagers are told at once, storage work is queued for the job's
 /// drain task ([`storage_io`]) in the order the coordinator gave it.
 ///
@@ -59,7 +59,7 @@ impl JobCheckpoints {
 /// messages to TaskManagers (triggers, cancels, `JobFinished`) stays
 /// what it was.
 pub(crate) fn checkpoint_actions(
-    taskmanagers: &BTreeMap<String, Tm>,
+    taskmanagers: &TaskManagers,
     job: &mut Job,
     jm: &JobManager,
     actions: Vec<Action<SubtaskCheckpoint>>,

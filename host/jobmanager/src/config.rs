@@ -117,7 +117,7 @@ pub struct CoreConfig {
 }
 
 /// Who runs the JobManager's checkpoint storage commands (see the module
-/// docs: decided under the state lock, run off it, in order per job).
+/// docs: decided under the job's lock, run off it, in order per job).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum StorageIo {
     /// A drain task per job, on the runtime's blocking pool.

@@ -14,11 +14,10 @@ impl JobManager {
     }
 
     pub(crate) fn cancel_locked(&self, id: &str) -> Result<JobSummary, ApiError> {
-        let mut state = self.lock();
-        let State { taskmanagers, jobs } = &mut *state;
-        let job = jobs
-            .get_mut(id)
-            .ok_or_else(|| ApiError::not_found(format!("no job with id {id:?}")))?;
+        let cell = self.job_cell(id)?;
+        let mut job = self.lock_job(&cell);
+        let job = &mut *job;
+        let taskmanagers = &self.taskmanagers;
         if job.state.is_terminal() {
             return Err(ApiError::conflict(format!(
                 "job {id} ({}) already ended: {}",
@@ -44,12 +43,16 @@ impl JobManager {
         Ok(job.summary())
     }
 
-    /// Drives checkpoint coordinators and restarts.
+    /// Drives checkpoint coordinators and restarts, one job at a time.
     pub(crate) fn tick_jobs(&self) {
-        let mut state = self.lock();
-        let State { taskmanagers, jobs } = &mut *state;
+        let taskmanagers = &self.taskmanagers;
         let now = self.clock.now();
-        for job in jobs.values_mut() {
+        for cell in self.job_cells() {
+            // A job busy elsewhere is ticked at the next tick.
+            let Some(mut job) = self.try_lock_job(&cell) else {
+                continue;
+            };
+            let job = &mut *job;
             let deferred = std::mem::take(&mut job.deferred);
             checkpoint_actions(taskmanagers, job, self, deferred);
             match job.state {
@@ -152,7 +155,7 @@ impl JobManager {
 /// sinks commit again; parts committed since are rolled back and produced
 /// again).
 pub(crate) fn not_committed(
-    taskmanagers: &mut BTreeMap<String, Tm>,
+    taskmanagers: &TaskManagers,
     job: &mut Job,
     reason: String,
     now: Instant,
@@ -166,7 +169,7 @@ pub(crate) fn not_committed(
 
 /// Records a failure of `job` and cancels its other subtasks.
 pub(crate) fn fail(
-    taskmanagers: &BTreeMap<String, Tm>,
+    taskmanagers: &TaskManagers,
     job: &mut Job,
     reason: String,
     root: bool,
@@ -186,19 +189,20 @@ pub(crate) fn fail(
     }
 }
 
-pub(crate) fn send_cancel(taskmanagers: &BTreeMap<String, Tm>, job: &Job) {
+pub(crate) fn send_cancel(taskmanagers: &TaskManagers, job: &Job) {
     for tm in job.taskmanagers() {
-        if let Some(tm) = taskmanagers.get(tm).filter(|tm| tm.lost.is_none()) {
-            let _ = tm.tx.send(ToTaskManager::Cancel {
+        taskmanagers.send(
+            tm,
+            ToTaskManager::Cancel {
                 job: job.id.clone(),
-            });
-        }
+            },
+        );
     }
 }
 
 /// Once every subtask has stopped: ends the job, or schedules its restart
 /// (the restart strategy decides), and frees its slots.
-pub(crate) fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job, now: Instant) {
+pub(crate) fn settle(taskmanagers: &TaskManagers, job: &mut Job, now: Instant) {
     if job.state.is_terminal()
         || matches!(job.state, JobState::Restarting | JobState::Finishing)
         || !job.subtasks.iter().flatten().all(|s| s.is_terminal())
@@ -226,7 +230,7 @@ pub(crate) fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job, now
                 job.committing = job
                     .taskmanagers()
                     .into_iter()
-                    .filter(|tm| taskmanagers.get(*tm).is_some_and(|t| t.lost.is_none()))
+                    .filter(|tm| taskmanagers.is_live(tm))
                     .map(str::to_owned)
                     .collect();
                 committers = job.committing.len();
@@ -276,45 +280,19 @@ pub(crate) fn settle(taskmanagers: &mut BTreeMap<String, Tm>, job: &mut Job, now
     if job.state.is_terminal() {
         job.ended_at_ms = Some(now_ms());
     }
-    for tm in taskmanagers.values_mut() {
-        tm.occupied.retain(|_, j| *j != job.id);
-    }
+    taskmanagers.release(&job.id);
     tracing::info!(job = %job.id, state = ?job.state, "settled");
 }
 
 /// Places a job's subtasks (again, for a restart) and sends the deployment,
 /// restoring from the latest completed checkpoint if there is one.
 pub(crate) fn deploy(
-    taskmanagers: &mut BTreeMap<String, Tm>,
+    taskmanagers: &TaskManagers,
     job: &mut Job,
     scheduling: Strategy,
     checkpoint_root: &std::path::Path,
 ) -> Result<(), String> {
-    let free: BTreeMap<String, Vec<u32>> = taskmanagers
-        .iter()
-        .filter(|(_, tm)| tm.lost.is_none())
-        .map(|(id, tm)| {
-            let free = (0..tm.slots_total)
-                .filter(|s| !tm.occupied.contains_key(s))
-                .collect();
-            (id.clone(), free)
-        })
-        .collect();
-    let placement = scheduler::place(&job.graph, &job.tasks, &free, scheduling)?;
-    for slot in placement.iter().flatten() {
-        if let Some(tm) = taskmanagers.get_mut(&slot.taskmanager) {
-            tm.occupied.insert(slot.slot, job.id.clone());
-        }
-    }
-    let peers: HashMap<String, SocketAddr> = placement
-        .iter()
-        .flatten()
-        .filter_map(|s| {
-            taskmanagers
-                .get(&s.taskmanager)
-                .map(|tm| (s.taskmanager.clone(), tm.data_address))
-        })
-        .collect();
+    let (placement, peers) = taskmanagers.reserve(job, scheduling)?;
     let restore = job.checkpoints.as_ref().and_then(|c| {
         c.restore_point().0.map(|latest| RestorePoint {
             checkpoint: latest.id,
@@ -340,24 +318,18 @@ pub(crate) fn deploy(
         .map(|t| vec![TaskState::Deploying; t.parallelism as usize])
         .collect();
     for tm in job.taskmanagers() {
-        if let Some(tm) = taskmanagers.get(tm) {
-            let _ = tm
-                .tx
-                .send(ToTaskManager::Deploy(Box::new(deployment.clone())));
-        }
+        taskmanagers.send(tm, ToTaskManager::Deploy(Box::new(deployment.clone())));
     }
     Ok(())
 }
 
 /// Sends `message(job id, attempt)` to every live TaskManager of the job.
 pub(crate) fn tell(
-    taskmanagers: &BTreeMap<String, Tm>,
+    taskmanagers: &TaskManagers,
     job: &Job,
     message: impl Fn(String, u32) -> ToTaskManager,
 ) {
     for tm in job.taskmanagers() {
-        if let Some(tm) = taskmanagers.get(tm).filter(|tm| tm.lost.is_none()) {
-            let _ = tm.tx.send(message(job.id.clone(), job.attempt));
-        }
+        taskmanagers.send(tm, message(job.id.clone(), job.attempt));
     }
 }

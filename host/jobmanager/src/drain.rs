@@ -8,7 +8,7 @@ use super::*;
 impl JobManager {
     /// Queues a storage command of `job`, to run after those queued before
     /// it, and starts the job's drain task if none runs. Called under the
-    /// state lock: it does no I/O.
+    /// job's lock: it does no I/O.
     pub(crate) fn enqueue(&self, job: &mut Job, command: StorageCommand) {
         if job.storage.push(command)
             && self.storage_io == StorageIo::Background
@@ -19,7 +19,7 @@ impl JobManager {
     }
 
     /// Job `id`'s drain task: runs its storage commands in order on the
-    /// blocking pool, without the state lock, and records what they did,
+    /// blocking pool, without the job's lock, and records what they did,
     /// until none is left.
     pub(crate) async fn drain(self: Arc<Self>, id: String) {
         let mut batch = self.take_storage(&id);
@@ -42,14 +42,14 @@ impl JobManager {
     }
 
     /// Runs every queued storage command on this thread, in order per job,
-    /// without the state lock ([`StorageIo::Stepped`]); returns how many
+    /// without the job's lock ([`StorageIo::Stepped`]); returns how many
     /// ran.
     pub fn run_storage(&self) -> usize {
         let mut ran = 0;
         let busy: Vec<String> = self
-            .lock()
-            .jobs
-            .values()
+            .job_cells()
+            .iter()
+            .map(|cell| self.lock_job(cell))
             .filter(|j| !j.storage.is_idle())
             .map(|j| j.id.clone())
             .collect();
@@ -71,7 +71,8 @@ impl JobManager {
     /// Takes job `id`'s queued storage commands; `None` (and the queue
     /// idle) when there are none.
     pub(crate) fn take_storage(&self, id: &str) -> Option<Vec<StorageCommand>> {
-        self.lock().jobs.get_mut(id).and_then(|j| j.storage.take())
+        let cell = self.job_cell(id).ok()?;
+        self.lock_job(&cell).storage.take()
     }
 
     /// Records what job `id`'s storage commands did; takes the commands
@@ -81,8 +82,8 @@ impl JobManager {
         id: &str,
         outcomes: Vec<Outcome>,
     ) -> Option<Vec<StorageCommand>> {
-        let mut state = self.lock();
-        let job = state.jobs.get_mut(id)?;
+        let cell = self.job_cell(id).ok()?;
+        let mut job = self.lock_job(&cell);
         for outcome in outcomes {
             job.record(outcome);
         }

@@ -3,9 +3,9 @@
 //!
 //! # Pieces
 //!
-//! - this file: [`JobManager`], the state behind one mutex (TaskManagers,
-//!   jobs), and the core's entry points (`new`, `attach`, `deliver`,
-//!   `tick`, `wait_until_ended`).
+//! - this file: [`JobManager`] and how its state is shared (below), and
+//!   the core's entry points (`new`, `attach`, `deliver`, `tick`,
+//!   `wait_until_ended`).
 //! - [`job`]: the job lifecycle: [`JobState`] and its one table of legal
 //!   moves (pure, unit-tested); `control`: carrying the moves out (cancel,
 //!   failure, settling, the restart's deployment).
@@ -16,7 +16,7 @@
 //! - `checkpoints`: a job's coordinator and registry, and carrying out the
 //!   coordinator's actions.
 //! - `storage_io`: the checkpoint storage commands the JobManager decides
-//!   under its lock; `drain`: running them off it, one queue per job.
+//!   under a job's lock; `drain`: running them off it, one queue per job.
 //! - `api`: [`ApiError`] and the REST views, with the queries that build
 //!   them; `config`: [`JobManagerConfig`], [`CoreConfig`], defaults.
 //! - `server`: [`start`], the `weir jobmanager` daemon: the QUIC endpoint
@@ -55,11 +55,25 @@
 //! matching its size or hash, the `_metadata` missing or not matching what
 //! it was sent) is passed over for the one before.
 //!
+//! # One queue per job
+//!
+//! There is no lock over the whole JobManager. Each job has its own lock
+//! and its own queue of events ([`JobCell`]): what a TaskManager says
+//! about the job, its heartbeat metrics for it, a TaskManager of it being
+//! lost. A connection's reader or the clock queues an event and goes on;
+//! whoever holds the job's lock takes the queued events, in order, before
+//! letting go. So one job's work (a checkpoint with many files to
+//! register, a large `_metadata` to encode) delays neither other jobs nor
+//! the REST API (test `tests::a_busy_job_stalls_neither_the_api_nor_other_jobs`).
+//! The TaskManager registry and slot pool ([`TaskManagers`]) has a lock of
+//! its own, held only for a lookup, a send or a slot change. Locks are
+//! taken in one order: the job index, one job, the registry.
+//!
 //! # Checkpoint storage, off the lock
 //!
 //! Checkpoint storage ([`CoreConfig::checkpoint_storage`], a directory by
 //! default) may be slow (NFS, an object store), so no storage I/O happens
-//! under the state lock. Under it the JobManager decides what to write and
+//! under the job's lock. Under it the JobManager decides what to write and
 //! delete: a completed checkpoint's `_metadata`, the files of the
 //! checkpoints it subsumes (which the [`SharedStateRegistry`] says no
 //! retained checkpoint references), an aborted checkpoint's uploads, the
@@ -127,7 +141,7 @@ mod submit;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -295,16 +309,169 @@ impl Job {
     }
 }
 
+/// The TaskManager registry and slot pool, behind its own lock.
+///
+/// Locks are taken in one order: the job index ([`JobManager::jobs`]
+/// field), then one job, then this registry; each may be skipped, none
+/// taken out of order, never two jobs at once. The registry's lock is
+/// held only for a lookup, a send (an unbounded channel: no waiting) or a
+/// slot change, never across a job's work.
 #[derive(Default)]
-struct State {
-    taskmanagers: BTreeMap<String, Tm>,
-    jobs: BTreeMap<String, Job>,
+pub(crate) struct TaskManagers(Mutex<BTreeMap<String, Tm>>);
+
+impl TaskManagers {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Tm>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether TaskManager `id` is live in session `session`.
+    pub(crate) fn is_current(&self, id: &str, session: u64) -> bool {
+        self.lock()
+            .get(id)
+            .is_some_and(|tm| tm.session == session && tm.lost.is_none())
+    }
+
+    /// Whether TaskManager `id` is registered and not lost.
+    pub(crate) fn is_live(&self, id: &str) -> bool {
+        self.lock().get(id).is_some_and(|tm| tm.lost.is_none())
+    }
+
+    /// Sends `message` to TaskManager `id` unless it is lost.
+    pub(crate) fn send(&self, id: &str, message: ToTaskManager) {
+        if let Some(tm) = self.lock().get(id).filter(|tm| tm.lost.is_none()) {
+            let _ = tm.tx.send(message);
+        }
+    }
+
+    /// Places `job`'s subtasks into free slots of live TaskManagers and
+    /// reserves them, at once; returns the placement and the data-plane
+    /// address of every TaskManager in it.
+    pub(crate) fn reserve(&self, job: &Job, scheduling: Strategy) -> Result<Reserved, String> {
+        let mut taskmanagers = self.lock();
+        let free: BTreeMap<String, Vec<u32>> = taskmanagers
+            .iter()
+            .filter(|(_, tm)| tm.lost.is_none())
+            .map(|(id, tm)| {
+                let free = (0..tm.slots_total)
+                    .filter(|s| !tm.occupied.contains_key(s))
+                    .collect();
+                (id.clone(), free)
+            })
+            .collect();
+        let placement = scheduler::place(&job.graph, &job.tasks, &free, scheduling)?;
+        let mut peers = HashMap::new();
+        for slot in placement.iter().flatten() {
+            if let Some(tm) = taskmanagers.get_mut(&slot.taskmanager) {
+                tm.occupied.insert(slot.slot, job.id.clone());
+                peers.insert(slot.taskmanager.clone(), tm.data_address);
+            }
+        }
+        Ok((placement, peers))
+    }
+
+    /// Frees every slot job `job` holds.
+    pub(crate) fn release(&self, job: &str) {
+        for tm in self.lock().values_mut() {
+            tm.occupied.retain(|_, j| j != job);
+        }
+    }
+}
+
+/// A job's placement and the data-plane address of every TaskManager in it.
+pub(crate) type Reserved = (Vec<Vec<SlotRef>>, HashMap<String, SocketAddr>);
+
+/// One job: its state behind its own lock, and its queue of events.
+///
+/// What TaskManagers say about a job (and losing one of them) joins the
+/// job's queue ([`JobEvent`]); whoever holds the job's lock takes the
+/// queue's events in order before letting go ([`JobManager::drain_queue`]).
+/// So a connection's reader or the clock never waits for a busy job: it
+/// queues and goes on to the next job (Arroyo's per-job loop, without a
+/// task per job, so a simulation stays one deterministic thread).
+pub(crate) struct JobCell {
+    job: Mutex<Job>,
+    queue: Mutex<VecDeque<JobEvent>>,
+}
+
+/// An event for one job, taken in arrival order under its lock.
+pub(crate) enum JobEvent {
+    /// A message of TaskManager `tm` in session `session` about the job.
+    Message {
+        tm: String,
+        session: u64,
+        message: ToJobManager,
+    },
+    /// Heartbeat metrics of TaskManager `tm` for the job.
+    Report { tm: String, report: JobReport },
+    /// TaskManager `tm` was lost (marked in the registry first).
+    Lost {
+        tm: String,
+        address: SocketAddr,
+        reason: String,
+    },
+}
+
+impl JobCell {
+    fn new(job: Job) -> Arc<JobCell> {
+        Arc::new(JobCell {
+            job: Mutex::new(job),
+            queue: Mutex::default(),
+        })
+    }
+
+    fn queue(&self) -> MutexGuard<'_, VecDeque<JobEvent>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn try_lock(&self) -> Option<MutexGuard<'_, Job>> {
+        match self.job.try_lock() {
+            Ok(job) => Some(job),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// A job's lock, held; on drop it takes the events queued meanwhile.
+pub(crate) struct JobGuard<'a> {
+    jm: &'a JobManager,
+    cell: &'a JobCell,
+    job: Option<MutexGuard<'a, Job>>,
+}
+
+impl std::ops::Deref for JobGuard<'_> {
+    type Target = Job;
+    fn deref(&self) -> &Job {
+        self.job.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for JobGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Job {
+        self.job.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for JobGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(mut job) = self.job.take() {
+            let ran = self.jm.take_queue(&mut job, self.cell);
+            drop(job);
+            if ran > 0 {
+                self.jm.changed();
+            }
+            self.jm.drain_queue(self.cell);
+        }
+    }
 }
 
 /// The JobManager's state and operations; the RPC server and the REST API
 /// call into it.
 pub struct JobManager {
-    state: Mutex<State>,
+    /// Every job by id, each behind its own lock (the lock order:
+    /// [`TaskManagers`]).
+    jobs: Mutex<BTreeMap<String, Arc<JobCell>>>,
+    taskmanagers: TaskManagers,
     store: ModuleStore,
     runtime: Arc<Runtime>,
     checker: LocalCluster,
@@ -313,14 +480,14 @@ pub struct JobManager {
     scheduling: Strategy,
     max_module_bytes: usize,
     checkpoint_root: PathBuf,
-    /// Used only by drain tasks, off the state lock ([`storage_io`]).
+    /// Used only by drain tasks, off the job's lock ([`storage_io`]).
     storage: Arc<dyn CheckpointStorage>,
     /// Bumped after anything may have changed a job.
     changes: tokio::sync::watch::Sender<u64>,
     clock: Clock,
     /// Who runs storage commands.
     storage_io: StorageIo,
-    /// Itself, for the drain tasks it starts under the state lock.
+    /// Itself, for the drain tasks it starts under the job's lock.
     me: Weak<JobManager>,
     /// The runtime its drain tasks and their blocking I/O run on.
     handle: tokio::runtime::Handle,
@@ -362,7 +529,8 @@ impl JobManager {
             .clone()
             .unwrap_or_else(|| config.data_dir.join("checkpoints"));
         Arc::new_cyclic(|me| JobManager {
-            state: Mutex::new(State::default()),
+            jobs: Mutex::default(),
+            taskmanagers: TaskManagers::default(),
             store,
             checker: LocalCluster::new(runtime.clone(), tokio::runtime::Handle::current())
                 .with_allowed_roots(config.allowed_roots),
@@ -419,7 +587,7 @@ impl JobManager {
     }
 
     /// Wakes whoever waits for a job to change ([`JobManager::wait_until_ended`]).
-    /// Called after the state lock is released.
+    /// Called after the locks are released.
     fn changed(&self) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -432,12 +600,10 @@ impl JobManager {
         let mut changes = self.changes.subscribe();
         loop {
             let (job, settled) = {
-                let state = self.lock();
-                let settled = state
-                    .jobs
-                    .get(id)
-                    .is_some_and(|j| j.deferred.is_empty() && j.storage.is_idle());
-                (job_detail(&state, id)?, settled)
+                let cell = self.job_cell(id)?;
+                let job = self.lock_job(&cell);
+                let settled = job.deferred.is_empty() && job.storage.is_idle();
+                (job_detail(&job), settled)
             };
             if job.summary.state.is_terminal() && settled {
                 return Ok(job);
@@ -485,8 +651,77 @@ impl JobManager {
         self.changed();
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock is a bug; keep serving the rest.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// The job index; held only to look up, add or list jobs.
+    fn index(&self) -> MutexGuard<'_, BTreeMap<String, Arc<JobCell>>> {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Job `id`'s cell, or 404.
+    fn job_cell(&self, id: &str) -> Result<Arc<JobCell>, ApiError> {
+        self.index()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("no job with id {id:?}")))
+    }
+
+    /// Every job's cell, in id order (the index released).
+    fn job_cells(&self) -> Vec<Arc<JobCell>> {
+        self.index().values().cloned().collect()
+    }
+
+    /// Takes job `cell`'s lock, waiting for it (queries, cancel, storage
+    /// outcomes). Events queued meanwhile are taken before it is let go.
+    fn lock_job<'a>(&'a self, cell: &'a JobCell) -> JobGuard<'a> {
+        JobGuard {
+            jm: self,
+            cell,
+            job: Some(cell.job.lock().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
+
+    /// Takes job `cell`'s lock if it is free (the clock: a busy job is
+    /// ticked at the next tick).
+    fn try_lock_job<'a>(&'a self, cell: &'a JobCell) -> Option<JobGuard<'a>> {
+        cell.try_lock().map(|job| JobGuard {
+            jm: self,
+            cell,
+            job: Some(job),
+        })
+    }
+
+    /// Queues `event` for job `cell` and takes the job's queue if its lock
+    /// is free; if not, its holder takes it.
+    fn queue_event(&self, cell: &JobCell, event: JobEvent) {
+        cell.queue().push_back(event);
+        self.drain_queue(cell);
+    }
+
+    /// Takes the events of job `cell`'s queue while its lock is free.
+    /// Checking the queue again after letting go of the lock means an
+    /// event queued by someone who found the lock taken is never left
+    /// behind.
+    fn drain_queue(&self, cell: &JobCell) {
+        while !cell.queue().is_empty() {
+            let Some(mut job) = cell.try_lock() else {
+                return;
+            };
+            let ran = self.take_queue(&mut job, cell);
+            drop(job);
+            if ran > 0 {
+                self.changed();
+            }
+        }
+    }
+
+    /// Takes every event queued for `job`, in order; returns how many.
+    fn take_queue(&self, job: &mut Job, cell: &JobCell) -> usize {
+        let mut ran = 0;
+        loop {
+            let Some(event) = cell.queue().pop_front() else {
+                return ran;
+            };
+            self.on_event(job, event);
+            ran += 1;
+        }
     }
 }

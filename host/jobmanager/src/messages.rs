@@ -14,21 +14,9 @@ impl JobManager {
         tx: mpsc::UnboundedSender<ToTaskManager>,
         session: u64,
     ) {
-        let mut state = self.lock();
-        if state
-            .taskmanagers
-            .get(id)
-            .is_some_and(|tm| tm.lost.is_none())
-        {
-            // Same id, new connection: the old process is gone (restarted).
-            lose(
-                &mut state,
-                id,
-                "registered again (restarted)".to_owned(),
-                self.clock.now(),
-            );
-        }
-        state.taskmanagers.insert(
+        // Same id, new connection: the old process is gone (restarted).
+        self.lose(id, None, "registered again (restarted)".to_owned());
+        self.taskmanagers.lock().insert(
             id.to_owned(),
             Tm {
                 data_address,
@@ -45,34 +33,91 @@ impl JobManager {
         tracing::info!(taskmanager = id, %data_address, slots, "registered");
     }
 
+    /// A message of TaskManager `tm_id` in session `session`: counted only
+    /// from its current, live session. What it says about a job joins
+    /// that job's queue ([`JobCell`]).
     pub(crate) fn on_message(&self, tm_id: &str, session: u64, message: ToJobManager) {
-        self.on_message_locked(tm_id, session, message);
-        self.changed();
-    }
-
-    pub(crate) fn on_message_locked(&self, tm_id: &str, session: u64, message: ToJobManager) {
-        let mut state = self.lock();
-        let State { taskmanagers, jobs } = &mut *state;
-        let Some(tm) = taskmanagers
-            .get_mut(tm_id)
-            .filter(|tm| tm.session == session && tm.lost.is_none())
-        else {
-            return;
-        };
-        let now = self.clock.now();
-        tm.last_heartbeat = now;
-        match message {
-            ToJobManager::Register { .. } => {}
-            ToJobManager::Heartbeat { net, jobs: reports } => {
-                tm.net = net;
+        {
+            let mut taskmanagers = self.taskmanagers.lock();
+            let Some(tm) = taskmanagers
+                .get_mut(tm_id)
+                .filter(|tm| tm.session == session && tm.lost.is_none())
+            else {
+                return;
+            };
+            tm.last_heartbeat = self.clock.now();
+            if let ToJobManager::Heartbeat { net, .. } = &message {
+                tm.net = net.clone();
+            }
+        }
+        let job_id = match message {
+            ToJobManager::Register { .. } => return,
+            ToJobManager::Heartbeat { jobs: reports, .. } => {
                 for report in reports {
-                    if let Some(job) = jobs.get_mut(&report.job) {
-                        job.reports.insert(tm_id.to_owned(), report);
+                    if let Ok(cell) = self.job_cell(&report.job) {
+                        let tm = tm_id.to_owned();
+                        self.queue_event(&cell, JobEvent::Report { tm, report });
                     }
                 }
+                self.changed();
+                return;
             }
+            ToJobManager::Ack { ref job, .. }
+            | ToJobManager::RestoreFailed { ref job, .. }
+            | ToJobManager::Decline { ref job, .. }
+            | ToJobManager::Committed { ref job, .. }
+            | ToJobManager::TaskState { ref job, .. } => job.clone(),
+        };
+        if let Ok(cell) = self.job_cell(&job_id) {
+            let tm = tm_id.to_owned();
+            let event = JobEvent::Message {
+                tm,
+                session,
+                message,
+            };
+            self.queue_event(&cell, event);
+        }
+    }
+
+    /// Takes one event of `job`'s queue, under its lock.
+    pub(crate) fn on_event(&self, job: &mut Job, event: JobEvent) {
+        let now = self.clock.now();
+        match event {
+            JobEvent::Message {
+                tm,
+                session,
+                message,
+            } => {
+                // Checked again here: a TaskManager lost after it sent
+                // this is lost for the job first (its `Lost` event is
+                // ahead in the queue or already taken), and nothing it
+                // said after that is counted.
+                if self.taskmanagers.is_current(&tm, session) {
+                    self.on_job_message(job, &tm, message, now);
+                }
+            }
+            JobEvent::Report { tm, report } => {
+                job.reports.insert(tm, report);
+            }
+            JobEvent::Lost {
+                tm,
+                address,
+                reason,
+            } => {
+                if !job.state.is_terminal() {
+                    lose_for(&self.taskmanagers, job, &tm, address, &reason, now);
+                }
+            }
+        }
+    }
+
+    /// A message of live TaskManager `tm_id` about `job`.
+    fn on_job_message(&self, job: &mut Job, tm_id: &str, message: ToJobManager, now: Instant) {
+        let taskmanagers = &self.taskmanagers;
+        match message {
+            ToJobManager::Register { .. } | ToJobManager::Heartbeat { .. } => {}
             ToJobManager::Ack {
-                job,
+                job: _,
                 attempt,
                 checkpoint,
                 task,
@@ -80,9 +125,6 @@ impl JobManager {
                 snapshot,
                 alignment_ms,
             } => {
-                let Some(job) = jobs.get_mut(&job) else {
-                    return;
-                };
                 if job.attempt != attempt {
                     // An attempt that was canceled finished an upload
                     // after the restart's sweep: its files are nobody's.
@@ -132,14 +174,14 @@ impl JobManager {
                 checkpoint_actions(taskmanagers, job, self, actions);
             }
             ToJobManager::RestoreFailed {
-                job,
+                job: _,
                 attempt,
                 checkpoint,
                 reason,
             } => {
-                let Some(job) = jobs.get_mut(&job).filter(|j| j.attempt == attempt) else {
+                if job.attempt != attempt {
                     return;
-                };
+                }
                 if let Some(c) = job.checkpoints.as_mut()
                     && c.coordinator.retained().any(|r| r.id == checkpoint)
                 {
@@ -151,19 +193,16 @@ impl JobManager {
                 }
             }
             ToJobManager::Decline {
-                job,
+                job: _,
                 attempt,
                 checkpoint,
                 task,
                 subtask,
                 reason,
             } => {
-                let Some(job) = jobs
-                    .get_mut(&job)
-                    .filter(|j| j.attempt == attempt && j.placed_on(task, subtask, tm_id))
-                else {
+                if job.attempt != attempt || !job.placed_on(task, subtask, tm_id) {
                     return;
-                };
+                }
                 if let Some(c) = job.checkpoints.as_mut() {
                     let actions = c
                         .coordinator
@@ -172,16 +211,13 @@ impl JobManager {
                 }
             }
             ToJobManager::Committed {
-                job,
+                job: _,
                 attempt,
                 error,
             } => {
-                let Some(job) = jobs
-                    .get_mut(&job)
-                    .filter(|j| j.attempt == attempt && j.state == JobState::Finishing)
-                else {
+                if job.attempt != attempt || job.state != JobState::Finishing {
                     return;
-                };
+                }
                 if let Some(error) = error {
                     let reason = format!("TaskManager {tm_id}: {error}");
                     not_committed(taskmanagers, job, reason, now);
@@ -195,19 +231,16 @@ impl JobManager {
                 }
             }
             ToJobManager::TaskState {
-                job,
+                job: _,
                 attempt,
                 task,
                 subtask,
                 state: new,
                 error,
             } => {
-                let Some(job) = jobs
-                    .get_mut(&job)
-                    .filter(|j| j.attempt == attempt && j.placed_on(task, subtask, tm_id))
-                else {
+                if job.attempt != attempt || !job.placed_on(task, subtask, tm_id) {
                     return;
-                };
+                }
                 let (t, s) = (task as usize, subtask as usize);
                 let Some(current) = job.subtasks.get_mut(t).and_then(|v| v.get_mut(s)) else {
                     return;
@@ -246,83 +279,100 @@ impl JobManager {
     }
 
     pub(crate) fn lose_if_current(&self, tm_id: &str, session: u64, reason: String) {
-        {
-            let mut state = self.lock();
-            if state
-                .taskmanagers
-                .get(tm_id)
-                .is_some_and(|tm| tm.session == session && tm.lost.is_none())
-            {
-                lose(&mut state, tm_id, reason, self.clock.now());
-            }
-        }
+        self.lose(tm_id, Some(session), reason);
         self.changed();
     }
 
     pub(crate) fn check_heartbeats(&self) {
-        let mut state = self.lock();
         let timeout = self.heartbeat_timeout;
         let now = self.clock.now();
-        let late: Vec<(String, Duration)> = state
+        let late: Vec<(String, u64, Duration)> = self
             .taskmanagers
+            .lock()
             .iter()
             .map(|(id, tm)| (id, tm, now.saturating_duration_since(tm.last_heartbeat)))
             .filter(|(_, tm, silent)| tm.lost.is_none() && *silent > timeout)
-            .map(|(id, _, silent)| (id.clone(), silent))
+            .map(|(id, tm, silent)| (id.clone(), tm.session, silent))
             .collect();
-        for (id, silent) in late {
+        for (id, session, silent) in late {
             let reason = format!(
                 "no heartbeat for {:.1} s (timeout {:.1} s)",
                 silent.as_secs_f64(),
                 timeout.as_secs_f64()
             );
-            lose(&mut state, &id, reason, now);
+            // Its session: one that registered again meanwhile stays.
+            self.lose(&id, Some(session), reason);
+        }
+    }
+
+    /// Declares TaskManager `tm_id` lost (only in `session`, if given):
+    /// its slots leave the pool, its subtasks count as failed, its jobs
+    /// fail. Marked lost first, then a [`JobEvent::Lost`] joins every
+    /// job's queue: a message of it that a job takes after that is not
+    /// counted ([`JobManager::on_event`]).
+    pub(crate) fn lose(&self, tm_id: &str, session: Option<u64>, reason: String) {
+        let address = {
+            let mut taskmanagers = self.taskmanagers.lock();
+            let Some(tm) = taskmanagers
+                .get_mut(tm_id)
+                .filter(|tm| tm.lost.is_none() && session.is_none_or(|s| s == tm.session))
+            else {
+                return;
+            };
+            tracing::warn!(taskmanager = tm_id, "lost: {reason}");
+            tm.lost = Some(reason.clone());
+            tm.occupied.clear();
+            tm.data_address
+        };
+        for cell in self.job_cells() {
+            let event = JobEvent::Lost {
+                tm: tm_id.to_owned(),
+                address,
+                reason: reason.clone(),
+            };
+            self.queue_event(&cell, event);
         }
     }
 }
 
-/// Declares a TaskManager lost: its slots leave the pool, its subtasks
-/// count as failed, its jobs fail.
-pub(crate) fn lose(state: &mut State, tm_id: &str, reason: String, now: Instant) {
-    let State { taskmanagers, jobs } = state;
-    let Some(tm) = taskmanagers.get_mut(tm_id) else {
-        return;
-    };
-    tracing::warn!(taskmanager = tm_id, "lost: {reason}");
-    let address = tm.data_address;
-    tm.lost = Some(reason.clone());
-    tm.occupied.clear();
-    for job in jobs.values_mut().filter(|j| !j.state.is_terminal()) {
-        let mut hit = false;
-        for (t, slots) in job.placement.iter().enumerate() {
-            for (s, slot) in slots.iter().enumerate() {
-                if slot.taskmanager == tm_id && !job.subtasks[t][s].is_terminal() {
-                    job.subtasks[t][s] = TaskState::Failed;
-                    hit = true;
-                }
+/// What losing TaskManager `tm_id` does to `job`.
+fn lose_for(
+    taskmanagers: &TaskManagers,
+    job: &mut Job,
+    tm_id: &str,
+    address: SocketAddr,
+    reason: &str,
+    now: Instant,
+) {
+    let mut hit = false;
+    for (t, slots) in job.placement.iter().enumerate() {
+        for (s, slot) in slots.iter().enumerate() {
+            if slot.taskmanager == tm_id && !job.subtasks[t][s].is_terminal() {
+                job.subtasks[t][s] = TaskState::Failed;
+                hit = true;
             }
         }
-        if hit {
-            let message = format!("TaskManager {tm_id} ({address}) lost: {reason}");
-            fail(taskmanagers, job, message, true, now);
-            settle(taskmanagers, job, now);
-        } else if job.state == JobState::Finishing && job.committing.contains(tm_id) {
-            let message = format!(
-                "TaskManager {tm_id} ({address}) lost before committing the final output: {reason}"
-            );
-            not_committed(taskmanagers, job, message, now);
-        } else if job.state == JobState::Running
-            && job.checkpoints.is_some()
-            && job.taskmanagers().contains(tm_id)
-        {
-            // Its subtasks had all finished, but their sinks' final output
-            // waits for the job's end to be committed there: it never will.
-            let message = format!(
-                "TaskManager {tm_id} ({address}) lost with its subtasks' final output \
-                 uncommitted: {reason}"
-            );
-            fail(taskmanagers, job, message, true, now);
-            settle(taskmanagers, job, now);
-        }
+    }
+    if hit {
+        let message = format!("TaskManager {tm_id} ({address}) lost: {reason}");
+        fail(taskmanagers, job, message, true, now);
+        settle(taskmanagers, job, now);
+    } else if job.state == JobState::Finishing && job.committing.contains(tm_id) {
+        let message = format!(
+            "TaskManager {tm_id} ({address}) lost before committing the final output: {reason}"
+        );
+        not_committed(taskmanagers, job, message, now);
+    } else if job.state == JobState::Running
+        && job.checkpoints.is_some()
+        && job.taskmanagers().contains(tm_id)
+    {
+        // Its subtasks had all finished, but their sinks' final output
+        // waits for the job's end to be committed there: it never will.
+        let message = format!(
+            "TaskManager {tm_id} ({address}) lost with its subtasks' final output \
+             uncommitted: {reason}"
+        );
+        fail(taskmanagers, job, message, true, now);
+        settle(taskmanagers, job, now);
     }
 }

@@ -1,4 +1,4 @@
-//! The JobManager's checkpoint storage I/O, carried out off its state lock.
+//! The JobManager's checkpoint storage I/O, carried out off its locks.
 //!
 //! Owns [`StorageCommand`] (one write, delete or sweep, decided under the
 //! lock with everything it needs), [`StorageQueue`] (a job's commands in
@@ -6,7 +6,7 @@
 //! [`CheckpointStorage`], on a blocking-pool thread).
 //!
 //! # How it is used
-//! Under the state lock the JobManager decides what to write and delete —
+//! Under a job's lock the JobManager decides what to write and delete —
 //! the coordinator's actions, the [`weir_runtime::checkpoint::SharedStateRegistry`]'s
 //! answers about which files no retained checkpoint references — and
 //! appends commands to the job's queue. When a queue goes from idle to
@@ -17,7 +17,7 @@
 //!
 //! # Invariants
 //! * One drain task per job at a time (the queue's `draining` flag, kept
-//!   under the state lock): a job's commands run in the order they were
+//!   under the job's lock): a job's commands run in the order they were
 //!   decided. So a checkpoint's metadata is written before the files of
 //!   the checkpoints it subsumes are deleted, and a restart's sweep runs
 //!   after everything decided before it. Jobs do not wait for each other.
@@ -37,7 +37,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use weir_runtime::checkpoint::{CheckpointStorage, StoragePath};
 
-/// One storage step, decided under the state lock.
+/// One storage step, decided under the job's lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum StorageCommand {
     /// Writes checkpoint `checkpoint`'s `_metadata` at `path`.

@@ -69,13 +69,14 @@ impl JobManager {
     /// Deletes a module entry unless a job that has not ended uses it.
     pub fn delete_module(&self, reference: &str) -> Result<Vec<ModuleInfo>, ApiError> {
         let info = self.store.resolve(reference)?;
-        let state = self.lock();
+        // Held while deleting: `admit` checks the blob under it.
+        let index = self.index();
         // A bare hash deletes every entry with it; a name@version only that
         // one, but the blob goes with its last entry: refuse either way
         // while a live job needs the content.
-        if let Some(job) = state
-            .jobs
+        if let Some(job) = index
             .values()
+            .map(|cell| self.lock_job(cell))
             .find(|j| !j.state.is_terminal() && j.modules.contains(&info.hash))
         {
             return Err(ApiError::conflict(format!(
@@ -126,9 +127,10 @@ impl JobManager {
         modules: HashSet<String>,
     ) -> Result<JobCreated, ApiError> {
         let tasks = chain(&graph);
-        let mut state = self.lock();
+        let mut index = self.index();
         // A module deleted since `prepare` looked it up (deletion holds the
-        // state lock too, so after this check it stays until the job ends).
+        // job index's lock too, so after this check it stays until the job
+        // ends).
         for hash in &modules {
             if !self.store.blob_path(hash).exists() {
                 return Err(ApiError::conflict(format!(
@@ -138,7 +140,7 @@ impl JobManager {
         }
         let id = loop {
             let id = format!("{:016x}", random_u64());
-            if !state.jobs.contains_key(&id) {
+            if !index.contains_key(&id) {
                 break id;
             }
         };
@@ -180,7 +182,7 @@ impl JobManager {
             sweep: None,
         };
         deploy(
-            &mut state.taskmanagers,
+            &self.taskmanagers,
             &mut job,
             self.scheduling,
             &self.checkpoint_root,
@@ -194,7 +196,7 @@ impl JobManager {
             id: id.clone(),
             name: job.name.clone(),
         };
-        state.jobs.insert(id, job);
+        index.insert(id, JobCell::new(job));
         Ok(created)
     }
 

@@ -1,5 +1,6 @@
 //! The JobManager core with an in-process TaskManager and a checkpoint
-//! storage double: what its state lock must not wait for.
+//! storage double: what the API and other jobs must not wait for (a
+//! storage write, a busy job).
 //!
 //! The jobs here have a generator source and a blackhole sink, no Wasm
 //! operator, so no artifacts are needed.
@@ -234,8 +235,8 @@ to = "out"
 
 /// Runs `f` on a thread of its own and returns its result, or fails the
 /// test if it has not returned within [`PATIENCE`] (a thread stuck on the
-/// state lock stays stuck until the gate opens: the test must not hang
-/// with it).
+/// job's lock stays stuck until the gate opens or the job is let go: the test
+/// must not hang with it).
 fn returns<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std_mpsc::channel();
     std::thread::spawn(move || {
@@ -243,8 +244,8 @@ fn returns<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static
     });
     rx.recv_timeout(PATIENCE).unwrap_or_else(|_| {
         panic!(
-            "{what} did not return while a checkpoint metadata write was blocked in storage: \
-             the JobManager does storage I/O under its state lock"
+            "{what} did not return within {PATIENCE:?}: it waits for the blocked storage \
+             write or the busy job"
         )
     })
 }
@@ -331,5 +332,57 @@ fn a_blocked_checkpoint_write_stalls_neither_the_api_nor_other_jobs() {
     assert!(
         (1..=2).contains(&chk_dirs),
         "{chk_dirs} checkpoint directories"
+    );
+}
+
+#[test]
+fn a_busy_job_stalls_neither_the_api_nor_other_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(dir.path());
+    cluster.storage.open();
+    let jm = cluster.jm.clone();
+    let (busy, _modules) = cluster
+        .rt()
+        .block_on(jm.submit_graph(graph(CHECKPOINTED)))
+        .unwrap();
+    let cell = jm.job_cell(&busy.id).unwrap();
+
+    // Job `busy` is held, as a long step of its own would hold it, and its
+    // sources stop: whatever its TaskManager says about it from now on
+    // waits in its queue.
+    let held = jm.lock_job(&cell);
+    cluster.tm.as_ref().unwrap().stop_sources(&busy.id);
+
+    // Meanwhile another job on the same TaskManager (whose messages about
+    // both jobs share one link) is deployed and runs to the end, and the
+    // API answers about the cluster.
+    let (plain, taskmanagers) = returns("a job beside a busy one", {
+        let jm = jm.clone();
+        let handle = cluster.rt().handle().clone();
+        move || {
+            handle.block_on(async {
+                let (created, _modules) = jm.submit_graph(graph(PLAIN)).await?;
+                let detail = jm.wait_until_ended(&created.id).await?;
+                Ok::<_, super::ApiError>((detail, jm.taskmanagers()))
+            })
+        }
+    })
+    .unwrap();
+    assert_eq!(plain.summary.state, JobState::Finished, "{plain:?}");
+    assert_eq!(taskmanagers.len(), 1, "{taskmanagers:?}");
+    assert_eq!(held.state, JobState::Running);
+
+    // Let go, the busy job takes what queued up, in order, and finishes:
+    // nothing its TaskManager said was lost.
+    drop(held);
+    let ended = cluster
+        .rt()
+        .block_on(async { tokio::time::timeout(PATIENCE, jm.wait_until_ended(&busy.id)).await })
+        .expect("the busy job ends once let go")
+        .unwrap();
+    assert_eq!(ended.summary.state, JobState::Finished, "{ended:?}");
+    assert!(
+        ended.vertices.iter().all(|v| v.state == "finished"),
+        "{ended:?}"
     );
 }
