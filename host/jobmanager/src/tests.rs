@@ -346,6 +346,24 @@ fn a_busy_job_stalls_neither_the_api_nor_other_jobs() {
         .block_on(jm.submit_graph(graph(CHECKPOINTED)))
         .unwrap();
     let cell = jm.job_cell(&busy.id).unwrap();
+    // Its sources stop only once they run.
+    cluster.rt().block_on(async {
+        let mut changes = jm.changes.subscribe();
+        let running = async {
+            while !jm
+                .job(&busy.id)
+                .unwrap()
+                .vertices
+                .iter()
+                .all(|v| v.state == "running")
+            {
+                changes.changed().await.unwrap();
+            }
+        };
+        tokio::time::timeout(PATIENCE, running)
+            .await
+            .expect("the busy job's subtasks run")
+    });
 
     // Job `busy` is held, as a long step of its own would hold it, and its
     // sources stop: whatever its TaskManager says about it from now on
