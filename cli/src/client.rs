@@ -6,7 +6,8 @@
 //! commands, and [`rewrite_spec`] (uploading the modules a job spec names
 //! by path and anchoring its relative paths); `rest` the thin blocking HTTP
 //! client ([`Rest`]) that turns every failure into a [`Failure`] with its
-//! exit code, and serde mirrors of the REST types; `render` the table
+//! exit code (the REST types are the JobManager's own, from
+//! `weir_host::jobmanager`); `render` the table
 //! printers and human formats. `tests` covers the pure parts without a
 //! server.
 //!
@@ -14,8 +15,10 @@
 //! unknown job or module, a conflict) or the local input is bad (unreadable
 //! file, malformed spec); 1 the server failed (5xx) or could not be reached.
 //!
-//! Nothing here talks to `weir-host`: the REST contract is the only coupling
-//! to the server (and the default token file's place, from `daemons`).
+//! Nothing here calls into `weir-host`: it talks to the server over REST
+//! only, and takes from `weir-host` the types of what the server answers
+//! (so they cannot drift apart) and the default token file's place (from
+//! `daemons`).
 //!
 //! The token is found without being on the command line ([`ConnectArgs`]):
 //! `--rest-token` / `WEIR_REST_TOKEN`, else the file `--rest-token-file` /
@@ -31,7 +34,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
-use serde::Deserialize;
 use serde_json::Value;
 
 mod render;
@@ -237,7 +239,7 @@ fn upload(args: UploadArgs) -> Result<(), Failure> {
         print_json(&v);
         return Ok(());
     }
-    let m: Module = decode(v, "module")?;
+    let m: ModuleInfo = decode(v, "module")?;
     if status == 200 {
         eprintln!(
             "(these bytes were already stored as {}@{})",
@@ -254,7 +256,7 @@ fn modules(args: ConnectArgs) -> Result<(), Failure> {
         print_json(&v);
         return Ok(());
     }
-    let modules: Vec<Module> = decode(v, "module list")?;
+    let modules: Vec<ModuleInfo> = decode(v, "module list")?;
     print!("{}", modules_table(&modules));
     Ok(())
 }
@@ -270,7 +272,7 @@ fn submit(args: SubmitArgs) -> Result<(), Failure> {
     let spec = rewrite_spec(&text, spec_dir, |module| {
         let name = module_name_for(module);
         let (_, v) = rest.upload(module, &name, None, quiet)?;
-        let m: Module = decode(v, "module")?;
+        let m: ModuleInfo = decode(v, "module")?;
         eprintln!(
             "uploaded {} as {}@{} ({})",
             module.display(),
@@ -426,7 +428,7 @@ fn list(args: ConnectArgs) -> Result<(), Failure> {
         print_json(&v);
         return Ok(());
     }
-    let jobs: Vec<Job> = decode(v, "job list")?;
+    let jobs: Vec<JobSummary> = decode(v, "job list")?;
     print!("{}", jobs_table(&jobs, now_ms()));
     Ok(())
 }
@@ -438,7 +440,7 @@ fn status(args: JobArgs) -> Result<(), Failure> {
         print_json(&v);
         return Ok(());
     }
-    let job: Job = decode(v, "job")?;
+    let job: JobDetail = decode(v, "job")?;
     print!("{}", job_report(&job, now_ms()));
     Ok(())
 }
@@ -450,8 +452,8 @@ fn cancel(args: JobArgs) -> Result<(), Failure> {
         print_json(&v);
         return Ok(());
     }
-    let job: Job = decode(v, "job")?;
-    println!("job {} ({}): {}", job.id, job.name, job.state);
+    let job: JobSummary = decode(v, "job")?;
+    println!("job {} ({}): {}", job.id, job.name, job.state.as_str());
     Ok(())
 }
 
@@ -461,7 +463,7 @@ fn taskmanagers(args: ConnectArgs) -> Result<(), Failure> {
         print_json(&v);
         return Ok(());
     }
-    let tms: Vec<TaskManager> = decode(v, "TaskManager list")?;
+    let tms: Vec<TaskManagerInfo> = decode(v, "TaskManager list")?;
     print!("{}", taskmanagers_table(&tms));
     Ok(())
 }
@@ -473,37 +475,33 @@ fn checkpoints(args: JobArgs) -> Result<(), Failure> {
         print_json(&v);
         return Ok(());
     }
-    if v["enabled"] != serde_json::Value::Bool(true) {
+    let view: CheckpointsView = decode(v, "checkpoint history")?;
+    if !view.enabled {
         println!(
             "job {} takes no checkpoints (no [job.checkpoints] in its spec)",
             args.job
         );
         return Ok(());
     }
-    let n = |c: &serde_json::Value, k: &str| c[k].as_u64().unwrap_or(0);
-    let rows = v["history"]
-        .as_array()
-        .map(|h| {
-            h.iter()
-                .map(|c| {
-                    vec![
-                        n(c, "id").to_string(),
-                        c["status"].as_str().unwrap_or("?").to_owned(),
-                        utc_time(n(c, "triggered_at_ms")),
-                        c["duration_ms"]
-                            .as_u64()
-                            .map(|d| format!("{d} ms"))
-                            .unwrap_or_else(|| "-".into()),
-                        format!("{}/{}", n(c, "acked"), n(c, "total")),
-                        human_bytes(n(c, "full_size")),
-                        human_bytes(n(c, "incremental_size")),
-                        format!("{} ms", n(c, "max_alignment_ms")),
-                        c["failure"].as_str().unwrap_or("").to_owned(),
-                    ]
-                })
-                .collect()
+    let rows = view
+        .history
+        .iter()
+        .map(|c| {
+            vec![
+                c.id.to_string(),
+                c.status.as_str().to_owned(),
+                utc_time(c.triggered_at_ms),
+                c.duration_ms
+                    .map(|d| format!("{d} ms"))
+                    .unwrap_or_else(|| "-".into()),
+                format!("{}/{}", c.acked, c.total),
+                human_bytes(c.full_size),
+                human_bytes(c.incremental_size),
+                format!("{} ms", c.max_alignment_ms),
+                c.failure.clone().unwrap_or_default(),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     print!(
         "{}",
         table(
@@ -532,23 +530,17 @@ fn checkpoints(args: JobArgs) -> Result<(), Failure> {
             rows,
         )
     );
-    let restores = v["restores"].as_array().cloned().unwrap_or_default();
-    if restores.is_empty() {
+    if view.restores.is_empty() {
         println!("\nno restores");
     } else {
         println!("\nRESTORES");
-        for r in restores {
-            let mut from = r["checkpoint"]
-                .as_u64()
+        for r in &view.restores {
+            let mut from = r
+                .checkpoint
                 .map(|c| format!("checkpoint {c}"))
                 .unwrap_or_else(|| "scratch (no checkpoint yet)".into());
-            let skipped: Vec<String> = r["skipped"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c.as_u64().map(|c| c.to_string()))
-                .collect();
-            if !skipped.is_empty() {
+            if !r.skipped.is_empty() {
+                let skipped: Vec<String> = r.skipped.iter().map(u64::to_string).collect();
                 from.push_str(&format!(
                     " (fell back: checkpoint {} could not be restored)",
                     skipped.join(", ")
@@ -556,8 +548,8 @@ fn checkpoints(args: JobArgs) -> Result<(), Failure> {
             }
             println!(
                 "  attempt {} at {} from {from}",
-                n(&r, "attempt"),
-                utc_time(n(&r, "at_ms"))
+                r.attempt,
+                utc_time(r.at_ms)
             );
         }
     }

@@ -5,7 +5,7 @@
 use super::*;
 
 /// `name@version  sha256:…  size`.
-pub(super) fn module_line(m: &Module) -> String {
+pub(super) fn module_line(m: &ModuleInfo) -> String {
     format!(
         "{}@{}  {}  {}",
         m.name,
@@ -15,7 +15,7 @@ pub(super) fn module_line(m: &Module) -> String {
     )
 }
 
-pub(super) fn modules_table(modules: &[Module]) -> String {
+pub(super) fn modules_table(modules: &[ModuleInfo]) -> String {
     let rows = modules
         .iter()
         .map(|m| {
@@ -42,14 +42,14 @@ pub(super) fn modules_table(modules: &[Module]) -> String {
     )
 }
 
-pub(super) fn jobs_table(jobs: &[Job], now_ms: u64) -> String {
+pub(super) fn jobs_table(jobs: &[JobSummary], now_ms: u64) -> String {
     let rows = jobs
         .iter()
         .map(|j| {
             vec![
                 j.id.clone(),
                 j.name.clone(),
-                j.state.clone(),
+                j.state.as_str().to_owned(),
                 utc_time(j.submitted_at_ms),
                 job_duration(j, now_ms),
             ]
@@ -68,17 +68,18 @@ pub(super) fn jobs_table(jobs: &[Job], now_ms: u64) -> String {
     )
 }
 
-pub(super) fn job_duration(j: &Job, now_ms: u64) -> String {
+pub(super) fn job_duration(j: &JobSummary, now_ms: u64) -> String {
     let end = j.ended_at_ms.unwrap_or(now_ms);
     human_duration(end.saturating_sub(j.submitted_at_ms))
 }
 
-pub(super) fn job_report(job: &Job, now_ms: u64) -> String {
+pub(super) fn job_report(detail: &JobDetail, now_ms: u64) -> String {
+    let job = &detail.summary;
     let mut out = format!(
         "job {} `{}`: {} (submitted {} UTC, {}{})\n",
         job.id,
         job.name,
-        job.state,
+        job.state.as_str(),
         utc_time(job.submitted_at_ms),
         if job.ended_at_ms.is_some() {
             "ran "
@@ -90,11 +91,11 @@ pub(super) fn job_report(job: &Job, now_ms: u64) -> String {
     if let Some(f) = &job.failure {
         let _ = writeln!(out, "failure: {f}");
     }
-    if job.vertices.is_empty() {
+    if detail.vertices.is_empty() {
         return out;
     }
     out.push('\n');
-    let rows = job
+    let rows = detail
         .vertices
         .iter()
         .map(|v| {
@@ -103,7 +104,7 @@ pub(super) fn job_report(job: &Job, now_ms: u64) -> String {
                 v.id.clone(),
                 v.role.clone(),
                 v.parallelism.to_string(),
-                v.state.clone(),
+                v.state.as_str().to_owned(),
                 v.records_in.to_string(),
                 v.records_out.to_string(),
                 percent(v.busy_ms, total),
@@ -126,7 +127,7 @@ pub(super) fn job_report(job: &Job, now_ms: u64) -> String {
         &[Left, Left, Right, Left, Right, Right, Right, Right],
         rows,
     ));
-    let rows: Vec<Vec<String>> = job
+    let rows: Vec<Vec<String>> = detail
         .vertices
         .iter()
         .flat_map(|v| {
@@ -134,7 +135,7 @@ pub(super) fn job_report(job: &Job, now_ms: u64) -> String {
                 vec![
                     format!("{}[{}]", v.id, s.index),
                     s.taskmanager.clone(),
-                    s.state.clone(),
+                    s.state.as_str().to_owned(),
                 ]
             })
         })
@@ -158,7 +159,7 @@ pub(super) fn percent(part: u64, total: u64) -> String {
     }
 }
 
-pub(super) fn taskmanagers_table(tms: &[TaskManager]) -> String {
+pub(super) fn taskmanagers_table(tms: &[TaskManagerInfo]) -> String {
     let rows = tms
         .iter()
         .map(|t| {

@@ -1,7 +1,6 @@
 //! The REST side of the client: a thin blocking HTTP client ([`Rest`])
-//! that turns every failure into a [`Failure`] with its exit code, and
-//! serde mirrors of the REST types (lenient: a newer server's extra or
-//! missing fields do not break an older client).
+//! that turns every failure into a [`Failure`] with its exit code. The
+//! REST types it reads are the JobManager's own.
 
 use super::*;
 
@@ -47,110 +46,13 @@ impl Failure {
     }
 }
 
-/// `Module`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct Module {
-    /// Module name.
-    pub name: String,
-    /// Module version.
-    pub version: String,
-    /// `sha256:<hex>`.
-    pub hash: String,
-    /// Bytes.
-    pub size: u64,
-    /// Unix ms.
-    pub uploaded_at_ms: u64,
-}
-
-/// `JobCreated`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct JobCreated {
-    /// Job id.
-    pub id: String,
-    /// Job name.
-    pub name: String,
-}
-
-/// `JobSummary` and `JobDetail` (a summary has no vertices).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct Job {
-    /// Job id.
-    pub id: String,
-    /// Job name.
-    pub name: String,
-    /// `running`, `failing`, `canceling`, `restarting`, `finishing`, `finished`,
-    /// `failed`, `canceled`.
-    pub state: String,
-    /// Unix ms.
-    pub submitted_at_ms: u64,
-    /// Unix ms, once the job ended.
-    pub ended_at_ms: Option<u64>,
-    /// Why the job failed.
-    pub failure: Option<String>,
-    /// `JobDetail` only.
-    pub vertices: Vec<Vertex>,
-}
-
-/// `Vertex` of a `JobDetail`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct Vertex {
-    /// The vertex uid.
-    pub id: String,
-    /// `source`, `operator` or `sink`.
-    pub role: String,
-    /// Number of subtasks.
-    pub parallelism: u32,
-    /// Vertex state.
-    pub state: String,
-    /// Records received.
-    pub records_in: u64,
-    /// Records emitted.
-    pub records_out: u64,
-    /// Time spent working, summed over subtasks.
-    pub busy_ms: u64,
-    /// Time spent blocked on a full output.
-    pub backpressured_ms: u64,
-    /// Time spent waiting for input.
-    pub idle_ms: u64,
-    /// Where each subtask runs.
-    pub subtasks: Vec<Subtask>,
-}
-
-/// A subtask of a `Vertex`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct Subtask {
-    /// 0-based subtask index.
-    pub index: u32,
-    /// The TaskManager id it runs on.
-    pub taskmanager: String,
-    /// Subtask state.
-    pub state: String,
-}
-
-/// `TaskManager`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct TaskManager {
-    /// TaskManager id.
-    pub id: String,
-    /// Its data-plane (QUIC) address.
-    pub data_address: String,
-    /// Slots it offers.
-    pub slots_total: u32,
-    /// Slots not in use.
-    pub slots_free: u32,
-    /// `active` or `lost`.
-    pub state: String,
-    /// Unix ms.
-    pub registered_at_ms: u64,
-    /// Age of its last heartbeat.
-    pub last_heartbeat_ms_ago: u64,
-}
+// The REST types are the JobManager's own (`weir_host::jobmanager`'s
+// views, read leniently: unknown fields ignored, counters and lists a
+// server left out read as zero or empty).
+pub use weir_host::jobmanager::modules::ModuleInfo;
+pub use weir_host::jobmanager::{
+    CheckpointsView, JobCreated, JobDetail, JobSummary, TaskManagerInfo,
+};
 
 /// A JobManager's REST API, blocking.
 pub struct Rest {

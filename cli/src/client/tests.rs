@@ -1,6 +1,7 @@
 //! Tests of the client's pure parts: spec rewriting, tables, formats.
 
 use super::*;
+use weir_host::jobmanager::JobState;
 
 #[test]
 fn module_paths_are_told_from_references() {
@@ -197,37 +198,30 @@ fn tables_align_columns() {
 
 #[test]
 fn job_report_shows_vertices_and_placement() {
-    let job = Job {
-        id: "j1".into(),
-        name: "wc".into(),
-        state: "failed".into(),
-        submitted_at_ms: 1_000,
-        ended_at_ms: Some(66_000),
-        failure: Some("operator `count` trapped".into()),
-        vertices: vec![Vertex {
-            id: "count".into(),
-            role: "operator".into(),
-            parallelism: 2,
-            state: "failed".into(),
-            records_in: 10,
-            records_out: 3,
-            busy_ms: 750,
-            backpressured_ms: 250,
-            idle_ms: 0,
-            subtasks: vec![
-                Subtask {
-                    index: 0,
-                    taskmanager: "tm-a".into(),
-                    state: "failed".into(),
-                },
-                Subtask {
-                    index: 1,
-                    taskmanager: "tm-b".into(),
-                    state: "canceled".into(),
-                },
+    let job: JobDetail = serde_json::from_value(serde_json::json!({
+        "id": "j1",
+        "name": "wc",
+        "state": "failed",
+        "submitted_at_ms": 1_000,
+        "ended_at_ms": 66_000,
+        "failure": "operator `count` trapped",
+        "vertices": [{
+            "id": "count",
+            "role": "operator",
+            "parallelism": 2,
+            "state": "failed",
+            "records_in": 10,
+            "records_out": 3,
+            "busy_ms": 750,
+            "backpressured_ms": 250,
+            "idle_ms": 0,
+            "subtasks": [
+                { "index": 0, "taskmanager": "tm-a", "state": "failed" },
+                { "index": 1, "taskmanager": "tm-b", "state": "canceled" },
             ],
         }],
-    };
+    }))
+    .unwrap();
     let r = job_report(&job, 0);
     assert!(
         r.starts_with("job j1 `wc`: failed (submitted 1970-01-01 00:00:01 UTC, ran 1m05s)\n"),
@@ -242,13 +236,21 @@ fn job_report_shows_vertices_and_placement() {
 }
 
 #[test]
-fn lenient_json_fills_missing_fields() {
-    let j: Job = serde_json::from_value(serde_json::json!({
-        "id": "x", "state": "running", "extra": 1, "ended_at_ms": null
+fn lenient_json_ignores_unknown_fields_and_fills_missing_lists_and_counters() {
+    let j: JobDetail = serde_json::from_value(serde_json::json!({
+        "id": "x", "name": "n", "state": "running", "submitted_at_ms": 1,
+        "extra": 1, "ended_at_ms": null
     }))
     .unwrap();
-    assert_eq!(j.id, "x");
-    assert!(j.vertices.is_empty() && j.ended_at_ms.is_none());
+    assert_eq!(j.summary.id, "x");
+    assert_eq!(j.summary.state, JobState::Running);
+    assert!(j.vertices.is_empty() && j.summary.ended_at_ms.is_none() && j.attempt == 0);
+    let tm: TaskManagerInfo = serde_json::from_value(serde_json::json!({
+        "id": "tm", "data_address": "127.0.0.1:1", "slots_total": 2, "slots_free": 1,
+        "state": "active", "new_field": [1, 2]
+    }))
+    .unwrap();
+    assert_eq!(tm.slots_free, 1);
 }
 
 /// The requests a fake server saw: (head, body) each.

@@ -1,7 +1,10 @@
 //! What the JobManager answers: [`ApiError`] (an HTTP status and a
 //! message) and the views of the REST API ([`JobSummary`], [`JobDetail`],
 //! [`CheckpointsView`], [`Overview`], …), with the queries that build them
-//! (each under the locks of what it reads). `REST.md` documents them for users.
+//! (each under the locks of what it reads). `REST.md` documents them for
+//! users; the `weir` client reads them with these same types, leniently:
+//! fields it does not know are ignored, and the counters and lists a
+//! server left out read as zero or empty (`#[serde(default)]`).
 
 use super::*;
 
@@ -55,7 +58,7 @@ impl From<StoreError> for ApiError {
 }
 
 /// `GET /v1/jobs` entry.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobSummary {
     /// Job id.
     pub id: String,
@@ -72,49 +75,60 @@ pub struct JobSummary {
 }
 
 /// `GET /v1/jobs/{id}`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobDetail {
     /// The summary fields.
     #[serde(flatten)]
     pub summary: JobSummary,
     /// Per vertex, in graph order.
+    #[serde(default)]
     pub vertices: Vec<VertexDetail>,
     /// Tasks after chaining.
+    #[serde(default)]
     pub tasks: u32,
     /// The deployment attempt (0, then one more per restart); the
     /// counters are the latest attempt's.
+    #[serde(default)]
     pub attempt: u32,
     /// Most batches seen queued in one channel (latest attempt).
+    #[serde(default)]
     pub max_queued_batches: u64,
 }
 
 /// One vertex of a [`JobDetail`].
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VertexDetail {
     /// The uid.
     pub id: String,
     /// `source`, `operator` or `sink`.
-    pub role: &'static str,
+    pub role: String,
     /// Parallelism.
     pub parallelism: u32,
-    /// Aggregate state of its subtasks.
-    pub state: &'static str,
+    /// Aggregate state of its subtasks: `failed` if one failed, else
+    /// `running` if one runs, else `deploying`, `canceled`, `finished`.
+    pub state: TaskState,
     /// Records received, over all subtasks.
+    #[serde(default)]
     pub records_in: u64,
     /// Records emitted, over all subtasks.
+    #[serde(default)]
     pub records_out: u64,
     /// Time its task's subtasks spent working, summed.
+    #[serde(default)]
     pub busy_ms: u64,
     /// Time they spent blocked on full output channels.
+    #[serde(default)]
     pub backpressured_ms: u64,
     /// Time they spent waiting for input.
+    #[serde(default)]
     pub idle_ms: u64,
     /// Where each subtask runs.
+    #[serde(default)]
     pub subtasks: Vec<SubtaskDetail>,
 }
 
 /// One subtask of a [`VertexDetail`].
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubtaskDetail {
     /// Subtask index.
     pub index: u32,
@@ -125,7 +139,7 @@ pub struct SubtaskDetail {
 }
 
 /// `GET /v1/jobs/{id}/checkpoints`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckpointsView {
     /// Whether the job takes checkpoints.
     pub enabled: bool,
@@ -135,13 +149,15 @@ pub struct CheckpointsView {
     /// while its metadata is being written.
     pub latest: Option<u64>,
     /// Newest first: pending, completed and aborted checkpoints.
+    #[serde(default)]
     pub history: Vec<CheckpointStats>,
     /// Every restart, with the checkpoint it restored from.
+    #[serde(default)]
     pub restores: Vec<RestoreRecord>,
 }
 
 /// `POST /v1/jobs` answer.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobCreated {
     /// The new job's id.
     pub id: String,
@@ -150,7 +166,7 @@ pub struct JobCreated {
 }
 
 /// `GET /v1/taskmanagers` entry.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskManagerInfo {
     /// Its id.
     pub id: String,
@@ -161,22 +177,25 @@ pub struct TaskManagerInfo {
     /// Slots no job uses.
     pub slots_free: u32,
     /// `active` or `lost`.
-    pub state: &'static str,
+    pub state: String,
     /// Why it was lost.
     pub lost_reason: Option<String>,
     /// Registration time, Unix ms.
+    #[serde(default)]
     pub registered_at_ms: u64,
     /// Milliseconds since its last heartbeat.
+    #[serde(default)]
     pub last_heartbeat_ms_ago: u64,
     /// Its data plane's counters.
+    #[serde(default)]
     pub net: NetStats,
 }
 
 /// `GET /v1/overview`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Overview {
     /// Weir's version.
-    pub version: &'static str,
+    pub version: String,
     /// Active TaskManagers.
     pub taskmanagers: u32,
     /// Slots of active TaskManagers.
@@ -184,13 +203,15 @@ pub struct Overview {
     /// Of which free.
     pub slots_free: u32,
     /// Jobs by state.
+    #[serde(default)]
     pub jobs: JobCounts,
     /// Entries in the module store.
+    #[serde(default)]
     pub modules: u32,
 }
 
 /// Jobs by state, for [`Overview`].
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct JobCounts {
     /// Running, failing or canceling.
     pub running: u32,
@@ -255,7 +276,7 @@ impl JobManager {
                 data_address: tm.data_address.to_string(),
                 slots_total: tm.slots_total,
                 slots_free: tm.slots_total - tm.occupied.len() as u32,
-                state: if tm.lost.is_some() { "lost" } else { "active" },
+                state: if tm.lost.is_some() { "lost" } else { "active" }.into(),
                 lost_reason: tm.lost.clone(),
                 registered_at_ms: tm.registered_at_ms,
                 last_heartbeat_ms_ago: tm.last_heartbeat.elapsed().as_millis() as u64,
@@ -284,7 +305,7 @@ impl JobManager {
             }
         }
         Overview {
-            version: env!("CARGO_PKG_VERSION"),
+            version: env!("CARGO_PKG_VERSION").into(),
             taskmanagers: n,
             slots_total: total,
             slots_free: free,
@@ -320,7 +341,7 @@ pub(crate) fn job_detail(job: &Job) -> JobDetail {
             let states = &job.subtasks[t];
             VertexDetail {
                 id: vertex.id.0.clone(),
-                role: vertex.kind.role(),
+                role: vertex.kind.role().into(),
                 parallelism: vertex.parallelism,
                 state: aggregate_state(states),
                 records_in: sum(&|r| r.records_in, v),
@@ -355,17 +376,10 @@ pub(crate) fn job_detail(job: &Job) -> JobDetail {
     }
 }
 
-pub(crate) fn aggregate_state(states: &[TaskState]) -> &'static str {
-    let any = |s: TaskState| states.contains(&s);
-    if any(TaskState::Failed) {
-        "failed"
-    } else if any(TaskState::Running) {
-        "running"
-    } else if any(TaskState::Deploying) {
-        "deploying"
-    } else if any(TaskState::Canceled) {
-        "canceled"
-    } else {
-        "finished"
-    }
+pub(crate) fn aggregate_state(states: &[TaskState]) -> TaskState {
+    use TaskState::*;
+    [Failed, Running, Deploying, Canceled]
+        .into_iter()
+        .find(|s| states.contains(s))
+        .unwrap_or(Finished)
 }

@@ -22,10 +22,7 @@ impl JobManager {
             return Err(ApiError::conflict(format!(
                 "job {id} ({}) already ended: {}",
                 job.name,
-                serde_json::to_value(job.state)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
+                job.state.as_str()
             )));
         }
         // Finishing: the final output is being published; the cancel is

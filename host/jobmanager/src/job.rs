@@ -40,10 +40,10 @@
 //!   is being published: the job is as good as finished).
 //! * `Restarting` is entered only when the restart strategy allowed it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The state of a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     /// Deployed; subtasks running (or starting).
@@ -109,6 +109,20 @@ pub struct Illegal {
 }
 
 impl JobState {
+    /// Its name in the REST API and on the terminal (`running`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Failing => "failing",
+            JobState::Canceling => "canceling",
+            JobState::Restarting => "restarting",
+            JobState::Finishing => "finishing",
+            JobState::Finished => "finished",
+            JobState::Failed => "failed",
+            JobState::Canceled => "canceled",
+        }
+    }
+
     /// Whether the job has ended.
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -159,6 +173,15 @@ mod tests {
     const ALL: [JobState; 8] = [
         Running, Failing, Canceling, Restarting, Finishing, Finished, Failed, Canceled,
     ];
+
+    #[test]
+    fn names_are_the_api_names_both_ways() {
+        for state in ALL {
+            let json = serde_json::to_value(state).unwrap();
+            assert_eq!(json, state.as_str(), "{state:?}");
+            assert_eq!(serde_json::from_value::<JobState>(json).unwrap(), state);
+        }
+    }
 
     fn stopped(all_finished: bool, committers: usize, restart: bool) -> Event {
         Stopped {

@@ -85,10 +85,7 @@ impl JobManager {
                 info.version,
                 job.id,
                 job.name,
-                serde_json::to_value(job.state)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
+                job.state.as_str()
             )));
         }
         Ok(self.store.delete(reference)?)

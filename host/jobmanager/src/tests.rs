@@ -17,6 +17,7 @@ use weir_runtime::checkpoint::coordinator::CheckpointStatus;
 use weir_runtime::checkpoint::{CheckpointError, CheckpointStorage, DirStorage, StoragePath};
 use weir_runtime::connectors::AllowedRoots;
 use weir_runtime::job::{JobGraph, JobSpec};
+use weir_runtime::rpc::TaskState;
 use weir_runtime::wasm::{Runtime, RuntimeConfig};
 use weir_taskmanager::{InProcessConfig, InProcessTaskManager};
 
@@ -355,7 +356,7 @@ fn a_busy_job_stalls_neither_the_api_nor_other_jobs() {
                 .unwrap()
                 .vertices
                 .iter()
-                .all(|v| v.state == "running")
+                .all(|v| v.state == TaskState::Running)
             {
                 changes.changed().await.unwrap();
             }
@@ -400,7 +401,10 @@ fn a_busy_job_stalls_neither_the_api_nor_other_jobs() {
         .unwrap();
     assert_eq!(ended.summary.state, JobState::Finished, "{ended:?}");
     assert!(
-        ended.vertices.iter().all(|v| v.state == "finished"),
+        ended
+            .vertices
+            .iter()
+            .all(|v| v.state == TaskState::Finished),
         "{ended:?}"
     );
 }

@@ -129,6 +129,17 @@ pub enum CheckpointStatus {
     Aborted,
 }
 
+impl CheckpointStatus {
+    /// Its name in the REST API and on the terminal (`completed`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointStatus::Pending => "pending",
+            CheckpointStatus::Completed => "completed",
+            CheckpointStatus::Aborted => "aborted",
+        }
+    }
+}
+
 /// One checkpoint as `weir checkpoints` and the REST API show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointStats {
