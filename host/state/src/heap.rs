@@ -38,7 +38,7 @@ use std::path::Path;
 
 use super::fast_hash::FastHashMap;
 use super::key_group::KeyGroup;
-use super::layout::Schema;
+use super::layout::{self, Schema};
 use super::{BackendKind, KeyedStateBackend, MapEntries, StateError, StateKind, ttl};
 
 /// The file [`KeyedStateBackend::snapshot_local`] writes in its directory.
@@ -61,6 +61,11 @@ impl<V> Groups<V> {
             first: range.start,
             tables,
         }
+    }
+
+    /// Every owned key group with its table, in key-group order.
+    fn iter(&self) -> impl Iterator<Item = (u16, &FastHashMap<Vec<u8>, V>)> {
+        (self.first..).zip(&self.tables)
     }
 
     /// The table of `kg`, which [`Schema::check`] has verified is owned.
@@ -543,5 +548,85 @@ impl KeyedStateBackend for HeapBackend {
 
     fn kind(&self) -> BackendKind {
         BackendKind::Heap
+    }
+
+    fn export(&mut self, visit: &mut crate::ExportVisitor<'_>) -> Result<(), StateError> {
+        let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for (state, table) in self.tables.iter().enumerate() {
+            entries.clear();
+            let canonical = |kg: u16, key: &[u8], namespace: &[u8]| {
+                let mut stored = Vec::new();
+                layout::encode_key(&mut stored, KeyGroup(kg), key)?;
+                stored.extend_from_slice(namespace);
+                Ok::<_, StateError>(stored)
+            };
+            match table {
+                Table::Value(groups) => {
+                    for (kg, t) in groups.iter() {
+                        for (key, value) in t {
+                            entries.push((canonical(kg, key, &[])?, value.clone()));
+                        }
+                    }
+                }
+                Table::List(groups) => {
+                    for (kg, t) in groups.iter() {
+                        for (key, elements) in t {
+                            let mut list = Vec::new();
+                            for e in elements {
+                                layout::push_stored_list_element(&mut list, e)?;
+                            }
+                            entries.push((canonical(kg, key, &[])?, list));
+                        }
+                    }
+                }
+                Table::Map(groups) => {
+                    for (kg, t) in groups.iter() {
+                        for (key, map) in t {
+                            for (user_key, value) in map {
+                                entries.push((canonical(kg, key, user_key)?, value.clone()));
+                            }
+                        }
+                    }
+                }
+            }
+            // Stored-key order, as RocksDB keeps it.
+            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            for (key, value) in &entries {
+                visit(state as u32, key, value)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn import(
+        &mut self,
+        state: u32,
+        stored_key: &[u8],
+        stored_value: &[u8],
+    ) -> Result<(), StateError> {
+        let (kg, key, namespace, _) = self.schema.check_stored(state, stored_key)?;
+        match &mut self.tables[state as usize] {
+            Table::Value(groups) => {
+                groups.table(kg).insert(key.to_vec(), stored_value.to_vec());
+            }
+            Table::List(groups) => {
+                let elements = layout::list_elements(stored_value)
+                    .map(|e| e.map(<[u8]>::to_vec))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if elements.is_empty() {
+                    groups.table(kg).remove(key);
+                } else {
+                    groups.table(kg).insert(key.to_vec(), elements);
+                }
+            }
+            Table::Map(groups) => {
+                groups
+                    .table(kg)
+                    .entry(key.to_vec())
+                    .or_default()
+                    .insert(namespace.to_vec(), stored_value.to_vec());
+            }
+        }
+        Ok(())
     }
 }

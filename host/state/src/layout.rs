@@ -98,6 +98,16 @@ pub fn push_list_element(
     Ok(())
 }
 
+/// Appends one element already in stored form (TTL prefix included, as
+/// [`list_elements`] yields it) to an encoded list.
+pub fn push_stored_list_element(out: &mut Vec<u8>, stored: &[u8]) -> Result<(), StateError> {
+    let len = len_u32(stored.len(), "list element")?;
+    out.reserve(LIST_ELEMENT_HEADER_LEN + stored.len());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(stored);
+    Ok(())
+}
+
 /// Iterates over the stored elements of an encoded list, oldest first.
 pub fn list_elements(encoded: &[u8]) -> ListElements<'_> {
     ListElements { rest: encoded }
@@ -252,6 +262,37 @@ impl Schema {
             });
         }
         Ok((kg, meta))
+    }
+
+    /// Checks that `state` exists and that `stored_key` is well formed and
+    /// its key group this subtask's (an import, [`super::KeyedStateBackend::import`]);
+    /// returns the key group, the key, the namespace (a map's user key) and the state.
+    pub fn check_stored<'k>(
+        &self,
+        state: u32,
+        stored_key: &'k [u8],
+    ) -> Result<(KeyGroup, &'k [u8], &'k [u8], StateMeta), StateError> {
+        let (kg, key, namespace) = decode_key(stored_key).ok_or_else(|| {
+            StateError::Backend(format!(
+                "malformed stored key of {} bytes for state {state}",
+                stored_key.len()
+            ))
+        })?;
+        let (checked, meta) = self.check(state, None, key)?;
+        if checked != kg {
+            return Err(StateError::Backend(format!(
+                "stored key names key group {} but its key hashes to {} \
+                 (max parallelism {})",
+                kg.0, checked.0, self.max_parallelism
+            )));
+        }
+        if meta.kind != StateKind::Map && !namespace.is_empty() {
+            return Err(StateError::Backend(format!(
+                "stored key of {:?} state {state} has a namespace",
+                meta.kind
+            )));
+        }
+        Ok((kg, key, namespace, meta))
     }
 
     /// The declared name of state `id`.

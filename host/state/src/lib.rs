@@ -240,7 +240,32 @@ pub trait KeyedStateBackend: Send {
     }
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
+    /// Every entry of every state in the canonical form both backends
+    /// share ([`layout`]): `visit(state id, stored key, stored value)`,
+    /// where the stored key is `[key group][key len][key][user key for
+    /// maps]`, the stored value is a value or map value in its TTL form,
+    /// or a whole encoded list. Flushes first. By state id, then stored
+    /// key: the same state exports the same entries in the same order from
+    /// either backend, which is what makes a savepoint independent of the
+    /// backend. Expired entries not yet removed may be included (they
+    /// still expire on read after an import).
+    fn export(&mut self, visit: &mut ExportVisitor<'_>) -> Result<(), StateError>;
+    /// Writes one entry as [`KeyedStateBackend::export`] gives it (a list
+    /// replaces the key's list). Its key group must be this subtask's
+    /// ([`StateError::KeyOutOfRange`] if not: callers restoring a subset
+    /// filter with [`layout::decode_key`]). For filling a freshly opened
+    /// backend before any other call; [`KeyedStateBackend::flush`] after
+    /// the last one.
+    fn import(
+        &mut self,
+        state: u32,
+        stored_key: &[u8],
+        stored_value: &[u8],
+    ) -> Result<(), StateError>;
 }
+
+/// What [`KeyedStateBackend::export`] calls for each entry.
+pub type ExportVisitor<'a> = dyn FnMut(u32, &[u8], &[u8]) -> Result<(), StateError> + 'a;
 
 /// Everything needed to open one subtask's keyed state.
 #[derive(Clone, Copy, Debug)]

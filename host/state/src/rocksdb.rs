@@ -569,6 +569,40 @@ impl KeyedStateBackend for RocksDbBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::RocksDb
     }
+
+    fn export(&mut self, visit: &mut crate::ExportVisitor<'_>) -> Result<(), StateError> {
+        self.flush()?;
+        for state in 0..self.store.cf_names.len() {
+            // The column family holds exactly the canonical form.
+            self.store
+                .scan_prefix(state, &[], |key, value| visit(state as u32, key, value))?;
+        }
+        Ok(())
+    }
+
+    fn import(
+        &mut self,
+        state: u32,
+        stored_key: &[u8],
+        stored_value: &[u8],
+    ) -> Result<(), StateError> {
+        let (_, _, _, meta) = self.schema.check_stored(state, stored_key)?;
+        if meta.kind == StateKind::List {
+            for element in layout::list_elements(stored_value) {
+                element?;
+            }
+        }
+        if self.buffer.bytes > 0 {
+            // Nothing cached may hide what is written underneath it.
+            self.flush()?;
+            self.buffer.clear();
+        }
+        let cf = self.store.cf(state as usize)?;
+        self.store
+            .db
+            .put_cf_opt(cf, stored_key, stored_value, &self.store.write_opts)
+            .map_err(backend_err)
+    }
 }
 
 /// Moves the files of a local snapshot (a RocksDB checkpoint directory)

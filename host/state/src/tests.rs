@@ -14,6 +14,9 @@ use std::time::Duration;
 use super::ttl::ManualClock;
 use super::*;
 
+mod export;
+use export::*;
+
 const MAX: u16 = DEFAULT_MAX_PARALLELISM;
 
 /// Which backend a case runs against, a scratch directory and a fake clock.
@@ -119,6 +122,13 @@ impl KeyedStateBackend for FlushEveryWrite {
     }
     fn kind(&self) -> BackendKind {
         self.0.kind()
+    }
+    fn export(&mut self, visit: &mut ExportVisitor<'_>) -> Result<(), StateError> {
+        self.0.export(visit)
+    }
+    fn import(&mut self, s: u32, k: &[u8], v: &[u8]) -> Result<(), StateError> {
+        self.0.import(s, k, v)?;
+        self.0.flush()
     }
 }
 
@@ -795,4 +805,7 @@ suite!(
     ttl_map_values_expire_one_by_one,
     expired_entries_are_removed_when_read,
     matches_a_model_under_random_operations,
+    export_imports_into_either_backend_unchanged,
+    import_splits_by_key_group,
+    import_refuses_malformed_entries,
 );
