@@ -63,6 +63,7 @@ pub mod acks;
 pub mod coordinator;
 pub mod layout;
 pub mod registry;
+pub mod savepoint;
 pub mod snapshot;
 pub mod storage;
 
