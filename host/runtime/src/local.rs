@@ -354,7 +354,7 @@ impl LocalCluster {
                                     );
                                     let dir =
                                         work_dir.join(sanitize(&vertex.id.0)).join(s.to_string());
-                                    let states = descriptors(info);
+                                    let states = state_descriptors(info);
                                     let config = BackendConfig {
                                         kind: match settings.state_backend {
                                             StateBackendKind::RocksDb => BackendKind::RocksDb,
@@ -594,7 +594,8 @@ pub struct SubtaskRestore {
     pub sink: Option<serde_json::Value>,
 }
 
-fn descriptors(info: &OperatorInfo) -> Vec<StateDescriptor> {
+/// The keyed states an operator declares, as the state backends take them.
+pub fn state_descriptors(info: &OperatorInfo) -> Vec<StateDescriptor> {
     use crate::wasm::StateKind as WitKind;
     info.states
         .iter()

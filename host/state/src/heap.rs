@@ -604,7 +604,12 @@ impl KeyedStateBackend for HeapBackend {
         stored_key: &[u8],
         stored_value: &[u8],
     ) -> Result<(), StateError> {
-        let (kg, key, namespace, _) = self.schema.check_stored(state, stored_key)?;
+        let layout::StoredKey {
+            key_group: kg,
+            key,
+            namespace,
+            ..
+        } = self.schema.check_stored(state, stored_key)?;
         match &mut self.tables[state as usize] {
             Table::Value(groups) => {
                 groups.table(kg).insert(key.to_vec(), stored_value.to_vec());

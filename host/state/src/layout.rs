@@ -149,6 +149,15 @@ impl<'a> Iterator for ListElements<'a> {
     }
 }
 
+/// A stored key taken apart and checked ([`Schema::check_stored`]).
+pub(crate) struct StoredKey<'k> {
+    pub key_group: KeyGroup,
+    pub key: &'k [u8],
+    /// A map's user key; empty for value and list state.
+    pub namespace: &'k [u8],
+    pub meta: StateMeta,
+}
+
 /// One declared state, as the backends need it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct StateMeta {
@@ -271,7 +280,7 @@ impl Schema {
         &self,
         state: u32,
         stored_key: &'k [u8],
-    ) -> Result<(KeyGroup, &'k [u8], &'k [u8], StateMeta), StateError> {
+    ) -> Result<StoredKey<'k>, StateError> {
         let (kg, key, namespace) = decode_key(stored_key).ok_or_else(|| {
             StateError::Backend(format!(
                 "malformed stored key of {} bytes for state {state}",
@@ -292,7 +301,12 @@ impl Schema {
                 meta.kind
             )));
         }
-        Ok((kg, key, namespace, meta))
+        Ok(StoredKey {
+            key_group: kg,
+            key,
+            namespace,
+            meta,
+        })
     }
 
     /// The declared name of state `id`.

@@ -586,8 +586,8 @@ impl KeyedStateBackend for RocksDbBackend {
         stored_key: &[u8],
         stored_value: &[u8],
     ) -> Result<(), StateError> {
-        let (_, _, _, meta) = self.schema.check_stored(state, stored_key)?;
-        if meta.kind == StateKind::List {
+        let checked = self.schema.check_stored(state, stored_key)?;
+        if checked.meta.kind == StateKind::List {
             for element in layout::list_elements(stored_value) {
                 element?;
             }

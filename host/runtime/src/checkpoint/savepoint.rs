@@ -82,7 +82,7 @@ pub enum SavepointError {
 }
 
 /// One declared state as a savepoint records it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SavedState {
     /// The declared name (how a restore finds it).
     pub name: String,
@@ -127,6 +127,9 @@ pub struct SavepointSummary {
     pub bytes: Vec<u64>,
     /// The file's size.
     pub file_bytes: u64,
+    /// The SHA-256 at its end (of everything before it), lowercase hex: a
+    /// savepoint's `_savepoint` records it for every state file.
+    pub digest: String,
 }
 
 /// Writes `backend`'s whole keyed state to `path` (created; an existing
@@ -205,6 +208,7 @@ pub fn write(
         entries,
         bytes,
         file_bytes: w.written + digest.len() as u64,
+        digest: hex(&digest),
     })
 }
 
@@ -354,8 +358,13 @@ impl SavepointFile {
             entries,
             bytes,
             file_bytes: r.read + 32,
+            digest: hex(&digest),
         })
     }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn kind_tag(kind: StateKind) -> u8 {
@@ -522,6 +531,8 @@ impl<R: Read> Reader<R> {
         })
     }
 }
+
+pub mod directory;
 
 #[cfg(test)]
 mod tests;
