@@ -54,6 +54,9 @@ fn states() -> Vec<StateDescriptor> {
 
 const KEYS: u32 = 400;
 
+/// A checkpoint's parts, by (task, subtask).
+type Parts = Vec<((u32, u32), SubtaskCheckpoint)>;
+
 /// Job `counts` with checkpoint 7 in `storage`: operator `count` (p=2,
 /// RocksDB) holding `KEYS` keys, one timer per 50th key, and a source
 /// position and sink committable per subtask.
