@@ -60,13 +60,7 @@ type Parts = Vec<((u32, u32), SubtaskCheckpoint)>;
 /// Job `counts` with checkpoint 7 in `storage`: operator `count` (p=2,
 /// RocksDB) holding `KEYS` keys, one timer per 50th key, and a source
 /// position and sink committable per subtask.
-fn checkpointed(
-    dir: &Path,
-) -> (
-    JobGraph,
-    Vec<TaskSpec>,
-    Vec<((u32, u32), SubtaskCheckpoint)>,
-) {
+fn checkpointed(dir: &Path) -> (JobGraph, Vec<TaskSpec>, Parts) {
     let graph = JobGraph::from_spec(JobSpec::parse(SPEC, "/specs/job.toml", &[]).unwrap()).unwrap();
     let tasks = chain(&graph);
     let v = graph
