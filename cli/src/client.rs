@@ -1,6 +1,8 @@
 //! The cluster client commands of `weir`: `upload`, `modules`, `submit`,
-//! `list`, `status`, `cancel` and `taskmanagers`, all talking to a
-//! JobManager over its REST API (`host/jobmanager/src/REST.md`).
+//! `list`, `status`, `cancel`, `taskmanagers`, `checkpoints`,
+//! `savepoint` and `stop`, all talking to a JobManager over its REST API
+//! (`host/jobmanager/src/REST.md`), and `savepoint inspect`, which reads a
+//! savepoint on this machine (`savepoint`).
 //!
 //! Layout: this file has the clap arguments ([`ClientCommand`]), the
 //! commands, and [`rewrite_spec`] (uploading the modules a job spec names
@@ -38,11 +40,13 @@ use serde_json::Value;
 
 mod render;
 mod rest;
+mod savepoint;
 #[cfg(test)]
 mod tests;
 
 use render::*;
 pub use rest::*;
+pub use savepoint::{SavepointArgs, StopArgs};
 
 /// Where the JobManager is when neither `--jobmanager` nor `WEIR_JOBMANAGER`
 /// says: the default `--rest` address of `weir jobmanager`.
@@ -80,6 +84,20 @@ pub enum ClientCommand {
     /// Show a job's checkpoints (id, status, duration, full and
     /// incremental size, alignment) and its restores.
     Checkpoints(JobArgs),
+    /// Take a savepoint of a running job, which keeps running
+    /// (`weir savepoint JOB DIR`), or read one (`weir savepoint inspect DIR`).
+    ///
+    /// A savepoint holds everything the job needs to resume (keyed state
+    /// in a form independent of the state backend, timers, source
+    /// positions, sink commits) in a directory you own: copy it anywhere
+    /// and resume from it with `weir submit JOB.toml --from-savepoint DIR`,
+    /// on either state backend and with keyed operators at another
+    /// parallelism. The job needs `[job.checkpoints]`; it takes no other
+    /// checkpoint while the savepoint is written.
+    Savepoint(SavepointArgs),
+    /// Stop a job with a savepoint: its sinks commit exactly what the
+    /// savepoint records, then it is canceled.
+    Stop(StopArgs),
 }
 
 /// How to reach the JobManager and how to print; every client command has
@@ -185,6 +203,19 @@ pub struct SubmitArgs {
     /// The job spec (TOML).
     pub job: PathBuf,
 
+    /// Start from this savepoint (`weir savepoint`, `weir stop
+    /// --savepoint`): sources continue from their positions, keyed
+    /// operators from their state (at any parallelism), sinks commit what
+    /// it recorded. Checked before the job starts: an incompatible one is
+    /// refused and nothing runs.
+    #[arg(long, value_name = "DIR")]
+    pub from_savepoint: Option<PathBuf>,
+
+    /// With --from-savepoint: start even if the savepoint holds state that
+    /// no vertex of this job takes (it is dropped).
+    #[arg(long, requires = "from_savepoint")]
+    pub allow_non_restored_state: bool,
+
     #[command(flatten)]
     pub connect: ConnectArgs,
 }
@@ -210,6 +241,8 @@ pub fn run(command: ClientCommand) -> Result<(), Failure> {
         ClientCommand::Cancel(args) => cancel(args),
         ClientCommand::Taskmanagers(args) => taskmanagers(args),
         ClientCommand::Checkpoints(args) => checkpoints(args),
+        ClientCommand::Savepoint(args) => savepoint::savepoint(args),
+        ClientCommand::Stop(args) => savepoint::stop(args),
     }
 }
 
@@ -283,7 +316,17 @@ fn submit(args: SubmitArgs) -> Result<(), Failure> {
         Ok(format!("{}@{}", m.name, m.version))
     })
     .map_err(|f| f.context(format!("{}", args.job.display())))?;
-    let v = rest.post_json("/v1/jobs", &serde_json::json!({ "spec": spec }))?;
+    let mut body = serde_json::json!({ "spec": spec });
+    if let Some(from) = &args.from_savepoint {
+        let path = std::path::absolute(from)
+            .with_context(|| format!("savepoint {}", from.display()))
+            .map_err(Failure::refused)?;
+        body["from_savepoint"] = serde_json::json!({
+            "path": path,
+            "allow_non_restored_state": args.allow_non_restored_state,
+        });
+    }
+    let v = rest.post_json("/v1/jobs", &body)?;
     if args.connect.json {
         print_json(&v);
         return Ok(());

@@ -140,7 +140,7 @@ impl EmbeddedCluster {
             .map_err(|e| ApiError::internal(e.to_string()))?;
             self.taskmanager = Some(taskmanager);
         }
-        let (created, modules) = self.jobmanager.submit_graph(graph).await?;
+        let (created, modules) = self.jobmanager.submit_graph(graph, None).await?;
         Ok(EmbeddedJob {
             id: created.id,
             _modules: modules,

@@ -42,7 +42,7 @@ fn jitter(max_ms: u64) -> Duration {
     Duration::from_millis(random % max_ms.max(1))
 }
 
-fn completed_checkpoints(cluster: &Cluster, id: &str) -> Vec<u64> {
+pub(crate) fn completed_checkpoints(cluster: &Cluster, id: &str) -> Vec<u64> {
     let (_, v) = cluster.get(&format!("/v1/jobs/{id}/checkpoints"));
     v["history"]
         .as_array()

@@ -21,6 +21,7 @@ mod polyglot;
 mod rest;
 mod rest_auth;
 mod sandbox;
+mod savepoint;
 mod side_output;
 mod upload_memory;
 mod util;

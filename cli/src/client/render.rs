@@ -91,6 +91,23 @@ pub(super) fn job_report(detail: &JobDetail, now_ms: u64) -> String {
     if let Some(f) = &job.failure {
         let _ = writeln!(out, "failure: {f}");
     }
+    if let Some(from) = &detail.from_savepoint {
+        let _ = writeln!(out, "started from savepoint {from}");
+    }
+    for sp in &detail.savepoints {
+        let _ = writeln!(
+            out,
+            "savepoint {}{}: {} ({}){}",
+            sp.dir,
+            if sp.stop { " (stop)" } else { "" },
+            sp.status.as_str(),
+            human_bytes(sp.bytes),
+            sp.failure
+                .as_deref()
+                .map(|f| format!(": {f}"))
+                .unwrap_or_default()
+        );
+    }
     if detail.vertices.is_empty() {
         return out;
     }

@@ -93,6 +93,12 @@ pub struct JobDetail {
     /// Most batches seen queued in one channel (latest attempt).
     #[serde(default)]
     pub max_queued_batches: u64,
+    /// The savepoint it started from.
+    #[serde(default)]
+    pub from_savepoint: Option<String>,
+    /// Its savepoints, newest first.
+    #[serde(default)]
+    pub savepoints: Vec<SavepointView>,
 }
 
 /// One vertex of a [`JobDetail`].
@@ -373,6 +379,11 @@ pub(crate) fn job_detail(job: &Job) -> JobDetail {
             .map(|r| r.max_queued_batches)
             .max()
             .unwrap_or(0),
+        from_savepoint: job
+            .from_savepoint
+            .as_ref()
+            .map(|s| s.dir.display().to_string()),
+        savepoints: job.savepoints.iter().rev().cloned().collect(),
     }
 }
 

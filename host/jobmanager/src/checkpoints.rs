@@ -118,6 +118,7 @@ pub(crate) fn checkpoint_actions(
                         checkpoint: done.id,
                     }
                 });
+                savepoint_checkpoint_completed(taskmanagers, job, jm, &done);
             }
             Action::Discard(old) => {
                 let Some(c) = job.checkpoints.as_mut() else {
@@ -137,6 +138,7 @@ pub(crate) fn checkpoint_actions(
             }
             Action::Abort { id, reason, acked } => {
                 tracing::info!(job = %job.id, checkpoint = id, "checkpoint aborted: {reason}");
+                savepoint_checkpoint_aborted(job, id, &reason);
                 tell(taskmanagers, job, |job, attempt| {
                     ToTaskManager::CheckpointAborted {
                         job,

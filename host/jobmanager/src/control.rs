@@ -80,6 +80,9 @@ impl JobManager {
                             // The next failure is reported as itself.
                             job.failure = None;
                             job.failure_is_root = false;
+                            // Not while a savepoint reads a checkpoint: a
+                            // new one could subsume it (the writer resumes).
+                            let paused = job.savepoint_running();
                             if let Some(c) = job.checkpoints.as_mut() {
                                 let (from, skipped) = c.restore_point();
                                 let from = from.map(|l| l.id);
@@ -89,7 +92,9 @@ impl JobManager {
                                     now_ms(),
                                     job.attempt,
                                 );
-                                c.coordinator.resume(now);
+                                if !paused {
+                                    c.coordinator.resume(now);
+                                }
                             }
                             tracing::info!(job = %job.id, attempt = job.attempt, "restarted");
                         }
@@ -306,6 +311,12 @@ pub(crate) fn deploy(
         checkpoints: job.checkpoints.as_ref().map(|_| CheckpointDeploy {
             storage: checkpoint_root.to_path_buf(),
         }),
+        // Its own checkpoints first: the savepoint only until there is one.
+        savepoint: job
+            .from_savepoint
+            .as_ref()
+            .filter(|_| restore.is_none())
+            .map(|s| (**s).clone()),
         restore,
     };
     job.placement = placement;

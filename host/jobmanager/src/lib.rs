@@ -136,6 +136,7 @@ mod config;
 mod control;
 mod drain;
 mod messages;
+mod savepoints;
 mod server;
 mod submit;
 
@@ -185,6 +186,8 @@ use cell::*;
 use checkpoints::*;
 pub use config::*;
 use control::*;
+use savepoints::*;
+pub use savepoints::{FromSavepoint, SavepointStatus, SavepointView};
 pub use server::{RunningJobManager, Sockets, bind, serve, start};
 
 struct Tm {
@@ -235,6 +238,13 @@ struct Job {
     storage: StorageQueue,
     /// The sweep of the shared folder before the next attempt.
     sweep: Option<Sweep>,
+    /// The declared states of every keyed operator vertex (for savepoints).
+    states: HashMap<usize, Vec<weir_runtime::state::StateDescriptor>>,
+    /// Its savepoints, oldest first.
+    savepoints: Vec<SavepointView>,
+    /// The savepoint it was submitted with: deployments restore from it
+    /// until the job has a checkpoint of its own.
+    from_savepoint: Option<Arc<weir_runtime::rpc::SavepointDeploy>>,
 }
 
 impl Job {

@@ -36,7 +36,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
-use super::{ApiError, JobManager};
+use super::{ApiError, FromSavepoint, JobManager};
 
 /// Largest job submission body.
 pub const MAX_JOB_BODY: usize = 1 << 20;
@@ -196,6 +196,10 @@ pub fn router(jm: Arc<JobManager>, options: RestOptions) -> Router {
         .route("/v1/jobs/{id}", get(get_job))
         .route("/v1/jobs/{id}/cancel", post(cancel_job))
         .route("/v1/jobs/{id}/checkpoints", get(job_checkpoints))
+        .route(
+            "/v1/jobs/{id}/savepoints",
+            get(job_savepoints).post(trigger_savepoint),
+        )
         .route("/v1/taskmanagers", get(taskmanagers))
         .fallback(move |req: Request| async move {
             // Read any body first: see `MAX_DRAIN`.
@@ -511,6 +515,9 @@ async fn delete_module(State(jm): Jm, Path(reference): Path<String>) -> Result<R
 #[serde(deny_unknown_fields)]
 struct SubmitBody {
     spec: String,
+    /// Start from this savepoint.
+    #[serde(default)]
+    from_savepoint: Option<FromSavepoint>,
 }
 
 async fn submit_job(
@@ -532,7 +539,7 @@ async fn submit_job(
     // Axum's `Json` on the read bytes: its Content-Type check and messages.
     let request = Request::from_parts(parts, Body::from(bytes));
     let Json(body) = Json::<SubmitBody>::from_request(request, &()).await?;
-    let created = jm.submit(body.spec).await?;
+    let created = jm.submit(body.spec, body.from_savepoint).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
@@ -550,6 +557,35 @@ async fn cancel_job(State(jm): Jm, Path(id): Path<String>) -> Result<Response, A
 
 async fn job_checkpoints(State(jm): Jm, Path(id): Path<String>) -> Result<Response, ApiError> {
     Ok(Json(jm.checkpoints(&id)?).into_response())
+}
+
+/// `POST /v1/jobs/{id}/savepoints`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavepointBody {
+    /// The savepoint directory.
+    dir: std::path::PathBuf,
+    /// Cancel the job once the savepoint is taken.
+    #[serde(default)]
+    stop: bool,
+}
+
+async fn trigger_savepoint(
+    State(jm): Jm,
+    Path(id): Path<String>,
+    Json(body): Json<SavepointBody>,
+) -> Result<Response, ApiError> {
+    let jm2 = jm.clone();
+    // The directory checks touch the file system: off the async threads.
+    let view =
+        tokio::task::spawn_blocking(move || jm2.trigger_savepoint(&id, &body.dir, body.stop))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))??;
+    Ok((StatusCode::ACCEPTED, Json(view)).into_response())
+}
+
+async fn job_savepoints(State(jm): Jm, Path(id): Path<String>) -> Result<Response, ApiError> {
+    Ok(Json(jm.savepoints(&id)?).into_response())
 }
 
 async fn taskmanagers(State(jm): Jm) -> Response {

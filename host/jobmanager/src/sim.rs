@@ -603,7 +603,7 @@ fn start(seed: u64, runtime: &Arc<Runtime>, dir: &Path, rt: &tokio::runtime::Run
             }
         })
         .collect();
-    let (created, _modules) = rt.block_on(jm.submit_graph(graph(dir))).unwrap();
+    let (created, _modules) = rt.block_on(jm.submit_graph(graph(dir), None)).unwrap();
     Sim {
         rng: Rng(seed),
         jm,

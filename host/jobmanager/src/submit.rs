@@ -8,6 +8,23 @@ use super::*;
 /// modules.
 pub(crate) type Prepared = (JobGraph, HashSet<String>, LoadedModules);
 
+/// The declared states of every keyed operator of `graph`, by vertex.
+pub(crate) fn keyed_states(
+    graph: &JobGraph,
+    loaded: &LoadedModules,
+) -> HashMap<usize, Vec<weir_runtime::state::StateDescriptor>> {
+    graph
+        .vertices
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| matches!(&v.kind, VertexKind::Operator(op) if op.key_by.is_some()))
+        .filter_map(|(i, _)| {
+            let (_, info) = loaded.get(&i)?;
+            Some((i, weir_runtime::local::state_descriptors(info)))
+        })
+        .collect()
+}
+
 /// Whether a job spec can refer to a module named `name` (`name@version`):
 /// the spec's id rule, stricter than the store's.
 pub(crate) fn check_spec_name(name: &str) -> Result<(), ApiError> {
@@ -91,13 +108,33 @@ impl JobManager {
         Ok(self.store.delete(reference)?)
     }
 
-    /// Validates, schedules and deploys a job.
-    pub async fn submit(self: &Arc<Self>, spec: String) -> Result<JobCreated, ApiError> {
+    /// Validates, schedules and deploys a job; `from` a savepoint if given
+    /// (read and checked against the job first).
+    pub async fn submit(
+        self: &Arc<Self>,
+        spec: String,
+        from: Option<FromSavepoint>,
+    ) -> Result<JobCreated, ApiError> {
         let this = self.clone();
-        let (graph, modules, _loaded) = tokio::task::spawn_blocking(move || this.prepare(&spec))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))??;
-        self.admit(graph, modules)
+        let (graph, modules, loaded, savepoint) = tokio::task::spawn_blocking(move || {
+            let (graph, modules, loaded) = this.prepare(&spec)?;
+            let savepoint = this.savepoint_for(&graph, &loaded, from.as_ref())?;
+            Ok::<_, ApiError>((graph, modules, loaded, savepoint))
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+        self.admit(graph, modules, &loaded, savepoint)
+    }
+
+    /// The savepoint `from` names, checked against `graph` (blocking I/O).
+    fn savepoint_for(
+        &self,
+        graph: &JobGraph,
+        loaded: &LoadedModules,
+        from: Option<&FromSavepoint>,
+    ) -> Result<Option<weir_runtime::rpc::SavepointDeploy>, ApiError> {
+        from.map(|from| self.load_savepoint(from, graph, &keyed_states(graph, loaded)))
+            .transpose()
     }
 
     /// Validates, schedules and deploys a job of the embedded cluster
@@ -108,13 +145,17 @@ impl JobManager {
     pub async fn submit_graph(
         self: &Arc<Self>,
         graph: JobGraph,
+        from: Option<FromSavepoint>,
     ) -> Result<(JobCreated, LoadedModules), ApiError> {
         let this = self.clone();
-        let (graph, modules, loaded) =
-            tokio::task::spawn_blocking(move || this.prepare_graph(graph, true))
-                .await
-                .map_err(|e| ApiError::internal(e.to_string()))??;
-        Ok((self.admit(graph, modules)?, loaded))
+        let (graph, modules, loaded, savepoint) = tokio::task::spawn_blocking(move || {
+            let (graph, modules, loaded) = this.prepare_graph(graph, true)?;
+            let savepoint = this.savepoint_for(&graph, &loaded, from.as_ref())?;
+            Ok::<_, ApiError>((graph, modules, loaded, savepoint))
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+        Ok((self.admit(graph, modules, &loaded, savepoint)?, loaded))
     }
 
     /// Admits a prepared job: reserves its slots and deploys it.
@@ -122,7 +163,10 @@ impl JobManager {
         &self,
         graph: JobGraph,
         modules: HashSet<String>,
+        loaded: &LoadedModules,
+        savepoint: Option<weir_runtime::rpc::SavepointDeploy>,
     ) -> Result<JobCreated, ApiError> {
+        let states = keyed_states(&graph, loaded);
         let tasks = chain(&graph);
         let mut index = self.index();
         // A module deleted since `prepare` looked it up (deletion holds the
@@ -177,6 +221,9 @@ impl JobManager {
             committing: BTreeSet::new(),
             storage: StorageQueue::default(),
             sweep: None,
+            states,
+            savepoints: Vec::new(),
+            from_savepoint: savepoint.map(Arc::new),
         };
         deploy(
             &self.taskmanagers,

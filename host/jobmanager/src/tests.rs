@@ -260,7 +260,7 @@ fn a_blocked_checkpoint_write_stalls_neither_the_api_nor_other_jobs() {
 
     let (checkpointed, _modules) = cluster
         .rt()
-        .block_on(jm.submit_graph(graph(CHECKPOINTED)))
+        .block_on(jm.submit_graph(graph(CHECKPOINTED), None))
         .unwrap();
     let id = checkpointed.id;
     let path = cluster
@@ -293,7 +293,7 @@ fn a_blocked_checkpoint_write_stalls_neither_the_api_nor_other_jobs() {
         let handle = cluster.rt().handle().clone();
         move || {
             handle.block_on(async {
-                let (created, _modules) = jm.submit_graph(graph(PLAIN)).await?;
+                let (created, _modules) = jm.submit_graph(graph(PLAIN), None).await?;
                 jm.wait_until_ended(&created.id).await
             })
         }
@@ -344,7 +344,7 @@ fn a_busy_job_stalls_neither_the_api_nor_other_jobs() {
     let jm = cluster.jm.clone();
     let (busy, _modules) = cluster
         .rt()
-        .block_on(jm.submit_graph(graph(CHECKPOINTED)))
+        .block_on(jm.submit_graph(graph(CHECKPOINTED), None))
         .unwrap();
     let cell = jm.job_cell(&busy.id).unwrap();
     // Its sources stop only once they run.
@@ -380,7 +380,7 @@ fn a_busy_job_stalls_neither_the_api_nor_other_jobs() {
         let handle = cluster.rt().handle().clone();
         move || {
             handle.block_on(async {
-                let (created, _modules) = jm.submit_graph(graph(PLAIN)).await?;
+                let (created, _modules) = jm.submit_graph(graph(PLAIN), None).await?;
                 let detail = jm.wait_until_ended(&created.id).await?;
                 Ok::<_, super::ApiError>((detail, jm.taskmanagers()))
             })

@@ -226,6 +226,21 @@ pub struct Deployment {
     pub checkpoints: Option<CheckpointDeploy>,
     /// Set when restarting from a checkpoint.
     pub restore: Option<RestorePoint>,
+    /// Set when the job starts from a savepoint and `restore` is `None`
+    /// (it was submitted with one and has no checkpoint of its own yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savepoint: Option<SavepointDeploy>,
+}
+
+/// The savepoint a deployment starts from: TaskManagers read it from `dir`
+/// (a path every daemon can reach), each subtask taking the state of its
+/// key groups ([`crate::checkpoint::savepoint::directory::restore_subtask`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavepointDeploy {
+    /// The savepoint directory.
+    pub dir: std::path::PathBuf,
+    /// Its `_savepoint`, as the JobManager read and checked it.
+    pub metadata: crate::checkpoint::savepoint::directory::SavepointMetadata,
 }
 
 /// One task slot.

@@ -32,7 +32,7 @@ use weir_runtime::taskmanager::{Abort, Message, TaskError};
 use crate::checkpoints::{JobCheckpoints, JobEvent};
 use crate::fetch::fetch_modules;
 use crate::node::{DeploymentKey, Inner, LocalJob};
-use crate::restore::download_restore;
+use crate::restore::{download_restore, savepoint_restore};
 use crate::session::Upstream;
 
 /// The exchange of one job on this TaskManager.
@@ -146,6 +146,7 @@ pub(crate) async fn run_job(
         attempt,
         checkpoints,
         restore,
+        savepoint,
     } = deployment;
     let key = DeploymentKey::new(&job, attempt);
     let _events_guard = EventsGuard(inner.clone(), key.clone());
@@ -218,6 +219,35 @@ pub(crate) async fn run_job(
             }
         }
         _ => None,
+    };
+    // Or prepare what they take from the savepoint the job started from.
+    let restored = match (restored, savepoint) {
+        (None, Some(savepoint)) => {
+            let inner = inner.clone();
+            let (graph, tasks, local) = (graph.clone(), tasks.clone(), local.clone());
+            let dir = job_dir.join("savepoint");
+            let prepared = tokio::task::spawn_blocking(move || {
+                let modules = inner
+                    .cluster
+                    .load_modules(&graph)
+                    .map_err(|e| e.to_string())?;
+                savepoint_restore(&savepoint, &graph, &tasks, &local, &modules, &dir)
+                    .map_err(|e| e.to_string())
+            })
+            .await;
+            match prepared {
+                Ok(Ok(r)) => Some(r),
+                Ok(Err(e)) => {
+                    fail_all(format!("cannot restore the savepoint: {e}"));
+                    return;
+                }
+                Err(e) => {
+                    fail_all(format!("savepoint restore panicked: {e}"));
+                    return;
+                }
+            }
+        }
+        (restored, _) => restored,
     };
     let (taken_tx, taken_rx) = mpsc::unbounded_channel();
     let deployed = {

@@ -1,5 +1,6 @@
 //! The restore download: what one deployment's local subtasks restore
-//! from a checkpoint ([`download_restore`] → [`Restored`]).
+//! from a checkpoint ([`download_restore`] → [`Restored`]) or from the
+//! savepoint the job was submitted with ([`savepoint_restore`]).
 //!
 //! The checkpoint's `_metadata` is read first and must record exactly the
 //! parts this TaskManager was sent for its subtasks
@@ -15,10 +16,14 @@
 use std::collections::HashMap;
 
 use weir_runtime::checkpoint::CheckpointError;
+use weir_runtime::checkpoint::savepoint::SavepointError;
+use weir_runtime::checkpoint::savepoint::directory::restore_subtask;
 use weir_runtime::checkpoint::snapshot::{StateHandle, get_checked, metadata_path, verify_restore};
 use weir_runtime::checkpoint::storage::CheckpointStorage;
-use weir_runtime::local::SubtaskRestore;
-use weir_runtime::rpc::{RestorePoint, SubtaskCheckpoint};
+use weir_runtime::job::{JobGraph, StateBackendKind, TaskSpec, VertexKind};
+use weir_runtime::local::{LoadedModules, SubtaskRestore, state_descriptors};
+use weir_runtime::rpc::{RestorePoint, SavepointDeploy, SubtaskCheckpoint};
+use weir_runtime::state::BackendKind;
 
 /// The largest `_metadata` a restore reads: it lists every subtask's files
 /// (a few hundred bytes each), so a checkpoint of thousands of subtasks
@@ -115,6 +120,72 @@ pub(crate) fn download_restore(
                     source,
                 })?;
             restore.timers = timers.into_iter().collect();
+        }
+        out.subtasks.insert((t, s), restore);
+    }
+    Ok(out)
+}
+
+/// What the `local` subtasks of a deployment take from the savepoint it
+/// starts from, prepared in `dir`: per keyed operator, a local snapshot of
+/// the subtask's own backend built from every state file overlapping its
+/// key groups, and its timers; per source and sink subtask, its position
+/// and committable (their parallelism is unchanged: the JobManager
+/// checked). A vertex the savepoint does not know starts empty.
+pub(crate) fn savepoint_restore(
+    savepoint: &SavepointDeploy,
+    graph: &JobGraph,
+    tasks: &[TaskSpec],
+    local: &[(usize, u32)],
+    modules: &LoadedModules,
+    dir: &std::path::Path,
+) -> Result<Restored, SavepointError> {
+    let kind = match graph.settings.state_backend {
+        StateBackendKind::RocksDb => BackendKind::RocksDb,
+        StateBackendKind::Heap => BackendKind::Heap,
+    };
+    let mut out = Restored::default();
+    for &(t, s) in local {
+        let task = &tasks[t];
+        let mut restore = SubtaskRestore::default();
+        for &v in &task.vertices {
+            let vertex = &graph.vertices[v];
+            let Some(saved) = savepoint
+                .metadata
+                .vertices
+                .iter()
+                .find(|x| x.uid == vertex.id.0)
+            else {
+                continue;
+            };
+            let sub = saved.subtasks.get(s as usize);
+            if v == task.head() {
+                restore.source = sub.and_then(|x| x.source.clone());
+            }
+            if v == task.tail() {
+                restore.sink = sub.and_then(|x| x.sink.clone());
+            }
+            let keyed = matches!(&vertex.kind, VertexKind::Operator(op) if op.key_by.is_some());
+            let Some((_, info)) = modules.get(&v).filter(|_| keyed) else {
+                continue;
+            };
+            let states = state_descriptors(info);
+            let from = restore_subtask(
+                &savepoint.dir,
+                &savepoint.metadata,
+                saved,
+                s,
+                vertex.parallelism,
+                &states,
+                kind,
+                dir,
+            )?;
+            if let Some(state_dir) = from.state_dir {
+                restore.states.insert(v, state_dir);
+            }
+            if !from.timers.is_empty() {
+                restore.timers.insert(v, from.timers);
+            }
         }
         out.subtasks.insert((t, s), restore);
     }

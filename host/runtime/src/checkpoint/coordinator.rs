@@ -342,6 +342,19 @@ impl<A: Clone + std::fmt::Debug> Coordinator<A> {
         }
     }
 
+    /// Triggers a checkpoint now, whatever the interval, the pause and the
+    /// checkpoints pending (a savepoint); its id with what to do. `None`
+    /// while suspended. The next periodic trigger comes an `interval` later.
+    pub fn trigger_now(&mut self, now: Instant) -> Option<(u64, Vec<Action<A>>)> {
+        if self.suspended {
+            return None;
+        }
+        let mut actions = self.expire(now);
+        let id = self.next_id;
+        self.trigger(now, &mut actions);
+        Some((id, actions))
+    }
+
     /// Whether [`Coordinator::suspend`] stopped triggering.
     pub fn is_suspended(&self) -> bool {
         self.suspended

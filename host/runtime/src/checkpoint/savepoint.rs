@@ -51,33 +51,34 @@ const END: u8 = 0;
 /// it allocate gigabytes).
 const MAX_FIELD_BYTES: u32 = 256 << 20;
 
-/// Why a savepoint state file cannot be written or read.
+/// Why a savepoint (a directory, or one of its files) cannot be written
+/// or read. Each names the path and says what is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum SavepointError {
-    /// Reading or writing the file failed.
-    #[error("savepoint file {path}: {source}")]
+    /// Reading or writing failed.
+    #[error("savepoint {path}: {cause}")]
     Io {
-        /// The file.
+        /// The file or directory.
         path: PathBuf,
         /// What failed.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    /// The file is not a savepoint state file of a version this build
-    /// reads, or it is corrupt.
-    #[error("savepoint file {path}: {message}")]
+    /// Not a savepoint (or a file of one) of a version this build reads,
+    /// or corrupt.
+    #[error("savepoint {path}: {message}")]
     Format {
-        /// The file.
+        /// The file or directory.
         path: PathBuf,
         /// What is wrong, for a human.
         message: String,
     },
     /// The state backend refused an entry, or failed exporting.
-    #[error("savepoint file {path}: {source}")]
+    #[error("savepoint {path}: {cause}")]
     State {
-        /// The file.
+        /// The file or directory.
         path: PathBuf,
         /// What the backend said.
-        source: StateError,
+        cause: StateError,
     },
 }
 
@@ -142,7 +143,7 @@ pub fn write(
 ) -> Result<SavepointSummary, SavepointError> {
     let io = |source| SavepointError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     };
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -194,7 +195,7 @@ pub fn write(
     }
     exported.map_err(|source| SavepointError::State {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     })?;
     w.put(&[END]).map_err(io)?;
     w.put(&entries.iter().sum::<u64>().to_le_bytes())
@@ -279,7 +280,7 @@ impl SavepointFile {
                 .import(target, key, value)
                 .map_err(|source| SavepointError::State {
                     path: path.clone(),
-                    source,
+                    cause: source,
                 })
         })
     }
@@ -287,7 +288,7 @@ impl SavepointFile {
     fn open(&self) -> Result<Reader<BufReader<std::fs::File>>, SavepointError> {
         let file = std::fs::File::open(&self.path).map_err(|source| SavepointError::Io {
             path: self.path.clone(),
-            source,
+            cause: source,
         })?;
         Ok(Reader {
             inner: BufReader::with_capacity(1 << 20, file),
@@ -411,7 +412,7 @@ impl<R: Read> Reader<R> {
     fn io(&self, source: std::io::Error) -> SavepointError {
         SavepointError::Io {
             path: self.path.clone(),
-            source,
+            cause: source,
         }
     }
 

@@ -82,6 +82,9 @@ pub enum Reason {
     /// The file is not a regular file.
     #[error("not a regular file (it is {0}); only regular files can be read or written")]
     NotRegular(&'static str),
+    /// A savepoint path that is a file.
+    #[error("is not a directory (a savepoint is a directory)")]
+    NotDirectory,
     /// A symlink where a sink would create its file.
     #[error("is a symbolic link; a sink does not write through links")]
     Symlink,
@@ -232,6 +235,17 @@ impl AllowedRoots {
             return Err(self.error(path, Reason::Outside));
         }
         Ok((real, exists))
+    }
+
+    /// Checks that `path` is under a root, symlinks followed, and is a
+    /// directory if it exists (a savepoint directory to write or read);
+    /// returns its real path.
+    pub fn check_dir(&self, path: &Path) -> Result<PathBuf, ConfineError> {
+        let (real, exists) = self.resolve(path)?;
+        if exists && !real.is_dir() {
+            return Err(self.error(path, Reason::NotDirectory));
+        }
+        Ok(real)
     }
 
     /// Checks that `path` is a regular file under a root, symlinks

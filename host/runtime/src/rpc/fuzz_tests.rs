@@ -245,6 +245,7 @@ fn deployment() -> impl Strategy<Value = Deployment> {
                 attempt,
                 checkpoints: storage.map(|s| CheckpointDeploy { storage: s.into() }),
                 restore,
+                savepoint: None,
             },
         )
 }

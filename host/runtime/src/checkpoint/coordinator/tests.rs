@@ -88,6 +88,26 @@ fn ack_all(
 }
 
 #[test]
+fn trigger_now_ignores_the_interval_and_pending_checkpoints_but_not_a_suspension() {
+    let sim = Sim::new();
+    let mut c = sim.coordinator(config(1_000), TWO);
+    // Long before the first periodic trigger.
+    let (first, actions) = c.trigger_now(sim.at(10)).unwrap();
+    assert_eq!(triggers(&actions), vec![first]);
+    // Beside a pending one.
+    let (second, actions) = c.trigger_now(sim.at(20)).unwrap();
+    assert_eq!(triggers(&actions), vec![second]);
+    assert!(second > first);
+    let mut done = Vec::new();
+    for s in TWO {
+        done.extend(c.ack(second, *s, format!("{s:?}"), ALIGN, sim.at(30)));
+    }
+    assert_eq!(completed(&done), vec![second]);
+    c.suspend("stopping", sim.at(40));
+    assert!(c.trigger_now(sim.at(50)).is_none());
+}
+
+#[test]
 fn first_trigger_waits_one_interval() {
     let sim = Sim::new();
     let mut c = sim.coordinator(config(500), TWO);

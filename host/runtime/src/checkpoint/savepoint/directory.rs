@@ -155,7 +155,7 @@ pub struct CheckpointSource<'a> {
 fn io(path: &Path) -> impl Fn(std::io::Error) -> SavepointError + '_ {
     move |source| SavepointError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     }
 }
 
@@ -303,7 +303,7 @@ fn materialize_into(
             let mut backend =
                 restore_backend(config, &downloaded).map_err(|source| SavepointError::State {
                     path: downloaded.clone(),
-                    source,
+                    cause: source,
                 })?;
             let rel = format!("{}/{s}.state", folder(uid));
             let path = out.join(&rel);
@@ -382,7 +382,7 @@ pub fn read_metadata(dir: &Path) -> Result<SavepointMetadata, SavepointError> {
         Err(source) => {
             return Err(SavepointError::Io {
                 path: dir.to_path_buf(),
-                source,
+                cause: source,
             });
         }
     }
@@ -539,7 +539,7 @@ pub fn restore_subtask(
         };
         let mut backend = open_backend(config).map_err(|source| SavepointError::State {
             path: db.clone(),
-            source,
+            cause: source,
         })?;
         for file in files {
             let path = relative(dir, &file.file.path)?;
@@ -553,7 +553,7 @@ pub fn restore_subtask(
             .snapshot_local(&snapshot)
             .map_err(|source| SavepointError::State {
                 path: snapshot.clone(),
-                source,
+                cause: source,
             })?;
         drop(backend);
         let _ = std::fs::remove_dir_all(&db);

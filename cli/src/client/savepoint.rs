@@ -1,0 +1,239 @@
+//! `weir savepoint JOB DIR`, `weir stop JOB --savepoint DIR` and
+//! `weir savepoint inspect DIR`: taking a savepoint through the JobManager
+//! (waiting for it, with its progress on the terminal) and reading one on
+//! this machine.
+
+use super::*;
+use weir_host::checkpoint::savepoint::directory::{SavepointMetadata, read_metadata, verify};
+use weir_host::jobmanager::{SavepointStatus, SavepointView};
+
+/// `weir savepoint`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct SavepointArgs {
+    /// Read a savepoint instead of taking one.
+    #[command(subcommand)]
+    pub action: Option<SavepointAction>,
+
+    /// The job's id.
+    #[arg(required = true)]
+    pub job: Option<String>,
+
+    /// Where to write the savepoint: a directory that is empty or absent,
+    /// under the cluster's allowed directories (`weir jobmanager
+    /// --allow-dir`). A relative path is taken from here.
+    #[arg(required = true)]
+    pub dir: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+/// What `weir savepoint` does besides taking one.
+#[derive(Debug, Subcommand)]
+pub enum SavepointAction {
+    /// Show what a savepoint holds (its job, the operators with their
+    /// states, entries and bytes, the modules, source positions and sink
+    /// commits) and check every file against its recorded size and
+    /// checksum. Reads the directory on this machine.
+    Inspect {
+        /// The savepoint directory.
+        path: PathBuf,
+        /// Print the savepoint's metadata as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `weir stop`.
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// The job's id.
+    pub job: String,
+
+    /// Take a savepoint into this directory and stop the job at it: its
+    /// sinks commit exactly what the savepoint records. Resume with
+    /// `weir submit JOB.toml --from-savepoint DIR`.
+    #[arg(long, value_name = "DIR", required = true)]
+    pub savepoint: PathBuf,
+
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+}
+
+pub(super) fn savepoint(args: SavepointArgs) -> Result<(), Failure> {
+    if let Some(SavepointAction::Inspect { path, json }) = args.action {
+        return inspect(&path, json);
+    }
+    let (Some(job), Some(dir)) = (args.job, args.dir) else {
+        return Err(Failure::refused(anyhow!("give a job id and a directory")));
+    };
+    take(&args.connect, &job, &dir, false)
+}
+
+pub(super) fn stop(args: StopArgs) -> Result<(), Failure> {
+    take(&args.connect, &args.job, &args.savepoint, true)
+}
+
+/// Triggers a savepoint and waits for it.
+fn take(connect: &ConnectArgs, job: &str, dir: &Path, stop: bool) -> Result<(), Failure> {
+    let rest = connect.rest()?;
+    let dir = std::path::absolute(dir)
+        .with_context(|| format!("savepoint directory {}", dir.display()))
+        .map_err(Failure::refused)?;
+    let started = std::time::Instant::now();
+    let v = rest.post_json(
+        &format!("/v1/jobs/{}/savepoints", path_segment(job)),
+        &serde_json::json!({ "dir": dir, "stop": stop }),
+    )?;
+    let view: SavepointView = decode(v, "answer")?;
+    let view = wait(&rest, job, view.id, !connect.json)?;
+    if connect.json {
+        print_json(&serde_json::to_value(&view).expect("a view serializes"));
+    }
+    match view.status {
+        SavepointStatus::Completed => {
+            if !connect.json {
+                println!(
+                    "savepoint of job {job} written to {} ({}, checkpoint {}) in {:.1} s{}",
+                    view.dir,
+                    human_bytes(view.bytes),
+                    view.checkpoint.unwrap_or(0),
+                    started.elapsed().as_secs_f64(),
+                    if stop { "; the job stopped at it" } else { "" }
+                );
+            }
+            Ok(())
+        }
+        _ => Err(Failure::failed(anyhow!(
+            "savepoint of job {job} failed: {}{}",
+            view.failure.as_deref().unwrap_or("no reason given"),
+            if stop {
+                " (the job was not stopped)"
+            } else {
+                ""
+            }
+        ))),
+    }
+}
+
+/// Polls job `job`'s savepoint `number` until it completes or fails,
+/// showing the bytes written on a terminal.
+fn wait(rest: &Rest, job: &str, number: u32, show: bool) -> Result<SavepointView, Failure> {
+    let show = show && std::io::stderr().is_terminal();
+    loop {
+        let v = rest.get(&format!("/v1/jobs/{}/savepoints", path_segment(job)))?;
+        let all: Vec<SavepointView> = decode(v, "savepoint list")?;
+        let Some(view) = all.into_iter().find(|s| s.id == number) else {
+            return Err(Failure::failed(anyhow!(
+                "the JobManager no longer knows savepoint {number} of job {job}"
+            )));
+        };
+        match view.status {
+            SavepointStatus::Completed | SavepointStatus::Failed => {
+                if show {
+                    eprint!("\r\x1b[2K");
+                }
+                return Ok(view);
+            }
+            SavepointStatus::Pending if show => eprint!("\rsavepoint: checkpoint being taken"),
+            SavepointStatus::Writing if show => {
+                eprint!("\r\x1b[2Ksavepoint: {} written", human_bytes(view.bytes))
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn inspect(path: &Path, json: bool) -> Result<(), Failure> {
+    let metadata = read_metadata(path).map_err(Failure::refused)?;
+    verify(path, &metadata).map_err(Failure::refused)?;
+    if json {
+        print_json(&serde_json::to_value(&metadata).expect("metadata serializes"));
+        return Ok(());
+    }
+    print!("{}", inspect_report(path, &metadata));
+    Ok(())
+}
+
+/// What `weir savepoint inspect` prints for a checked savepoint.
+pub(super) fn inspect_report(path: &Path, m: &SavepointMetadata) -> String {
+    let mut out = format!(
+        "savepoint {}: job `{}` ({}), checkpoint {}, taken {} UTC, format {}, {} key groups\n\n",
+        path.display(),
+        m.job_name,
+        m.job_id,
+        m.checkpoint,
+        utc_time(m.created_at_ms),
+        m.format,
+        m.max_parallelism,
+    );
+    let mut rows = Vec::new();
+    let (mut files, mut bytes) = (0u64, 0u64);
+    for v in &m.vertices {
+        let positions = v
+            .subtasks
+            .iter()
+            .filter(|s| s.source.is_some() || s.sink.is_some())
+            .count();
+        for s in &v.subtasks {
+            for f in s.state.iter().map(|f| &f.file).chain(&s.timers) {
+                files += 1;
+                bytes += f.size;
+            }
+        }
+        let what = match v.role.as_str() {
+            "source" => format!("{positions} position(s)"),
+            "sink" => format!("{positions} commit(s)"),
+            _ => v.module.clone().unwrap_or_default(),
+        };
+        rows.push(vec![
+            v.uid.clone(),
+            v.role.clone(),
+            v.parallelism.to_string(),
+            String::new(),
+            String::new(),
+            String::new(),
+            what,
+        ]);
+        for (i, state) in v.states.iter().enumerate() {
+            let files = v.subtasks.iter().filter_map(|s| s.state.as_ref());
+            let (entries, size) = files.fold((0u64, 0u64), |(n, b), f| {
+                (
+                    n + f.entries.get(i).copied().unwrap_or(0),
+                    b + f.bytes.get(i).copied().unwrap_or(0),
+                )
+            });
+            rows.push(vec![
+                String::new(),
+                String::new(),
+                String::new(),
+                format!("{} ({:?})", state.name, state.kind).to_lowercase(),
+                entries.to_string(),
+                human_bytes(size),
+                String::new(),
+            ]);
+        }
+    }
+    use Align::*;
+    out.push_str(&table(
+        &[
+            "VERTEX",
+            "ROLE",
+            "PAR",
+            "STATE",
+            "ENTRIES",
+            "BYTES",
+            "MODULE / POSITIONS",
+        ],
+        &[Left, Left, Right, Left, Right, Right, Left],
+        rows,
+    ));
+    let _ = writeln!(
+        out,
+        "\nall {files} file(s) match their recorded size and checksum ({})",
+        human_bytes(bytes)
+    );
+    out
+}

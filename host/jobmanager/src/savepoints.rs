@@ -1,0 +1,467 @@
+//! Savepoints on the JobManager: triggering one (the job keeps running, or
+//! stops at it), writing it from the completed checkpoint it rides on, and
+//! checking a savepoint a job is submitted with.
+//!
+//! A savepoint is a checkpoint triggered now ([`Coordinator::trigger_now`])
+//! and, once every subtask acked it, written out in the canonical format
+//! ([`weir_runtime::checkpoint::savepoint::directory::materialize`]) on the
+//! blocking pool, off the job's lock. Meanwhile the job takes no other
+//! checkpoint, so none subsumes (and deletes) the one being read. With
+//! `stop`, the job is canceled the moment the checkpoint completes: the
+//! sinks commit exactly what the savepoint records, and nothing after it.
+//!
+//! The savepoint directory is the user's: it must lie under the cluster's
+//! allowed directories ([`JobManagerConfig::allowed_roots`]) and be empty
+//! or absent. The savepoint needs `[job.checkpoints]` in the job's spec.
+
+use super::*;
+
+use weir_runtime::checkpoint::savepoint::SavedState;
+use weir_runtime::checkpoint::savepoint::directory::{
+    CheckpointSource, SavepointMetadata, materialize, read_metadata, verify,
+};
+use weir_runtime::rpc::SavepointDeploy;
+use weir_runtime::state::StateDescriptor;
+
+/// Where a savepoint stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SavepointStatus {
+    /// Its checkpoint is being taken.
+    Pending,
+    /// Its checkpoint completed; its files are being written.
+    Writing,
+    /// Written: the directory can be restored from.
+    Completed,
+    /// It failed; `failure` says why. Nothing was stopped.
+    Failed,
+}
+
+/// One savepoint of a job (`GET /v1/jobs/{id}/savepoints`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavepointView {
+    /// 1 for the job's first savepoint, then +1.
+    pub id: u32,
+    /// Its directory.
+    pub dir: String,
+    /// Whether the job stops at it.
+    pub stop: bool,
+    /// Where it stands.
+    pub status: SavepointStatus,
+    /// The checkpoint it rides on.
+    #[serde(default)]
+    pub checkpoint: Option<u64>,
+    /// When it was requested, Unix ms.
+    pub requested_at_ms: u64,
+    /// When it completed or failed, Unix ms.
+    #[serde(default)]
+    pub ended_at_ms: Option<u64>,
+    /// Bytes written so far.
+    #[serde(default)]
+    pub bytes: u64,
+    /// Why it failed.
+    #[serde(default)]
+    pub failure: Option<String>,
+}
+
+impl SavepointStatus {
+    /// Its name in the REST API and on the terminal.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SavepointStatus::Pending => "pending",
+            SavepointStatus::Writing => "writing",
+            SavepointStatus::Completed => "completed",
+            SavepointStatus::Failed => "failed",
+        }
+    }
+}
+
+impl SavepointView {
+    fn is_running(&self) -> bool {
+        matches!(
+            self.status,
+            SavepointStatus::Pending | SavepointStatus::Writing
+        )
+    }
+}
+
+/// A job's savepoints while it runs (at most one at a time).
+impl Job {
+    /// Whether a savepoint of the job is being taken or written.
+    pub(crate) fn savepoint_running(&self) -> bool {
+        self.savepoints.iter().any(SavepointView::is_running)
+    }
+}
+
+/// What a job is submitted with to start from a savepoint.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct FromSavepoint {
+    /// The savepoint directory (absolute, under the allowed directories).
+    pub path: PathBuf,
+    /// Start even if the savepoint holds state no vertex of the new job
+    /// takes (it is dropped).
+    #[serde(default)]
+    pub allow_non_restored_state: bool,
+}
+
+impl JobManager {
+    /// Takes a savepoint of running job `id` into `dir`; with `stop`, the
+    /// job is canceled once it is taken. Returns at once: the savepoint is
+    /// written in the background (`savepoints` shows it).
+    pub fn trigger_savepoint(
+        &self,
+        id: &str,
+        dir: &std::path::Path,
+        stop: bool,
+    ) -> Result<SavepointView, ApiError> {
+        let dir = self.checked_savepoint_dir(dir)?;
+        if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
+            return Err(ApiError::conflict(format!(
+                "savepoint directory {} is not empty (a savepoint never overwrites)",
+                dir.display()
+            )));
+        }
+        let result = self.trigger_savepoint_locked(id, dir, stop);
+        self.changed();
+        result
+    }
+
+    fn trigger_savepoint_locked(
+        &self,
+        id: &str,
+        dir: PathBuf,
+        stop: bool,
+    ) -> Result<SavepointView, ApiError> {
+        let cell = self.job_cell(id)?;
+        let mut guard = self.lock_job(&cell);
+        let job = &mut *guard;
+        if job.state != JobState::Running {
+            return Err(ApiError::conflict(format!(
+                "job {id} ({}) is {}: only a running job takes a savepoint",
+                job.name,
+                job.state.as_str()
+            )));
+        }
+        if job.savepoint_running() {
+            return Err(ApiError::conflict(format!(
+                "job {id} ({}) is taking a savepoint already; wait for it \
+                 (`weir savepoints {id}`)",
+                job.name
+            )));
+        }
+        let deployed = job
+            .subtasks
+            .iter()
+            .flatten()
+            .all(|s| matches!(s, TaskState::Running | TaskState::Finished));
+        let now = self.clock.now();
+        let Some(c) = job.checkpoints.as_mut() else {
+            return Err(ApiError::conflict(format!(
+                "job {id} ({}) takes no checkpoints: a savepoint needs [job.checkpoints] \
+                 in its spec",
+                job.name
+            )));
+        };
+        if !deployed {
+            return Err(ApiError::conflict(format!(
+                "job {id} ({}) is still being deployed; try again once it runs",
+                job.name
+            )));
+        }
+        let Some((checkpoint, actions)) = c.coordinator.trigger_now(now) else {
+            return Err(ApiError::conflict(format!(
+                "job {id} ({}) takes no checkpoints at the moment (it is restarting or \
+                 stopping); try again",
+                job.name
+            )));
+        };
+        let view = SavepointView {
+            id: job.savepoints.len() as u32 + 1,
+            dir: dir.display().to_string(),
+            stop,
+            status: SavepointStatus::Pending,
+            checkpoint: Some(checkpoint),
+            requested_at_ms: now_ms(),
+            ended_at_ms: None,
+            bytes: 0,
+            failure: None,
+        };
+        job.savepoints.push(view.clone());
+        tracing::info!(job = %job.id, checkpoint, stop, dir = %view.dir, "savepoint triggered");
+        checkpoint_actions(&self.taskmanagers, job, self, actions);
+        Ok(view)
+    }
+
+    /// Job `id`'s savepoints, newest first.
+    pub fn savepoints(&self, id: &str) -> Result<Vec<SavepointView>, ApiError> {
+        let cell = self.job_cell(id)?;
+        let job = self.lock_job(&cell);
+        Ok(job.savepoints.iter().rev().cloned().collect())
+    }
+
+    /// `dir` resolved under the allowed directories, or why not.
+    fn checked_savepoint_dir(&self, dir: &std::path::Path) -> Result<PathBuf, ApiError> {
+        if !dir.is_absolute() {
+            return Err(ApiError::bad_request(format!(
+                "savepoint directory {:?} is relative; give an absolute path",
+                dir.display().to_string()
+            )));
+        }
+        self.checker
+            .allowed_roots()
+            .check_dir(dir)
+            .map_err(|e| ApiError::bad_request(format!("savepoint directory refused: {e}")))
+    }
+
+    /// Reads and checks the savepoint `from` names for `graph`: its
+    /// metadata, every file (read through once), and that the job can take
+    /// its state (see [`check_compatible`]). Blocking I/O.
+    pub(crate) fn load_savepoint(
+        &self,
+        from: &FromSavepoint,
+        graph: &JobGraph,
+        states: &HashMap<usize, Vec<StateDescriptor>>,
+    ) -> Result<SavepointDeploy, ApiError> {
+        let dir = self.checked_savepoint_dir(&from.path)?;
+        let refused = |e: weir_runtime::checkpoint::savepoint::SavepointError| {
+            ApiError::bad_request(format!("cannot restore the savepoint: {e}"))
+        };
+        let metadata = read_metadata(&dir).map_err(refused)?;
+        verify(&dir, &metadata).map_err(refused)?;
+        check_compatible(&metadata, graph, states, from.allow_non_restored_state)
+            .map_err(|m| ApiError::bad_request(format!("cannot restore the savepoint: {m}")))?;
+        Ok(SavepointDeploy { dir, metadata })
+    }
+}
+
+/// Whether a job of `graph` (its keyed operators declaring `states`) can
+/// start from the savepoint `saved`: the same `max_parallelism`; every
+/// source and sink that recorded a position or committable there with the
+/// same parallelism; every saved state with entries declared by the same
+/// operator under the same name and kind. State nobody takes is refused
+/// unless `allow_non_restored`. Keyed operators may change parallelism.
+pub(crate) fn check_compatible(
+    saved: &SavepointMetadata,
+    graph: &JobGraph,
+    states: &HashMap<usize, Vec<StateDescriptor>>,
+    allow_non_restored: bool,
+) -> Result<(), String> {
+    if u32::from(saved.max_parallelism) != graph.settings.max_parallelism {
+        return Err(format!(
+            "the savepoint has {} key groups (job.max_parallelism), the job {}; \
+             they must be equal",
+            saved.max_parallelism, graph.settings.max_parallelism
+        ));
+    }
+    let mut dropped = Vec::new();
+    for vertex in &saved.vertices {
+        let has_position = vertex
+            .subtasks
+            .iter()
+            .any(|s| s.source.is_some() || s.sink.is_some());
+        let has_state = vertex.subtasks.iter().any(|s| {
+            s.timers.is_some()
+                || s.state
+                    .as_ref()
+                    .is_some_and(|f| f.entries.iter().any(|n| *n > 0))
+        });
+        let Some((v, new)) = graph
+            .vertices
+            .iter()
+            .enumerate()
+            .find(|(_, x)| x.id.0 == vertex.uid)
+        else {
+            if has_position || has_state {
+                dropped.push(format!("{} `{}` (not in the job)", vertex.role, vertex.uid));
+            }
+            continue;
+        };
+        if has_position && new.parallelism != vertex.parallelism {
+            return Err(format!(
+                "{} `{}` ran with parallelism {} and now has {}: sources and sinks \
+                 keep their parallelism across a savepoint (only keyed operators rescale)",
+                vertex.role, vertex.uid, vertex.parallelism, new.parallelism
+            ));
+        }
+        let declared = states.get(&v).map(Vec::as_slice).unwrap_or_default();
+        for (i, state) in vertex.states.iter().enumerate() {
+            let entries: u64 = vertex
+                .subtasks
+                .iter()
+                .filter_map(|s| s.state.as_ref())
+                .map(|f| f.entries.get(i).copied().unwrap_or(0))
+                .sum();
+            match declared.iter().find(|d| d.name == state.name) {
+                Some(d) if d.kind != state.kind => {
+                    return Err(format!(
+                        "operator `{}` state `{}` was saved as {} state and is now \
+                         declared as {} state (a state whose layout changes needs a migration)",
+                        vertex.uid,
+                        state.name,
+                        kind_name(state),
+                        kind_name(&SavedState::of(d))
+                    ));
+                }
+                Some(_) => {}
+                None if entries > 0 => dropped.push(format!(
+                    "operator `{}` state `{}` ({entries} entries; the operator no longer \
+                     declares it)",
+                    vertex.uid, state.name
+                )),
+                None => {}
+            }
+        }
+    }
+    if !dropped.is_empty() && !allow_non_restored {
+        return Err(format!(
+            "the savepoint holds state the job would drop: {}; start anyway with \
+             --allow-non-restored-state",
+            dropped.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+fn kind_name(state: &SavedState) -> &'static str {
+    match state.kind {
+        weir_runtime::state::StateKind::Value => "value",
+        weir_runtime::state::StateKind::List => "list",
+        weir_runtime::state::StateKind::Map => "map",
+    }
+}
+
+/// A savepoint's checkpoint completed (`done`): its files are written in
+/// the background. The job takes no other checkpoint meanwhile; with
+/// `stop`, it is canceled now (the completion was told to its
+/// TaskManagers first, so its sinks commit up to the savepoint).
+pub(crate) fn savepoint_checkpoint_completed(
+    taskmanagers: &TaskManagers,
+    job: &mut Job,
+    jm: &JobManager,
+    done: &CompletedCheckpoint<SubtaskCheckpoint>,
+) {
+    let Some(view) = job
+        .savepoints
+        .iter_mut()
+        .find(|s| s.status == SavepointStatus::Pending && s.checkpoint == Some(done.id))
+    else {
+        return;
+    };
+    view.status = SavepointStatus::Writing;
+    let (number, stop, dir) = (view.id, view.stop, PathBuf::from(&view.dir));
+    let now = jm.clock.now();
+    if let Some(c) = job.checkpoints.as_mut() {
+        let reason = if stop {
+            "the job stops with a savepoint"
+        } else {
+            "a savepoint is being written"
+        };
+        let actions = c.coordinator.suspend(reason, now);
+        job.deferred.extend(actions);
+    }
+    if stop && let Ok(next) = job.state.on(Event::Cancel) {
+        job.state = next;
+        send_cancel(taskmanagers, job);
+        tracing::info!(job = %job.id, checkpoint = done.id, "stopping with a savepoint");
+    }
+    let Some(me) = jm.me.upgrade() else { return };
+    let parts: Vec<((u32, u32), SubtaskCheckpoint)> =
+        done.acks.iter().map(|(k, v)| (*k, v.clone())).collect();
+    let (graph, tasks, states) = (job.graph.clone(), job.tasks.clone(), job.states.clone());
+    let (job_id, job_name, checkpoint) = (job.id.clone(), job.name.clone(), done.id);
+    let storage = jm.storage.clone();
+    jm.handle.spawn(async move {
+        let written = {
+            let me = me.clone();
+            let job_id = job_id.clone();
+            tokio::task::spawn_blocking(move || {
+                let src = CheckpointSource {
+                    job_id: &job_id,
+                    job_name: &job_name,
+                    checkpoint,
+                    graph: &graph,
+                    tasks: &tasks,
+                    parts: &parts,
+                    states: &states,
+                    storage: storage.as_ref(),
+                };
+                let mut progress = |bytes| me.savepoint_progress(&job_id, number, bytes);
+                materialize(&src, &dir, &mut progress)
+            })
+            .await
+        };
+        let outcome = match written {
+            Ok(Ok(metadata)) => Ok(metadata),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(format!("the savepoint writer panicked: {e}")),
+        };
+        me.savepoint_written(&job_id, number, outcome);
+    });
+}
+
+/// A checkpoint was aborted: a savepoint riding on it fails (the job goes on).
+pub(crate) fn savepoint_checkpoint_aborted(job: &mut Job, checkpoint: u64, reason: &str) {
+    if let Some(view) = job
+        .savepoints
+        .iter_mut()
+        .find(|s| s.status == SavepointStatus::Pending && s.checkpoint == Some(checkpoint))
+    {
+        view.status = SavepointStatus::Failed;
+        view.ended_at_ms = Some(now_ms());
+        view.failure = Some(format!("its checkpoint {checkpoint} was aborted: {reason}"));
+        tracing::warn!(job = %job.id, checkpoint, "savepoint failed: {reason}");
+    }
+}
+
+impl JobManager {
+    fn savepoint_progress(&self, job: &str, number: u32, bytes: u64) {
+        if let Ok(cell) = self.job_cell(job) {
+            let mut job = self.lock_job(&cell);
+            if let Some(view) = job.savepoints.iter_mut().find(|s| s.id == number) {
+                view.bytes = bytes;
+            }
+        }
+        self.changed();
+    }
+
+    /// The savepoint writer of job `job` ended: records it, and lets a
+    /// running job take checkpoints again.
+    fn savepoint_written(
+        &self,
+        job: &str,
+        number: u32,
+        outcome: Result<SavepointMetadata, String>,
+    ) {
+        if let Ok(cell) = self.job_cell(job) {
+            let mut guard = self.lock_job(&cell);
+            let job = &mut *guard;
+            if let Some(view) = job.savepoints.iter_mut().find(|s| s.id == number) {
+                view.ended_at_ms = Some(now_ms());
+                match outcome {
+                    Ok(metadata) => {
+                        view.status = SavepointStatus::Completed;
+                        let files = metadata.vertices.iter().flat_map(|v| &v.subtasks);
+                        view.bytes = files
+                            .map(|s| {
+                                s.state.as_ref().map_or(0, |f| f.file.size)
+                                    + s.timers.as_ref().map_or(0, |f| f.size)
+                            })
+                            .sum();
+                        tracing::info!(job = %job.id, dir = %view.dir, bytes = view.bytes, "savepoint written");
+                    }
+                    Err(why) => {
+                        tracing::warn!(job = %job.id, dir = %view.dir, "savepoint failed: {why}");
+                        view.status = SavepointStatus::Failed;
+                        view.failure = Some(why);
+                    }
+                }
+            }
+            if job.state == JobState::Running
+                && let Some(c) = job.checkpoints.as_mut()
+            {
+                c.coordinator.resume(self.clock.now());
+            }
+        }
+        self.changed();
+    }
+}

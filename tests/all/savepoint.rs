@@ -1,0 +1,232 @@
+//! Savepoints on a cluster of separate processes: stop a job with a
+//! savepoint mid-stream, inspect it, refuse bad or incompatible ones before
+//! anything starts, and resume from it with the keyed operator at another
+//! parallelism: every record committed exactly once, no gap or repeat seen.
+
+use std::path::Path;
+
+use serde_json::Value;
+use weir_tests::artifacts;
+
+use crate::cluster::harness::{Cluster, wait_for};
+use crate::exactly_once::{assert_exactly_once, committed_lines, completed_checkpoints};
+use crate::util::{describe, toml_path};
+
+/// Per-key sequences (source parallelism `sources`) → the checker
+/// (`checkers`) → two-phase-commit file sinks (parallelism 2), with
+/// checkpoints.
+fn spec(out: &Path, alerts: &Path, count: u64, rate: u64, sources: u32, checkers: u32) -> String {
+    format!(
+        r#"
+[job]
+name = "savepointed"
+buffer_timeout_ms = 5
+
+[job.checkpoints]
+interval_ms = 300
+timeout_ms = 20000
+
+[[source]]
+id = "seq"
+type = "generator"
+kind = "sequence"
+count = {count}
+keys = 8
+rate = {rate}
+parallelism = {sources}
+
+[[operator]]
+id = "check"
+module = {m}
+key_by = "key"
+config = {{ step = "8" }}
+parallelism = {checkers}
+
+[[sink]]
+id = "out"
+type = "file"
+path = {out}
+parallelism = 2
+
+[[sink]]
+id = "alerts"
+type = "file"
+path = {alerts}
+parallelism = 2
+
+[[edge]]
+from = "seq"
+to = "check"
+
+[[edge]]
+from = "check"
+to = "out"
+
+[[edge]]
+from = "check:alerts"
+to = "alerts"
+"#,
+        m = toml_path(Path::new(artifacts::SEQUENCE_CHECK)),
+        out = toml_path(out),
+        alerts = toml_path(alerts),
+    )
+}
+
+fn job_count(cluster: &Cluster) -> usize {
+    let (_, jobs) = cluster.get("/v1/jobs");
+    jobs.as_array().map(Vec::len).unwrap_or(0)
+}
+
+/// `weir submit --from-savepoint`, expected to be refused (exit 2) with
+/// `expected` in its message, starting nothing.
+fn refused(cluster: &Cluster, spec: &Path, savepoint: &Path, expected: &str) {
+    let before = job_count(cluster);
+    let out = cluster.weir(&[
+        "submit",
+        &spec.display().to_string(),
+        "--from-savepoint",
+        &savepoint.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(expected), "wanted {expected:?}: {err}");
+    assert_eq!(
+        job_count(cluster),
+        before,
+        "a refused submission started a job"
+    );
+}
+
+#[test]
+fn a_job_stopped_with_a_savepoint_resumes_rescaled_exactly_once() {
+    let cluster = Cluster::start(2, 2, &["--heartbeat-timeout-ms", "5000"]);
+    let dir = cluster.dir.path();
+    let (out, alerts) = (dir.join("out/seq.txt"), dir.join("out/alerts.txt"));
+    let count = 60_000;
+    let first = dir.join("first.toml");
+    std::fs::write(&first, spec(&out, &alerts, count, 3_000, 2, 2)).unwrap();
+    let id = cluster.submit(&first);
+
+    // Mid-stream: running, with a completed checkpoint.
+    wait_for("a completed checkpoint", || {
+        let (_, job) = cluster.get(&format!("/v1/jobs/{id}"));
+        assert_eq!(job["state"], "running", "{job}");
+        (!completed_checkpoints(&cluster, &id).is_empty()).then_some(())
+    });
+    let savepoint = dir.join("savepoints/one");
+    let stopped = cluster.weir(&["stop", &id, "--savepoint", &savepoint.display().to_string()]);
+    assert!(stopped.status.success(), "{}", describe(&stopped));
+    let said = String::from_utf8_lossy(&stopped.stdout);
+    assert!(said.contains("the job stopped at it"), "{said}");
+    let job = cluster.wait_job(&id, |s| s == "canceled" || s == "failed");
+    assert_eq!(job["state"], "canceled", "{job}");
+    assert_eq!(job["savepoints"][0]["status"], "completed", "{job}");
+    // Stopped mid-stream: part of the input is committed, not all of it.
+    let committed = committed_lines(&out).len() as u64;
+    assert!(
+        committed < count,
+        "the job ran to its end before the stop ({committed} lines); slow its source"
+    );
+
+    // What it holds, checked file by file.
+    let shown = cluster.weir(&["savepoint", "inspect", &savepoint.display().to_string()]);
+    assert!(shown.status.success(), "{}", describe(&shown));
+    let text = String::from_utf8_lossy(&shown.stdout);
+    for needle in [
+        "job `savepointed`",
+        "check",
+        "seq",
+        "match their recorded size",
+    ] {
+        assert!(text.contains(needle), "{needle:?} in {text}");
+    }
+    let inspected = cluster.weir(&[
+        "savepoint",
+        "inspect",
+        "--json",
+        &savepoint.display().to_string(),
+    ]);
+    let metadata: Value = serde_json::from_slice(&inspected.stdout).unwrap();
+    let check = metadata["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["uid"] == "check")
+        .unwrap();
+    let keys: u64 = check["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["state"]["entries"][0].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(keys, 8, "one last-seen entry per key: {check}");
+
+    // Refused before anything starts: a savepoint with a flipped byte, one
+    // that is not there, one whose sources would change parallelism.
+    let resume = dir.join("resume.toml");
+    std::fs::write(&resume, spec(&out, &alerts, count, 30_000, 2, 4)).unwrap();
+    let broken = dir.join("savepoints/broken");
+    copy_dir(&savepoint, &broken);
+    let state = broken.join("check/0.state");
+    let mut bytes = std::fs::read(&state).unwrap();
+    let at = bytes.len() - 40;
+    bytes[at] ^= 1;
+    std::fs::write(&state, bytes).unwrap();
+    refused(&cluster, &resume, &broken, "checksum mismatch");
+    refused(
+        &cluster,
+        &resume,
+        &dir.join("savepoints/none"),
+        "No such file",
+    );
+    let rescaled_source = dir.join("rescaled-source.toml");
+    std::fs::write(&rescaled_source, spec(&out, &alerts, count, 30_000, 4, 4)).unwrap();
+    refused(
+        &cluster,
+        &rescaled_source,
+        &savepoint,
+        "keep their parallelism",
+    );
+
+    // Resumed with the checker at parallelism 4 (from 2), from a copy of
+    // the savepoint elsewhere: it runs to the end of its input.
+    let moved = dir.join("moved-savepoint");
+    copy_dir(&savepoint, &moved);
+    let submitted = cluster.weir(&[
+        "submit",
+        "--json",
+        &resume.display().to_string(),
+        "--from-savepoint",
+        &moved.display().to_string(),
+    ]);
+    assert!(submitted.status.success(), "{}", describe(&submitted));
+    let created: Value = serde_json::from_slice(&submitted.stdout).unwrap();
+    let resumed = created["id"].as_str().unwrap().to_owned();
+    let job = cluster.wait_job(&resumed, |s| s == "finished" || s == "failed");
+    assert_eq!(job["state"], "finished", "{job}");
+    assert_eq!(
+        job["from_savepoint"],
+        moved.canonicalize().unwrap().display().to_string()
+    );
+    let check = job["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == "check")
+        .unwrap();
+    assert_eq!(check["parallelism"], 4, "{check}");
+    assert_exactly_once(&out, &alerts, count);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
