@@ -16,11 +16,25 @@ use crate::util::{describe, toml_path};
 /// (`checkers`) → two-phase-commit file sinks (parallelism 2), with
 /// checkpoints.
 fn spec(out: &Path, alerts: &Path, count: u64, rate: u64, sources: u32, checkers: u32) -> String {
+    spec_on(out, alerts, count, rate, sources, checkers, "rocksdb")
+}
+
+/// [`spec`] on state backend `backend`.
+fn spec_on(
+    out: &Path,
+    alerts: &Path,
+    count: u64,
+    rate: u64,
+    sources: u32,
+    checkers: u32,
+    backend: &str,
+) -> String {
     format!(
         r#"
 [job]
 name = "savepointed"
 buffer_timeout_ms = 5
+state_backend = "{backend}"
 
 [job.checkpoints]
 interval_ms = 300
@@ -216,6 +230,76 @@ fn a_job_stopped_with_a_savepoint_resumes_rescaled_exactly_once() {
         .unwrap();
     assert_eq!(check["parallelism"], 4, "{check}");
     assert_exactly_once(&out, &alerts, count);
+}
+
+/// Runs the job with the checker at `from.0` on backend `from.1`, stops it
+/// with a savepoint mid-stream, resumes it at `to.0` on `to.1`, and checks
+/// the committed output.
+fn stop_and_resume(cluster: &Cluster, case: &str, from: (u32, &str), to: (u32, &str)) {
+    let dir = cluster.dir.path().join(case);
+    let (out, alerts) = (dir.join("out/seq.txt"), dir.join("out/alerts.txt"));
+    let count = 30_000;
+    std::fs::create_dir_all(&dir).unwrap();
+    let first = dir.join("first.toml");
+    std::fs::write(
+        &first,
+        spec_on(&out, &alerts, count, 3_000, 2, from.0, from.1),
+    )
+    .unwrap();
+    let id = cluster.submit(&first);
+    wait_for(&format!("{case}: a completed checkpoint"), || {
+        let (_, job) = cluster.get(&format!("/v1/jobs/{id}"));
+        assert_eq!(job["state"], "running", "{case}: {job}");
+        (!completed_checkpoints(cluster, &id).is_empty()).then_some(())
+    });
+    let savepoint = dir.join("savepoint");
+    let stopped = cluster.weir(&["stop", &id, "--savepoint", &savepoint.display().to_string()]);
+    assert!(stopped.status.success(), "{case}: {}", describe(&stopped));
+    cluster.wait_job(&id, |s| s == "canceled");
+    assert!(
+        (committed_lines(&out).len() as u64) < count,
+        "{case}: the job ended before the stop"
+    );
+    let resume = dir.join("resume.toml");
+    std::fs::write(
+        &resume,
+        spec_on(&out, &alerts, count, 30_000, 2, to.0, to.1),
+    )
+    .unwrap();
+    let submitted = cluster.weir(&[
+        "submit",
+        "--json",
+        &resume.display().to_string(),
+        "--from-savepoint",
+        &savepoint.display().to_string(),
+    ]);
+    assert!(
+        submitted.status.success(),
+        "{case}: {}",
+        describe(&submitted)
+    );
+    let created: Value = serde_json::from_slice(&submitted.stdout).unwrap();
+    let resumed = created["id"].as_str().unwrap().to_owned();
+    let job = cluster.wait_job(&resumed, |s| s == "finished" || s == "failed");
+    assert_eq!(job["state"], "finished", "{case}: {job}");
+    assert_exactly_once(&out, &alerts, count);
+}
+
+/// The resume matrix: the keyed checker 2→2, 2→4, 4→2, 4→1, each on
+/// RocksDB, on the heap, and from RocksDB to the heap.
+#[test]
+fn savepoints_resume_across_parallelisms_and_backends() {
+    let cluster = Cluster::start(2, 2, &["--heartbeat-timeout-ms", "5000"]);
+    for (from, to) in [(2, 2), (2, 4), (4, 2), (4, 1)] {
+        for (a, b) in [
+            ("rocksdb", "rocksdb"),
+            ("heap", "heap"),
+            ("rocksdb", "heap"),
+        ] {
+            let case = format!("p{from}-{a}-to-p{to}-{b}");
+            stop_and_resume(&cluster, &case, (from, a), (to, b));
+        }
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -233,103 +233,57 @@ fn materialize_into(
             subtasks: vec![SavedSubtask::default(); vertex.parallelism as usize],
         })
         .collect();
-    let mut written = 0u64;
-    for ((t, s), part) in src.parts {
-        let task = src.tasks.get(*t as usize).ok_or_else(|| {
-            bad(
-                out,
-                format!(
-                    "checkpoint part of task {t}, the job has {}",
-                    src.tasks.len()
-                ),
-            )
-        })?;
-        let index = *s as usize;
-        let timers: VertexTimers = match &part.timers {
-            Some(path) => {
-                let bytes = get_checked(src.storage, path, part.timers_sha256.as_deref())
-                    .map_err(|e| bad(out, format!("checkpoint timers {path}: {e}")))?;
-                serde_json::from_slice(&bytes)
-                    .map_err(|e| bad(out, format!("checkpoint timers {path}: {e}")))?
-            }
-            None => Vec::new(),
-        };
-        for &v in &task.vertices {
-            let uid = &src.graph.vertices[v].id.0;
-            let saved = vertices[v]
-                .subtasks
-                .get_mut(index)
-                .ok_or_else(|| bad(out, format!("checkpoint part of subtask {s} of `{uid}`")))?;
-            saved.finished = part.finished;
-            if v == task.head() {
-                saved.source = part.source.clone();
-            }
-            if v == task.tail() {
-                saved.sink = part.sink.clone();
-            }
-            if let Some((_, list)) = timers.iter().find(|(tv, _)| *tv == v) {
-                let rel = format!("{}/{s}.timers", folder(uid));
-                let bytes = serde_json::to_vec(list).map_err(|e| bad(out, e.to_string()))?;
-                write_new(&out.join(&rel), &bytes)?;
-                written += bytes.len() as u64;
-                saved.timers = Some(SavedFile {
-                    path: rel,
-                    size: bytes.len() as u64,
-                    sha256: sha256_hex(&bytes),
-                });
-            }
-            let Some((_, handle)) = part.states.iter().find(|(sv, _)| *sv == v) else {
-                continue;
-            };
-            let states = src.states.get(&v).ok_or_else(|| {
-                bad(
-                    out,
-                    format!("operator `{uid}`: its declared states are unknown"),
-                )
-            })?;
-            let range =
-                key_group_range_for_subtask(max_parallelism, src.graph.vertices[v].parallelism, *s);
-            let downloaded = work.join(format!("{v}-{s}-download"));
-            download(handle, src.storage, &downloaded)
-                .map_err(|e| bad(out, format!("operator `{uid}` subtask {s}: {e}")))?;
-            let db = work.join(format!("{v}-{s}-db"));
-            let config = BackendConfig {
-                kind: handle.backend,
-                dir: &db,
-                states,
-                key_groups: range,
-                max_parallelism,
-            };
-            let mut backend =
-                restore_backend(config, &downloaded).map_err(|source| SavepointError::State {
-                    path: downloaded.clone(),
-                    cause: source,
-                })?;
-            let rel = format!("{}/{s}.state", folder(uid));
-            let path = out.join(&rel);
-            std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(io(out))?;
-            let header = SavepointHeader {
-                operator: uid.clone(),
-                max_parallelism,
-                key_groups: range,
-                states: states.iter().map(SavedState::of).collect(),
-            };
-            let summary = super::write(&path, &header, backend.as_mut())?;
-            drop(backend);
-            let _ = std::fs::remove_dir_all(&db);
-            let _ = std::fs::remove_dir_all(&downloaded);
-            written += summary.file_bytes;
-            saved.state = Some(SavedStateFile {
-                file: SavedFile {
-                    path: rel,
-                    size: summary.file_bytes,
-                    sha256: summary.digest,
-                },
-                key_groups: (range.start, range.end),
-                entries: summary.entries,
-                bytes: summary.bytes,
-            });
+    // Subtasks are written in parallel, one thread per core at most: each
+    // is a download, a database open and an export of its own.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(src.parts.len())
+        .max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    let results: Vec<Result<Vec<Saved>, SavepointError>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let tx = tx.clone();
+                let next = &next;
+                scope.spawn(move || {
+                    let mut saved = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(((t, s), part)) = src.parts.get(i) else {
+                            return Ok(saved);
+                        };
+                        saved.extend(save_part(
+                            src,
+                            out,
+                            work,
+                            max_parallelism,
+                            *t,
+                            *s,
+                            part,
+                            &tx,
+                        )?);
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let mut written = 0u64;
+        for bytes in rx {
+            written += bytes;
             progress(written);
+        }
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(bad(out, "a savepoint writer thread panicked")))
+            })
+            .collect()
+    });
+    for result in results {
+        for (v, index, subtask) in result? {
+            vertices[v].subtasks[index] = subtask;
         }
     }
     let metadata = SavepointMetadata {
@@ -355,6 +309,130 @@ fn materialize_into(
     write_new(&tmp, &file)?;
     std::fs::rename(&tmp, out.join(METADATA_FILE)).map_err(io(out))?;
     Ok(metadata)
+}
+
+/// What one subtask of a checkpoint puts into a savepoint: per vertex of
+/// its task, (vertex, subtask index, what it saved).
+type Saved = (usize, usize, SavedSubtask);
+
+/// Writes the files of one subtask's part (`t`, `s`) of a checkpoint and
+/// returns what each vertex of its task saved; sends the bytes of each
+/// file written on `written`.
+#[allow(clippy::too_many_arguments)]
+fn save_part(
+    src: &CheckpointSource<'_>,
+    out: &Path,
+    work: &Path,
+    max_parallelism: u16,
+    t: u32,
+    s: u32,
+    part: &SubtaskCheckpoint,
+    written: &std::sync::mpsc::Sender<u64>,
+) -> Result<Vec<Saved>, SavepointError> {
+    let mut result = Vec::new();
+    let task = src.tasks.get(t as usize).ok_or_else(|| {
+        bad(
+            out,
+            format!(
+                "checkpoint part of task {t}, the job has {}",
+                src.tasks.len()
+            ),
+        )
+    })?;
+    let index = s as usize;
+    let timers: VertexTimers = match &part.timers {
+        Some(path) => {
+            let bytes = get_checked(src.storage, path, part.timers_sha256.as_deref())
+                .map_err(|e| bad(out, format!("checkpoint timers {path}: {e}")))?;
+            serde_json::from_slice(&bytes)
+                .map_err(|e| bad(out, format!("checkpoint timers {path}: {e}")))?
+        }
+        None => Vec::new(),
+    };
+    for &v in &task.vertices {
+        let uid = &src.graph.vertices[v].id.0;
+        if index >= src.graph.vertices[v].parallelism as usize {
+            return Err(bad(
+                out,
+                format!("checkpoint part of subtask {s} of `{uid}`"),
+            ));
+        }
+        let mut saved = SavedSubtask {
+            finished: part.finished,
+            ..SavedSubtask::default()
+        };
+        if v == task.head() {
+            saved.source = part.source.clone();
+        }
+        if v == task.tail() {
+            saved.sink = part.sink.clone();
+        }
+        if let Some((_, list)) = timers.iter().find(|(tv, _)| *tv == v) {
+            let rel = format!("{}/{s}.timers", folder(uid));
+            let bytes = serde_json::to_vec(list).map_err(|e| bad(out, e.to_string()))?;
+            write_new(&out.join(&rel), &bytes)?;
+            let _ = written.send(bytes.len() as u64);
+            saved.timers = Some(SavedFile {
+                path: rel,
+                size: bytes.len() as u64,
+                sha256: sha256_hex(&bytes),
+            });
+        }
+        let Some((_, handle)) = part.states.iter().find(|(sv, _)| *sv == v) else {
+            result.push((v, index, saved));
+            continue;
+        };
+        let states = src.states.get(&v).ok_or_else(|| {
+            bad(
+                out,
+                format!("operator `{uid}`: its declared states are unknown"),
+            )
+        })?;
+        let range =
+            key_group_range_for_subtask(max_parallelism, src.graph.vertices[v].parallelism, s);
+        let downloaded = work.join(format!("{v}-{s}-download"));
+        download(handle, src.storage, &downloaded)
+            .map_err(|e| bad(out, format!("operator `{uid}` subtask {s}: {e}")))?;
+        let db = work.join(format!("{v}-{s}-db"));
+        let config = BackendConfig {
+            kind: handle.backend,
+            dir: &db,
+            states,
+            key_groups: range,
+            max_parallelism,
+        };
+        let mut backend =
+            restore_backend(config, &downloaded).map_err(|source| SavepointError::State {
+                path: downloaded.clone(),
+                cause: source,
+            })?;
+        let rel = format!("{}/{s}.state", folder(uid));
+        let path = out.join(&rel);
+        std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(io(out))?;
+        let header = SavepointHeader {
+            operator: uid.clone(),
+            max_parallelism,
+            key_groups: range,
+            states: states.iter().map(SavedState::of).collect(),
+        };
+        let summary = super::write(&path, &header, backend.as_mut())?;
+        drop(backend);
+        let _ = std::fs::remove_dir_all(&db);
+        let _ = std::fs::remove_dir_all(&downloaded);
+        let _ = written.send(summary.file_bytes);
+        saved.state = Some(SavedStateFile {
+            file: SavedFile {
+                path: rel,
+                size: summary.file_bytes,
+                sha256: summary.digest,
+            },
+            key_groups: (range.start, range.end),
+            entries: summary.entries,
+            bytes: summary.bytes,
+        });
+        result.push((v, index, saved));
+    }
+    Ok(result)
 }
 
 /// Creates `path` (and its folder) with `bytes`, synced; refuses an

@@ -150,7 +150,18 @@ fn save(dir: &Path) -> (PathBuf, SavepointMetadata) {
         &mut |bytes| progress.push(bytes),
     )
     .unwrap();
-    assert_eq!(progress.len(), 2, "one report per state file");
+    // One report per file written, growing to the bytes of all of them.
+    let files: u64 = metadata
+        .vertices
+        .iter()
+        .flat_map(|v| &v.subtasks)
+        .map(|s| {
+            s.state.as_ref().map_or(0, |f| f.file.size) + s.timers.as_ref().map_or(0, |f| f.size)
+        })
+        .sum();
+    assert_eq!(progress.len(), 4, "two state files, two timers files");
+    assert!(progress.windows(2).all(|w| w[0] < w[1]), "{progress:?}");
+    assert_eq!(progress.last(), Some(&files));
     (out, metadata)
 }
 
