@@ -44,6 +44,7 @@ mod savepoint;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use render::human_bytes;
 use render::*;
 pub use rest::*;
 pub use savepoint::{SavepointArgs, StopArgs};

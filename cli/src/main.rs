@@ -140,6 +140,25 @@ struct RunArgs {
     #[arg(long)]
     json: bool,
 
+    /// Start from this savepoint (`--savepoint-on-exit`, `weir stop
+    /// --savepoint`): sources continue from their positions, keyed
+    /// operators from their state (at any parallelism, on either state
+    /// backend), sinks commit what it recorded. Checked before the job
+    /// starts.
+    #[arg(long, value_name = "DIR")]
+    from_savepoint: Option<PathBuf>,
+
+    /// With --from-savepoint: start even if the savepoint holds state no
+    /// vertex of this job takes (it is dropped).
+    #[arg(long, requires = "from_savepoint")]
+    allow_non_restored_state: bool,
+
+    /// On Ctrl-C, stop the job with a savepoint in this directory (empty
+    /// or absent) instead of draining it; resume with --from-savepoint.
+    /// Needs [job.checkpoints].
+    #[arg(long, value_name = "DIR")]
+    savepoint_on_exit: Option<PathBuf>,
+
     /// Another directory whose files the job's file sources may read and
     /// file sinks may write, besides the job spec's folder and the current
     /// directory (symlinks resolved; regular files only). Repeatable.
@@ -279,6 +298,47 @@ fn run(args: RunArgs) -> Result<(), Failure> {
     // The spec's folder and the current directory, and what --allow-path adds.
     let mut dirs = vec![spec_dir.clone(), PathBuf::from(".")];
     dirs.extend(args.allow_paths.iter().cloned());
+    // And the savepoints named on the command line.
+    if let Some(dir) = &args.savepoint_on_exit {
+        if graph.settings.checkpoints.is_none() {
+            return Err(bad_input(anyhow::anyhow!(
+                "--savepoint-on-exit needs [job.checkpoints] in the job spec: a savepoint \
+                 rides on a checkpoint"
+            )));
+        }
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the savepoint directory {}", dir.display()))
+            .map_err(bad_input)?;
+        dirs.push(dir.clone());
+    }
+    if let Some(dir) = &args.from_savepoint {
+        if !dir.is_dir() {
+            return Err(bad_input(anyhow::anyhow!(
+                "savepoint {}: not a directory",
+                dir.display()
+            )));
+        }
+        dirs.push(dir.clone());
+    }
+    let from = args
+        .from_savepoint
+        .as_ref()
+        .map(|dir| {
+            std::path::absolute(dir).map(|path| weir_host::jobmanager::FromSavepoint {
+                path,
+                allow_non_restored_state: args.allow_non_restored_state,
+            })
+        })
+        .transpose()
+        .context("the savepoint's path")
+        .map_err(bad_input)?;
+    let savepoint_on_exit = args
+        .savepoint_on_exit
+        .as_ref()
+        .map(std::path::absolute)
+        .transpose()
+        .context("the savepoint's path")
+        .map_err(bad_input)?;
     let roots = daemons::allowed_roots(
         &dirs,
         "weir run allows the job spec's folder, the current directory and the directories given with --allow-path",
@@ -325,7 +385,7 @@ fn run(args: RunArgs) -> Result<(), Failure> {
             wasm.clone(),
         )
         .map_err(failed)?;
-        let job = cluster.submit(graph).await.map_err(api_failure)?;
+        let job = cluster.submit(graph, from).await.map_err(api_failure)?;
         // Loaded by the JobManager's check; the TaskManager shares them.
         let (hits, misses) = (
             stats.hits.load(Ordering::Relaxed),
@@ -337,6 +397,23 @@ fn run(args: RunArgs) -> Result<(), Failure> {
         }
         let ctrl_c = async {
             if tokio::signal::ctrl_c().await.is_ok() {
+                if let Some(dir) = &savepoint_on_exit {
+                    eprintln!("stopping with a savepoint in {}...", dir.display());
+                    match cluster.stop_with_savepoint(&job, dir).await {
+                        Ok(view)
+                            if view.status == weir_host::jobmanager::SavepointStatus::Completed =>
+                        {
+                            return cluster.wait(&job).await;
+                        }
+                        Ok(view) => eprintln!(
+                            "the savepoint failed ({}); draining instead",
+                            view.failure.as_deref().unwrap_or("no reason given")
+                        ),
+                        Err(e) => {
+                            eprintln!("the savepoint failed ({}); draining instead", e.message)
+                        }
+                    }
+                }
                 eprintln!("stopping: sources end, the job drains (Ctrl-C again to cancel)...");
                 cluster.stop(&job);
                 if tokio::signal::ctrl_c().await.is_ok() {
@@ -344,17 +421,54 @@ fn run(args: RunArgs) -> Result<(), Failure> {
                     std::process::exit(130);
                 }
             }
-            std::future::pending::<()>().await
+            std::future::pending::<Result<JobDetail, ApiError>>().await
         };
         let detail = tokio::select! {
             r = cluster.wait(&job) => r.map_err(api_failure)?,
-            _ = ctrl_c => unreachable!("ctrl_c never completes"),
+            r = ctrl_c => r.map_err(api_failure)?,
+        };
+        // Stopped with a savepoint: the job ends when its checkpoint
+        // completes, the savepoint is written after.
+        let stop = detail.savepoints.iter().find(|s| s.stop).map(|s| s.id);
+        let stopped_at = match stop {
+            Some(number) => Some(
+                cluster
+                    .jobmanager()
+                    .wait_savepoint(&job.id, number)
+                    .await
+                    .map_err(api_failure)?,
+            ),
+            None => None,
         };
         let history = cluster.checkpoints(&job).map_err(api_failure)?;
         cluster.shutdown();
-        Ok::<_, Failure>((detail, history, hits, misses))
+        Ok::<_, Failure>((detail, history, hits, misses, stopped_at))
     });
-    let (detail, history, hits, misses) = outcome?;
+    let (detail, history, hits, misses, stopped_at) = outcome?;
+    if let Some(savepoint) = stopped_at {
+        if savepoint.status != weir_host::jobmanager::SavepointStatus::Completed {
+            return Err(failed(anyhow::anyhow!(
+                "job `{name}` was stopped, but its savepoint in {} failed: {}",
+                savepoint.dir,
+                savepoint.failure.as_deref().unwrap_or("no reason given")
+            )));
+        }
+        eprintln!(
+            "job `{name}` stopped with a savepoint in {} ({}); resume with \
+             `weir run {} --from-savepoint {}`",
+            savepoint.dir,
+            client::human_bytes(savepoint.bytes),
+            args.spec.job.display(),
+            savepoint.dir
+        );
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({ "job": name, "state": "stopped", "savepoint": savepoint })
+            );
+        }
+        return Ok(());
+    }
     if detail.summary.state != JobState::Finished {
         let failure = detail
             .summary

@@ -3,7 +3,8 @@
 //! of QUIC (Flink's `MiniCluster`). They are the daemons' own code, so an
 //! embedded job has everything a cluster job has: checkpoints
 //! (`[job.checkpoints]`), restart strategies and recovery, exactly-once
-//! sinks, and the same job and checkpoint views.
+//! sinks, savepoints (start from one, stop with one), and the same job
+//! and checkpoint views.
 //!
 //! Its TaskManager offers as many slots as the job has subtasks, so every
 //! channel stays in memory; it shares the JobManager's module store, so
@@ -21,8 +22,8 @@ use crate::job::{JobGraph, chain};
 use crate::jobmanager::modules::ModuleStore;
 use crate::jobmanager::scheduler::Strategy;
 use crate::jobmanager::{
-    ApiError, CheckpointsView, CoreConfig, DEFAULT_HEARTBEAT_INTERVAL, JobDetail, JobManager,
-    StartError,
+    ApiError, CheckpointsView, CoreConfig, DEFAULT_HEARTBEAT_INTERVAL, FromSavepoint, JobDetail,
+    JobManager, SavepointView, StartError,
 };
 use crate::local::LoadedModules;
 use crate::taskmanager::JobMetrics;
@@ -118,7 +119,11 @@ impl EmbeddedCluster {
     /// Checks and deploys `graph`: loads its modules (compiling where not
     /// cached) and starts its subtasks. Bad input is an error with status
     /// 400, as a cluster's REST API would answer.
-    pub async fn submit(&mut self, graph: JobGraph) -> Result<EmbeddedJob, ApiError> {
+    pub async fn submit(
+        &mut self,
+        graph: JobGraph,
+        from: Option<FromSavepoint>,
+    ) -> Result<EmbeddedJob, ApiError> {
         if self.taskmanager.is_none() {
             let slots = self
                 .config
@@ -140,7 +145,7 @@ impl EmbeddedCluster {
             .map_err(|e| ApiError::internal(e.to_string()))?;
             self.taskmanager = Some(taskmanager);
         }
-        let (created, modules) = self.jobmanager.submit_graph(graph, None).await?;
+        let (created, modules) = self.jobmanager.submit_graph(graph, from).await?;
         Ok(EmbeddedJob {
             id: created.id,
             _modules: modules,
@@ -167,6 +172,18 @@ impl EmbeddedCluster {
             tm.wait_idle(&job.id).await;
         }
         Ok(detail)
+    }
+
+    /// Takes a savepoint of the job into `dir` and stops it there (its
+    /// sinks commit exactly what the savepoint records); returns once the
+    /// savepoint is written or failed (then the job goes on).
+    pub async fn stop_with_savepoint(
+        &self,
+        job: &EmbeddedJob,
+        dir: &std::path::Path,
+    ) -> Result<SavepointView, ApiError> {
+        let view = self.jobmanager.trigger_savepoint(&job.id, dir, true)?;
+        self.jobmanager.wait_savepoint(&job.id, view.id).await
     }
 
     /// The job's checkpoint history and restores.

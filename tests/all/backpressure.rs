@@ -68,7 +68,7 @@ partition = "rebalance"
     let mut cluster = rt
         .block_on(async { crate::embedded::cluster(dir.path(), runtime, None) })
         .unwrap();
-    let job = rt.block_on(cluster.submit(graph.clone())).unwrap();
+    let job = rt.block_on(cluster.submit(graph.clone(), None)).unwrap();
     let metrics =
         crate::cluster::harness::wait_for("the job's subtasks to start", || cluster.metrics(&job));
     let (source, sink) = (

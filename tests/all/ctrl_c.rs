@@ -89,10 +89,10 @@ to = "out"
     assert_eq!(lines, produced, "every produced record reached the sink");
 }
 
-struct KillOnDrop(Option<std::process::Child>);
+pub(crate) struct KillOnDrop(pub(crate) Option<std::process::Child>);
 
 impl KillOnDrop {
-    fn get(&mut self) -> &mut std::process::Child {
+    pub(crate) fn get(&mut self) -> &mut std::process::Child {
         self.0.as_mut().expect("child still owned")
     }
 }

@@ -140,7 +140,7 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
         "healthy.toml",
         &crate::word_count::word_count_spec(&crate::util::kjv(), &healthy_out),
     );
-    let healthy = rt.block_on(cluster.submit(healthy)).unwrap();
+    let healthy = rt.block_on(cluster.submit(healthy, None)).unwrap();
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -157,7 +157,7 @@ fn adversarial_operators_fail_alone_with_typed_errors() {
             &format!("evil-{i}.toml"),
             &adversarial_spec(case.module, &case.config, &sink),
         );
-        let job = rt.block_on(cluster.submit(g)).unwrap();
+        let job = rt.block_on(cluster.submit(g, None)).unwrap();
         let ended = rt.block_on(cluster.wait(&job)).unwrap();
         assert_eq!(ended.summary.state, JobState::Failed, "{}", case.module);
         let failure = ended.summary.failure.unwrap_or_default();

@@ -314,3 +314,75 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// `weir run --savepoint-on-exit`: Ctrl-C stops the job with a savepoint;
+/// `weir run --from-savepoint` resumes it with the checker rescaled, on
+/// the heap: exactly once.
+#[test]
+fn weir_run_stops_with_a_savepoint_on_ctrl_c_and_resumes_from_it() {
+    use crate::ctrl_c::KillOnDrop;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (out, alerts) = (
+        dir.path().join("out/seq.txt"),
+        dir.path().join("out/alerts.txt"),
+    );
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let count = 40_000;
+    let first = dir.path().join("first.toml");
+    std::fs::write(
+        &first,
+        spec_on(&out, &alerts, count, 3_000, 2, 2, "rocksdb"),
+    )
+    .unwrap();
+    let savepoint = dir.path().join("savepoint");
+    let cache = dir.path().join("cache");
+    let child = crate::util::weir(&cache)
+        .arg("run")
+        .arg(&first)
+        .arg("--savepoint-on-exit")
+        .arg(&savepoint)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(Some(child));
+    let pid = child.get().id();
+    // Readiness: a checkpoint completed (its output is committed).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while committed_lines(&out).is_empty() {
+        assert!(Instant::now() < deadline, "no committed output after 120 s");
+        assert!(
+            child.get().try_wait().unwrap().is_none(),
+            "weir exited early"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.0.take().unwrap().wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("stopped with a savepoint"), "{err}");
+    assert!(
+        (committed_lines(&out).len() as u64) < count,
+        "the job ran to its end before Ctrl-C; slow its source"
+    );
+
+    let resume = dir.path().join("resume.toml");
+    std::fs::write(&resume, spec_on(&out, &alerts, count, 30_000, 2, 4, "heap")).unwrap();
+    let resumed = crate::util::weir(&cache)
+        .arg("run")
+        .arg(&resume)
+        .arg("--from-savepoint")
+        .arg(&savepoint)
+        .output()
+        .unwrap();
+    assert!(resumed.status.success(), "{}", describe(&resumed));
+    assert_exactly_once(&out, &alerts, count);
+}

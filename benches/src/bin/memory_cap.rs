@@ -307,7 +307,7 @@ fn run_job(dir: &Path, graph: JobGraph) -> anyhow::Result<Value> {
             bail!("cannot reset the peak RSS (/proc/self/clear_refs)");
         }
         let before = rss_kib().unwrap_or(0);
-        let (outcome, message, records) = match cluster.submit(graph).await {
+        let (outcome, message, records) = match cluster.submit(graph, None).await {
             Err(e) => ("refused at submit", e.message, 0),
             Ok(job) => {
                 let detail = cluster

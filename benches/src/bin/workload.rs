@@ -461,7 +461,7 @@ fn run_job(spec: &str) -> anyhow::Result<JobSummary> {
             runtime,
         )?;
         let job = cluster
-            .submit(graph)
+            .submit(graph, None)
             .await
             .map_err(|e| anyhow::anyhow!("{}", e.message))?;
         let detail = cluster

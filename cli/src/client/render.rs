@@ -245,7 +245,7 @@ pub(super) fn table(headers: &[&str], align: &[Align], rows: Vec<Vec<String>>) -
 }
 
 /// `512 B`, `1.5 KiB`, `12.0 MiB`.
-pub(super) fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
     if n < 1024 {
         return format!("{n} B");

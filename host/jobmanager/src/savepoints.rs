@@ -192,6 +192,26 @@ impl JobManager {
         Ok(view)
     }
 
+    /// Waits until savepoint `number` of job `id` is completed or failed;
+    /// returns it then.
+    pub async fn wait_savepoint(&self, id: &str, number: u32) -> Result<SavepointView, ApiError> {
+        // Subscribed before the first look: no change is missed.
+        let mut changes = self.changes.subscribe();
+        loop {
+            let view = self
+                .savepoints(id)?
+                .into_iter()
+                .find(|s| s.id == number)
+                .ok_or_else(|| ApiError::not_found(format!("no savepoint {number} of job {id}")))?;
+            if !view.is_running() {
+                return Ok(view);
+            }
+            if changes.changed().await.is_err() {
+                return Err(ApiError::internal("the JobManager stopped"));
+            }
+        }
+    }
+
     /// Job `id`'s savepoints, newest first.
     pub fn savepoints(&self, id: &str) -> Result<Vec<SavepointView>, ApiError> {
         let cell = self.job_cell(id)?;
