@@ -212,9 +212,15 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "DIR")]
     pub from_savepoint: Option<PathBuf>,
 
-    /// With --from-savepoint: start even if the savepoint holds state that
-    /// no vertex of this job takes (it is dropped).
-    #[arg(long, requires = "from_savepoint")]
+    /// Start from this retained checkpoint (`<checkpoint dir>/<job>/chk-<n>`,
+    /// as `weir checkpoints` and a failed `weir stop` name it), as from a
+    /// savepoint: the JobManager writes it as one first.
+    #[arg(long, value_name = "DIR", conflicts_with = "from_savepoint")]
+    pub from_checkpoint: Option<PathBuf>,
+
+    /// With --from-savepoint or --from-checkpoint: start even if it holds
+    /// state that no vertex of this job takes (it is dropped).
+    #[arg(long)]
     pub allow_non_restored_state: bool,
 
     #[command(flatten)]
@@ -318,14 +324,19 @@ fn submit(args: SubmitArgs) -> Result<(), Failure> {
     })
     .map_err(|f| f.context(format!("{}", args.job.display())))?;
     let mut body = serde_json::json!({ "spec": spec });
-    if let Some(from) = &args.from_savepoint {
-        let path = std::path::absolute(from)
-            .with_context(|| format!("savepoint {}", from.display()))
-            .map_err(Failure::refused)?;
-        body["from_savepoint"] = serde_json::json!({
-            "path": path,
-            "allow_non_restored_state": args.allow_non_restored_state,
-        });
+    for (field, from) in [
+        ("from_savepoint", &args.from_savepoint),
+        ("from_checkpoint", &args.from_checkpoint),
+    ] {
+        if let Some(from) = from {
+            let path = std::path::absolute(from)
+                .with_context(|| format!("{}", from.display()))
+                .map_err(Failure::refused)?;
+            body[field] = serde_json::json!({
+                "path": path,
+                "allow_non_restored_state": args.allow_non_restored_state,
+            });
+        }
     }
     let v = rest.post_json("/v1/jobs", &body)?;
     if args.connect.json {

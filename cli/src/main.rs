@@ -148,9 +148,15 @@ struct RunArgs {
     #[arg(long, value_name = "DIR")]
     from_savepoint: Option<PathBuf>,
 
-    /// With --from-savepoint: start even if the savepoint holds state no
-    /// vertex of this job takes (it is dropped).
-    #[arg(long, requires = "from_savepoint")]
+    /// Start from this retained checkpoint (`.weir/checkpoints/<job>/chk-<n>`
+    /// in the spec's folder, or under --checkpoint-dir), as from a
+    /// savepoint: it is written as one first.
+    #[arg(long, value_name = "DIR", conflicts_with = "from_savepoint")]
+    from_checkpoint: Option<PathBuf>,
+
+    /// With --from-savepoint or --from-checkpoint: start even if it holds
+    /// state no vertex of this job takes (it is dropped).
+    #[arg(long)]
     allow_non_restored_state: bool,
 
     /// On Ctrl-C, stop the job with a savepoint in this directory (empty
@@ -320,17 +326,32 @@ fn run(args: RunArgs) -> Result<(), Failure> {
         }
         dirs.push(dir.clone());
     }
+    if let Some(dir) = &args.from_checkpoint {
+        if !dir.is_dir() {
+            return Err(bad_input(anyhow::anyhow!(
+                "checkpoint {}: not a directory",
+                dir.display()
+            )));
+        }
+        dirs.push(dir.clone());
+    }
     let from = args
         .from_savepoint
         .as_ref()
         .map(|dir| {
-            std::path::absolute(dir).map(|path| weir_host::jobmanager::FromSavepoint {
-                path,
-                allow_non_restored_state: args.allow_non_restored_state,
+            std::path::absolute(dir).map(|path| {
+                weir_host::jobmanager::FromSavepoint::at(path, args.allow_non_restored_state)
             })
         })
         .transpose()
         .context("the savepoint's path")
+        .map_err(bad_input)?;
+    let from_checkpoint = args
+        .from_checkpoint
+        .as_ref()
+        .map(std::path::absolute)
+        .transpose()
+        .context("the checkpoint's path")
         .map_err(bad_input)?;
     let savepoint_on_exit = args
         .savepoint_on_exit
@@ -385,6 +406,23 @@ fn run(args: RunArgs) -> Result<(), Failure> {
             wasm.clone(),
         )
         .map_err(failed)?;
+        let from = match from_checkpoint {
+            Some(path) => {
+                eprintln!(
+                    "writing checkpoint {} as a savepoint to start from...",
+                    path.display()
+                );
+                let jm = cluster.jobmanager().clone();
+                let allow = args.allow_non_restored_state;
+                Some(
+                    tokio::task::spawn_blocking(move || jm.savepoint_from_checkpoint(&path, allow))
+                        .await
+                        .map_err(|e| failed(anyhow::anyhow!("{e}")))?
+                        .map_err(api_failure)?,
+                )
+            }
+            None => from,
+        };
         let job = cluster.submit(graph, from).await.map_err(api_failure)?;
         // Loaded by the JobManager's check; the TaskManager shares them.
         let (hits, misses) = (

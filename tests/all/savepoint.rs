@@ -232,10 +232,20 @@ fn a_job_stopped_with_a_savepoint_resumes_rescaled_exactly_once() {
     assert_exactly_once(&out, &alerts, count);
 }
 
+/// How a job is stopped and resumed.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// `weir stop --savepoint`, `weir submit --from-savepoint`.
+    Savepoint,
+    /// `weir cancel`, `weir submit --from-checkpoint` of its latest
+    /// retained checkpoint.
+    RetainedCheckpoint,
+}
+
 /// Runs the job with the checker at `from.0` on backend `from.1`, stops it
-/// with a savepoint mid-stream, resumes it at `to.0` on `to.1`, and checks
-/// the committed output.
-fn stop_and_resume(cluster: &Cluster, case: &str, from: (u32, &str), to: (u32, &str)) {
+/// mid-stream `via` a savepoint or a retained checkpoint, resumes it at
+/// `to.0` on `to.1`, and checks the committed output.
+fn stop_and_resume(cluster: &Cluster, case: &str, via: Via, from: (u32, &str), to: (u32, &str)) {
     let dir = cluster.dir.path().join(case);
     let (out, alerts) = (dir.join("out/seq.txt"), dir.join("out/alerts.txt"));
     let count = 30_000;
@@ -252,10 +262,35 @@ fn stop_and_resume(cluster: &Cluster, case: &str, from: (u32, &str), to: (u32, &
         assert_eq!(job["state"], "running", "{case}: {job}");
         (!completed_checkpoints(cluster, &id).is_empty()).then_some(())
     });
-    let savepoint = dir.join("savepoint");
-    let stopped = cluster.weir(&["stop", &id, "--savepoint", &savepoint.display().to_string()]);
-    assert!(stopped.status.success(), "{case}: {}", describe(&stopped));
-    cluster.wait_job(&id, |s| s == "canceled");
+    let (flag, path) = match via {
+        Via::Savepoint => {
+            let savepoint = dir.join("savepoint");
+            let stopped =
+                cluster.weir(&["stop", &id, "--savepoint", &savepoint.display().to_string()]);
+            assert!(stopped.status.success(), "{case}: {}", describe(&stopped));
+            cluster.wait_job(&id, |s| s == "canceled");
+            ("--from-savepoint", savepoint)
+        }
+        Via::RetainedCheckpoint => {
+            let canceled = cluster.weir(&["cancel", &id]);
+            assert!(canceled.status.success(), "{case}: {}", describe(&canceled));
+            cluster.wait_job(&id, |s| s == "canceled");
+            // The newest completed checkpoint, once its metadata is stored:
+            // its output may have been committed, so it is where to resume.
+            let latest = wait_for(&format!("{case}: the latest checkpoint stored"), || {
+                let (_, v) = cluster.get(&format!("/v1/jobs/{id}/checkpoints"));
+                let newest = completed_checkpoints(cluster, &id).into_iter().max()?;
+                (v["latest"].as_u64() == Some(newest)).then_some(newest)
+            });
+            let path = cluster
+                .dir
+                .path()
+                .join("jm/checkpoints")
+                .join(&id)
+                .join(format!("chk-{latest}"));
+            ("--from-checkpoint", path)
+        }
+    };
     assert!(
         (committed_lines(&out).len() as u64) < count,
         "{case}: the job ended before the stop"
@@ -270,8 +305,8 @@ fn stop_and_resume(cluster: &Cluster, case: &str, from: (u32, &str), to: (u32, &
         "submit",
         "--json",
         &resume.display().to_string(),
-        "--from-savepoint",
-        &savepoint.display().to_string(),
+        flag,
+        &path.display().to_string(),
     ]);
     assert!(
         submitted.status.success(),
@@ -285,19 +320,22 @@ fn stop_and_resume(cluster: &Cluster, case: &str, from: (u32, &str), to: (u32, &
     assert_exactly_once(&out, &alerts, count);
 }
 
-/// The resume matrix: the keyed checker 2→2, 2→4, 4→2, 4→1, each on
-/// RocksDB, on the heap, and from RocksDB to the heap.
+/// The resume matrix: from a savepoint and from a retained checkpoint,
+/// the keyed checker 2→2, 2→4, 4→2, 4→1, each on RocksDB, on the heap, and
+/// from RocksDB to the heap.
 #[test]
-fn savepoints_resume_across_parallelisms_and_backends() {
+fn jobs_resume_across_parallelisms_and_backends() {
     let cluster = Cluster::start(2, 2, &["--heartbeat-timeout-ms", "5000"]);
-    for (from, to) in [(2, 2), (2, 4), (4, 2), (4, 1)] {
-        for (a, b) in [
-            ("rocksdb", "rocksdb"),
-            ("heap", "heap"),
-            ("rocksdb", "heap"),
-        ] {
-            let case = format!("p{from}-{a}-to-p{to}-{b}");
-            stop_and_resume(&cluster, &case, (from, a), (to, b));
+    for via in [Via::Savepoint, Via::RetainedCheckpoint] {
+        for (from, to) in [(2, 2), (2, 4), (4, 2), (4, 1)] {
+            for (a, b) in [
+                ("rocksdb", "rocksdb"),
+                ("heap", "heap"),
+                ("rocksdb", "heap"),
+            ] {
+                let case = format!("{via:?}-p{from}-{a}-to-p{to}-{b}");
+                stop_and_resume(&cluster, &case, via, (from, a), (to, b));
+            }
         }
     }
 }

@@ -4,6 +4,8 @@
 //! messages to TaskManagers and storage commands.
 
 use super::*;
+use weir_runtime::checkpoint::savepoint::SavedState;
+use weir_runtime::checkpoint::snapshot::JobLayout;
 
 /// Where the sweep before a restart stands: requested or done, for the
 /// attempt it prepares.
@@ -96,6 +98,15 @@ pub(crate) fn checkpoint_actions(
                     triggered_at_ms: done.triggered_at_ms,
                     completed_at_ms: done.completed_at_ms,
                     subtasks: done.acks.iter().map(|(id, a)| (*id, a.clone())).collect(),
+                    layout: Some(JobLayout {
+                        graph: job.graph.clone(),
+                        tasks: job.tasks.clone(),
+                        states: job
+                            .states
+                            .iter()
+                            .map(|(v, d)| (*v, d.iter().map(SavedState::of).collect()))
+                            .collect(),
+                    }),
                 };
                 if let (Ok(path), Ok(bytes)) = (
                     metadata_path(&job.id, done.id),

@@ -407,6 +407,9 @@ pub struct JobManager {
     scheduling: Strategy,
     max_module_bytes: usize,
     checkpoint_root: PathBuf,
+    /// Where savepoints written from retained checkpoints go
+    /// (`--from-checkpoint`): `DATA_DIR/restored`.
+    restored_dir: PathBuf,
     /// Used only by drain tasks, off the job's lock ([`storage_io`]).
     storage: Arc<dyn CheckpointStorage>,
     /// Bumped after anything may have changed a job.
@@ -470,6 +473,7 @@ impl JobManager {
                 .checkpoint_storage
                 .unwrap_or_else(|| Arc::new(DirStorage::new(checkpoint_root.clone()))),
             checkpoint_root,
+            restored_dir: config.data_dir.join("restored"),
             changes: tokio::sync::watch::Sender::new(0),
             clock: config.clock,
             storage_io: config.storage_io,

@@ -518,6 +518,9 @@ struct SubmitBody {
     /// Start from this savepoint.
     #[serde(default)]
     from_savepoint: Option<FromSavepoint>,
+    /// Start from this retained checkpoint (`path` is its `chk-<n>`).
+    #[serde(default)]
+    from_checkpoint: Option<FromSavepoint>,
 }
 
 async fn submit_job(
@@ -539,7 +542,28 @@ async fn submit_job(
     // Axum's `Json` on the read bytes: its Content-Type check and messages.
     let request = Request::from_parts(parts, Body::from(bytes));
     let Json(body) = Json::<SubmitBody>::from_request(request, &()).await?;
-    let created = jm.submit(body.spec, body.from_savepoint).await?;
+    let from = match (body.from_savepoint, body.from_checkpoint) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "give from_savepoint or from_checkpoint, not both",
+            ));
+        }
+        (None, Some(checkpoint)) => {
+            let jm = jm.clone();
+            Some(
+                tokio::task::spawn_blocking(move || {
+                    jm.savepoint_from_checkpoint(
+                        &checkpoint.path,
+                        checkpoint.allow_non_restored_state,
+                    )
+                })
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))??,
+            )
+        }
+        (from, None) => from,
+    };
+    let created = jm.submit(body.spec, from).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 

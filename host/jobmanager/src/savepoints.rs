@@ -93,7 +93,8 @@ impl Job {
     }
 }
 
-/// What a job is submitted with to start from a savepoint.
+/// What a job is submitted with to start from a savepoint (or a retained
+/// checkpoint: `from_checkpoint` in the REST API).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct FromSavepoint {
     /// The savepoint directory (absolute, under the allowed directories).
@@ -102,6 +103,22 @@ pub struct FromSavepoint {
     /// takes (it is dropped).
     #[serde(default)]
     pub allow_non_restored_state: bool,
+    /// Written by this JobManager from a retained checkpoint
+    /// ([`JobManager::savepoint_from_checkpoint`]): not in the allowed
+    /// directories, and not the user's to name.
+    #[serde(skip)]
+    pub(crate) written_here: bool,
+}
+
+impl FromSavepoint {
+    /// The savepoint in directory `path`.
+    pub fn at(path: PathBuf, allow_non_restored_state: bool) -> FromSavepoint {
+        FromSavepoint {
+            path,
+            allow_non_restored_state,
+            written_here: false,
+        }
+    }
 }
 
 impl JobManager {
@@ -219,6 +236,84 @@ impl JobManager {
         Ok(job.savepoints.iter().rev().cloned().collect())
     }
 
+    /// Writes retained checkpoint `path` (`<checkpoint dir>/<job>/chk-<n>`,
+    /// in this JobManager's checkpoint directory or an allowed one) as a
+    /// savepoint into the JobManager's data dir, for a job to start from
+    /// (`--from-checkpoint`); returns it. Blocking I/O.
+    pub fn savepoint_from_checkpoint(
+        &self,
+        path: &std::path::Path,
+        allow_non_restored_state: bool,
+    ) -> Result<FromSavepoint, ApiError> {
+        let refused = |m: String| {
+            ApiError::bad_request(format!("cannot restore checkpoint {}: {m}", path.display()))
+        };
+        let real = path.canonicalize().map_err(|e| refused(e.to_string()))?;
+        let in_storage = self
+            .checkpoint_root
+            .canonicalize()
+            .is_ok_and(|root| real.starts_with(root));
+        if !in_storage {
+            self.checked_savepoint_dir(path)?;
+        }
+        let bytes = std::fs::read(real.join(weir_runtime::checkpoint::layout::METADATA_FILE))
+            .map_err(|e| refused(format!("its _metadata: {e}")))?;
+        let metadata: weir_runtime::checkpoint::snapshot::CheckpointMetadata =
+            serde_json::from_slice(&bytes).map_err(|e| refused(format!("its _metadata: {e}")))?;
+        let layout = metadata.layout.as_ref().ok_or_else(|| {
+            refused(
+                "its _metadata was written by an older weir and does not record the job's \
+                     graph; restore it by restarting its own job"
+                    .into(),
+            )
+        })?;
+        let expected = format!("chk-{}", metadata.checkpoint);
+        let job_dir = real
+            .parent()
+            .filter(|_| real.file_name().is_some_and(|n| n == expected.as_str()));
+        let root = job_dir
+            .filter(|d| d.file_name().is_some_and(|n| n == metadata.job.as_str()))
+            .and_then(|d| d.parent())
+            .ok_or_else(|| {
+                refused(format!(
+                    "expected a path ending in {}/{expected} (the checkpoint directory's layout)",
+                    metadata.job
+                ))
+            })?;
+        let storage = weir_runtime::checkpoint::DirStorage::new(root.to_path_buf());
+        let states: HashMap<usize, Vec<StateDescriptor>> = layout
+            .states
+            .iter()
+            .map(|(v, s)| (*v, s.iter().map(SavedState::descriptor).collect()))
+            .collect();
+        let out = self.restored_dir.join(format!(
+            "{}-chk-{}-{:08x}",
+            metadata.job,
+            metadata.checkpoint,
+            random_u64() as u32
+        ));
+        materialize(
+            &CheckpointSource {
+                job_id: &metadata.job,
+                job_name: &layout.graph.name,
+                checkpoint: metadata.checkpoint,
+                graph: &layout.graph,
+                tasks: &layout.tasks,
+                parts: &metadata.subtasks,
+                states: &states,
+                storage: &storage,
+            },
+            &out,
+            &mut |_| {},
+        )
+        .map_err(|e| refused(e.to_string()))?;
+        Ok(FromSavepoint {
+            path: out,
+            allow_non_restored_state,
+            written_here: true,
+        })
+    }
+
     /// `dir` resolved under the allowed directories, or why not.
     fn checked_savepoint_dir(&self, dir: &std::path::Path) -> Result<PathBuf, ApiError> {
         if !dir.is_absolute() {
@@ -242,7 +337,11 @@ impl JobManager {
         graph: &JobGraph,
         states: &HashMap<usize, Vec<StateDescriptor>>,
     ) -> Result<SavepointDeploy, ApiError> {
-        let dir = self.checked_savepoint_dir(&from.path)?;
+        let dir = if from.written_here {
+            from.path.clone()
+        } else {
+            self.checked_savepoint_dir(&from.path)?
+        };
         let refused = |e: weir_runtime::checkpoint::savepoint::SavepointError| {
             ApiError::bad_request(format!("cannot restore the savepoint: {e}"))
         };
@@ -472,7 +571,18 @@ impl JobManager {
                     Err(why) => {
                         tracing::warn!(job = %job.id, dir = %view.dir, "savepoint failed: {why}");
                         view.status = SavepointStatus::Failed;
-                        view.failure = Some(why);
+                        view.failure = Some(match view.checkpoint.filter(|_| view.stop) {
+                            // Stopped at that checkpoint, which is retained.
+                            Some(n) => format!(
+                                "{why}; the job stopped at checkpoint {n}: start it again with \
+                                 --from-checkpoint {}",
+                                self.checkpoint_root
+                                    .join(&job.id)
+                                    .join(format!("chk-{n}"))
+                                    .display()
+                            ),
+                            None => why,
+                        });
                     }
                 }
             }

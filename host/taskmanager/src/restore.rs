@@ -237,6 +237,7 @@ mod tests {
     fn write_metadata(storage: &DirStorage, point: &RestorePoint) {
         let metadata = weir_runtime::checkpoint::snapshot::CheckpointMetadata {
             job: "j".into(),
+            layout: None,
             checkpoint: point.checkpoint,
             triggered_at_ms: 1,
             completed_at_ms: 2,

@@ -341,6 +341,7 @@ proptest! {
         let path = StoragePath::new("j/chk-1/_metadata").unwrap();
         let metadata = CheckpointMetadata {
             job: "j".into(),
+            layout: None,
             checkpoint: 1,
             triggered_at_ms: 1,
             completed_at_ms: 2,

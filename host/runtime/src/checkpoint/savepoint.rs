@@ -94,6 +94,15 @@ pub struct SavedState {
 }
 
 impl SavedState {
+    /// The declared state it records.
+    pub fn descriptor(&self) -> StateDescriptor {
+        StateDescriptor {
+            name: self.name.clone(),
+            kind: self.kind,
+            ttl: self.ttl_ms.map(std::time::Duration::from_millis),
+        }
+    }
+
     /// The record of a declared state.
     pub fn of(d: &StateDescriptor) -> SavedState {
         SavedState {

@@ -454,6 +454,23 @@ pub struct CheckpointMetadata {
     pub completed_at_ms: u64,
     /// Every subtask's part, by (task, subtask).
     pub subtasks: Vec<((u32, u32), SubtaskCheckpoint)>,
+    /// What the parts belong to, so that another job can start from this
+    /// checkpoint (`--from-checkpoint`). Absent in metadata written before
+    /// it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<JobLayout>,
+}
+
+/// A job's graph, its chained tasks (what the `(task, subtask)` of a
+/// checkpoint's parts index) and the states its keyed operators declare.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobLayout {
+    /// The job's graph.
+    pub graph: crate::job::JobGraph,
+    /// Its tasks after chaining.
+    pub tasks: Vec<crate::job::TaskSpec>,
+    /// Per keyed operator vertex, its declared states.
+    pub states: Vec<(usize, Vec<super::savepoint::SavedState>)>,
 }
 
 /// Checks the metadata `bytes` read from `path` against what a restore of

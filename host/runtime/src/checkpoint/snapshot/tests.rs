@@ -234,6 +234,7 @@ fn part(path: &str, sha256: &str, source: Option<serde_json::Value>) -> SubtaskC
 fn metadata(subtasks: Vec<((u32, u32), SubtaskCheckpoint)>) -> CheckpointMetadata {
     CheckpointMetadata {
         job: "j".into(),
+        layout: None,
         checkpoint: 3,
         triggered_at_ms: 1,
         completed_at_ms: 2,
