@@ -175,6 +175,37 @@ fn a_job_stopped_with_a_savepoint_resumes_rescaled_exactly_once() {
         .sum();
     assert_eq!(keys, 8, "one last-seen entry per key: {check}");
 
+    // One key's stored value: the last number of key 3 the checker saw,
+    // which is the last committed one (the sinks committed up to the
+    // savepoint, no further).
+    let last_of_3 = committed_lines(&out)
+        .iter()
+        .map(|l| l.parse::<u64>().unwrap())
+        .filter(|n| n % 8 == 3)
+        .max()
+        .expect("key 3 has committed records");
+    let sp = savepoint.display().to_string();
+    let query = |args: &[&str]| {
+        let mut all = vec!["savepoint", "query", sp.as_str(), "--operator", "check"];
+        all.extend_from_slice(args);
+        cluster.weir(&all)
+    };
+    let shown = query(&["--state", "last", "--key", "3", "--codec", "u64"]);
+    assert!(shown.status.success(), "{}", describe(&shown));
+    assert_eq!(
+        String::from_utf8_lossy(&shown.stdout).trim(),
+        last_of_3.to_string()
+    );
+    let missing = query(&["--state", "last", "--key", "no-such-key"]);
+    assert_eq!(missing.status.code(), Some(1), "{}", describe(&missing));
+    let unknown = query(&["--state", "nope", "--key", "3"]);
+    assert_eq!(unknown.status.code(), Some(2), "{}", describe(&unknown));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("its states: last"),
+        "{}",
+        describe(&unknown)
+    );
+
     // Refused before anything starts: a savepoint with a flipped byte, one
     // that is not there, one whose sources would change parallelism.
     let resume = dir.join("resume.toml");
@@ -201,6 +232,14 @@ fn a_job_stopped_with_a_savepoint_resumes_rescaled_exactly_once() {
         &savepoint,
         "keep their parallelism",
     );
+    // Another job's savepoint: its state would be dropped.
+    let other = dir.join("other.toml");
+    std::fs::write(
+        &other,
+        crate::word_count::word_count_spec(&crate::util::kjv(), &dir.join("out/counts.txt")),
+    )
+    .unwrap();
+    refused(&cluster, &other, &savepoint, "cannot restore the savepoint");
 
     // Resumed with the checker at parallelism 4 (from 2), from a copy of
     // the savepoint elsewhere: it runs to the end of its input.

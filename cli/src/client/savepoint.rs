@@ -43,6 +43,64 @@ pub enum SavepointAction {
         #[arg(long)]
         json: bool,
     },
+    /// Print what a savepoint stores for one key of one state: a value, a
+    /// list's elements, or a map's entries (`user key = value`). Reads the
+    /// directory on this machine; exits 1 if the key has no entry.
+    Query {
+        /// The savepoint directory.
+        path: PathBuf,
+        /// The operator's uid.
+        #[arg(long, value_name = "UID")]
+        operator: String,
+        /// The state's name.
+        #[arg(long, value_name = "NAME")]
+        state: String,
+        /// The key, as UTF-8 (what the operator's `key_by` produced).
+        #[arg(long, value_name = "KEY")]
+        key: String,
+        /// How to show the stored bytes.
+        #[arg(long, value_enum, default_value_t = Codec::Raw)]
+        codec: Codec,
+    },
+}
+
+/// How `weir savepoint query` shows stored bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Codec {
+    /// Bytes, printable ASCII as is and the rest escaped (`\x00`).
+    Raw,
+    /// UTF-8 text (invalid bytes replaced).
+    Utf8,
+    /// A little-endian unsigned 64-bit integer (8 bytes).
+    U64,
+    /// JSON, pretty-printed.
+    Json,
+}
+
+impl Codec {
+    /// `bytes` shown as this codec says, or why they are not of it.
+    pub(super) fn show(self, bytes: &[u8]) -> String {
+        match self {
+            Codec::Raw => bytes
+                .iter()
+                .flat_map(|b| std::ascii::escape_default(*b))
+                .map(char::from)
+                .collect(),
+            Codec::Utf8 => String::from_utf8_lossy(bytes).into_owned(),
+            Codec::U64 => match <[u8; 8]>::try_from(bytes) {
+                Ok(b) => u64::from_le_bytes(b).to_string(),
+                Err(_) => format!(
+                    "(not a u64: {} bytes) {}",
+                    bytes.len(),
+                    Codec::Raw.show(bytes)
+                ),
+            },
+            Codec::Json => match serde_json::from_slice::<Value>(bytes) {
+                Ok(v) => serde_json::to_string_pretty(&v).expect("a Value serializes"),
+                Err(e) => format!("(not JSON: {e}) {}", Codec::Raw.show(bytes)),
+            },
+        }
+    }
 }
 
 /// `weir stop`.
@@ -62,8 +120,16 @@ pub struct StopArgs {
 }
 
 pub(super) fn savepoint(args: SavepointArgs) -> Result<(), Failure> {
-    if let Some(SavepointAction::Inspect { path, json }) = args.action {
-        return inspect(&path, json);
+    match args.action {
+        Some(SavepointAction::Inspect { path, json }) => return inspect(&path, json),
+        Some(SavepointAction::Query {
+            path,
+            operator,
+            state,
+            key,
+            codec,
+        }) => return query(&path, &operator, &state, key.as_bytes(), codec),
+        None => {}
     }
     let (Some(job), Some(dir)) = (args.job, args.dir) else {
         return Err(Failure::refused(anyhow!("give a job id and a directory")));
@@ -236,4 +302,99 @@ pub(super) fn inspect_report(path: &Path, m: &SavepointMetadata) -> String {
         human_bytes(bytes)
     );
     out
+}
+
+/// `weir savepoint query`.
+fn query(
+    path: &Path,
+    operator: &str,
+    state: &str,
+    key: &[u8],
+    codec: Codec,
+) -> Result<(), Failure> {
+    use weir_host::checkpoint::savepoint::SavepointFile;
+    use weir_host::state::layout::{decode_key, list_elements};
+    use weir_host::state::{StateKind, key_group_of, ttl::EXPIRY_LEN};
+
+    let metadata = read_metadata(path).map_err(Failure::refused)?;
+    let vertex = metadata
+        .vertices
+        .iter()
+        .find(|v| v.uid == operator)
+        .ok_or_else(|| {
+            let keyed: Vec<&str> = metadata
+                .vertices
+                .iter()
+                .filter(|v| !v.states.is_empty())
+                .map(|v| v.uid.as_str())
+                .collect();
+            Failure::refused(anyhow!(
+                "the savepoint has no operator `{operator}`; operators with state: {}",
+                keyed.join(", ")
+            ))
+        })?;
+    let (index, saved) = vertex
+        .states
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.name == state)
+        .ok_or_else(|| {
+            let names: Vec<&str> = vertex.states.iter().map(|s| s.name.as_str()).collect();
+            Failure::refused(anyhow!(
+                "operator `{operator}` has no state `{state}` in the savepoint; its states: {}",
+                names.join(", ")
+            ))
+        })?;
+    let kg = key_group_of(key, metadata.max_parallelism);
+    let file = vertex
+        .subtasks
+        .iter()
+        .filter_map(|s| s.state.as_ref())
+        .find(|f| f.key_groups.0 <= kg.0 && kg.0 < f.key_groups.1);
+    let skip = if saved.ttl_ms.is_some() {
+        EXPIRY_LEN
+    } else {
+        0
+    };
+    let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    if let Some(file) = file {
+        let reader = SavepointFile::new(path.join(&file.file.path));
+        reader
+            .for_each_entry(|s, stored, value| {
+                if s as usize == index
+                    && let Some((_, k, namespace)) = decode_key(stored)
+                    && k == key
+                {
+                    found.push((namespace.to_vec(), value.to_vec()));
+                }
+                Ok(())
+            })
+            .map_err(Failure::refused)?;
+    }
+    if found.is_empty() {
+        return Err(Failure::failed(anyhow!(
+            "no entry for key {:?} in state `{state}` of operator `{operator}`",
+            Codec::Raw.show(key)
+        )));
+    }
+    let strip = |v: &[u8]| v.get(skip..).unwrap_or_default().to_vec();
+    match saved.kind {
+        StateKind::Value => println!("{}", codec.show(&strip(&found[0].1))),
+        StateKind::List => {
+            for element in list_elements(&found[0].1) {
+                let element = element.map_err(Failure::refused)?;
+                println!("{}", codec.show(&strip(element)));
+            }
+        }
+        StateKind::Map => {
+            for (user_key, value) in &found {
+                println!(
+                    "{} = {}",
+                    Codec::Raw.show(user_key),
+                    codec.show(&strip(value))
+                );
+            }
+        }
+    }
+    Ok(())
 }

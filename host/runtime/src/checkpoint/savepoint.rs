@@ -294,6 +294,15 @@ impl SavepointFile {
         })
     }
 
+    /// Calls `f(state, stored key, stored value)` for every entry, in file
+    /// order, then checks the footer (`f`'s error stops the read).
+    pub fn for_each_entry(
+        &self,
+        f: impl FnMut(u32, &[u8], &[u8]) -> Result<(), SavepointError>,
+    ) -> Result<SavepointSummary, SavepointError> {
+        self.read(f)
+    }
+
     fn open(&self) -> Result<Reader<BufReader<std::fs::File>>, SavepointError> {
         let file = std::fs::File::open(&self.path).map_err(|source| SavepointError::Io {
             path: self.path.clone(),
