@@ -466,6 +466,18 @@ pub(crate) fn savepoint_checkpoint_completed(
     else {
         return;
     };
+    if view.stop && job.state.on(Event::Cancel).is_err() {
+        // Its subtasks all finished first: it ends on its own, publishing
+        // all its output, which a savepoint of this checkpoint would
+        // repeat on resume.
+        view.status = SavepointStatus::Failed;
+        view.ended_at_ms = Some(now_ms());
+        view.failure = Some(format!(
+            "the job was {} before it could stop: it ends on its own, with all its output",
+            job.state.as_str()
+        ));
+        return;
+    }
     view.status = SavepointStatus::Writing;
     let (number, stop, dir) = (view.id, view.stop, PathBuf::from(&view.dir));
     let now = jm.clock.now();
@@ -593,5 +605,142 @@ impl JobManager {
             }
         }
         self.changed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_runtime::checkpoint::savepoint::directory::{
+        SavedFile, SavedStateFile, SavedSubtask, SavedVertex,
+    };
+    use weir_runtime::job::JobSpec;
+    use weir_runtime::state::StateKind;
+
+    fn graph(sources: u32, counters: u32) -> JobGraph {
+        let spec = format!(
+            r#"
+[job]
+name = "j"
+
+[[source]]
+id = "src"
+type = "generator"
+kind = "sequence"
+parallelism = {sources}
+
+[[operator]]
+id = "count"
+module = "count.wasm"
+key_by = "key"
+parallelism = {counters}
+
+[[sink]]
+id = "out"
+type = "blackhole"
+
+[[edge]]
+from = "src"
+to = "count"
+
+[[edge]]
+from = "count"
+to = "out"
+"#
+        );
+        JobGraph::from_spec(JobSpec::parse(&spec, "/specs/job.toml", &[]).unwrap()).unwrap()
+    }
+
+    fn states(kind: StateKind) -> HashMap<usize, Vec<StateDescriptor>> {
+        HashMap::from([(1, vec![StateDescriptor::new("counts", kind)])])
+    }
+
+    /// A savepoint of `graph(2, 2)` with `entries` in state `counts`.
+    fn saved(entries: u64) -> SavepointMetadata {
+        let file = |s: u32| SavedStateFile {
+            file: SavedFile {
+                path: format!("count/{s}.state"),
+                size: 1,
+                sha256: String::new(),
+            },
+            key_groups: (0, 1),
+            entries: vec![entries],
+            bytes: vec![entries * 8],
+        };
+        SavepointMetadata {
+            format: 1,
+            job_id: "old".into(),
+            job_name: "j".into(),
+            checkpoint: 3,
+            created_at_ms: 0,
+            max_parallelism: 128,
+            vertices: vec![
+                SavedVertex {
+                    uid: "src".into(),
+                    role: "source".into(),
+                    parallelism: 2,
+                    module: None,
+                    states: Vec::new(),
+                    subtasks: (0..2)
+                        .map(|n| SavedSubtask {
+                            source: Some(serde_json::json!(n)),
+                            ..SavedSubtask::default()
+                        })
+                        .collect(),
+                },
+                SavedVertex {
+                    uid: "count".into(),
+                    role: "operator".into(),
+                    parallelism: 2,
+                    module: Some("sha256:00".into()),
+                    states: vec![SavedState {
+                        name: "counts".into(),
+                        kind: StateKind::Value,
+                        ttl_ms: None,
+                    }],
+                    subtasks: (0..2)
+                        .map(|s| SavedSubtask {
+                            state: Some(file(s)),
+                            ..SavedSubtask::default()
+                        })
+                        .collect(),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_savepoint_fits_a_job_that_declares_its_states_and_keeps_source_parallelism() {
+        let ok = |g: JobGraph, st, allow| check_compatible(&saved(5), &g, &st, allow);
+        ok(graph(2, 2), states(StateKind::Value), false).unwrap();
+        // Keyed operators rescale.
+        ok(graph(2, 4), states(StateKind::Value), false).unwrap();
+        ok(graph(2, 1), states(StateKind::Value), false).unwrap();
+
+        let err = ok(graph(3, 2), states(StateKind::Value), false).unwrap_err();
+        assert!(
+            err.contains("source `src`") && err.contains("parallelism 2"),
+            "{err}"
+        );
+        let err = ok(graph(2, 2), states(StateKind::Map), false).unwrap_err();
+        assert!(
+            err.contains("operator `count` state `counts`") && err.contains("map"),
+            "{err}"
+        );
+        // A state the new operator no longer declares, holding entries.
+        let err = ok(graph(2, 2), HashMap::new(), false).unwrap_err();
+        assert!(
+            err.contains("`counts` (10 entries") && err.contains("--allow-non-restored-state"),
+            "{err}"
+        );
+        ok(graph(2, 2), HashMap::new(), true).unwrap();
+        // An empty state is no loss.
+        check_compatible(&saved(0), &graph(2, 2), &HashMap::new(), false).unwrap();
+
+        let mut other = saved(5);
+        other.max_parallelism = 64;
+        let err =
+            check_compatible(&other, &graph(2, 2), &states(StateKind::Value), false).unwrap_err();
+        assert!(err.contains("64 key groups"), "{err}");
     }
 }
