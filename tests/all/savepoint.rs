@@ -463,3 +463,52 @@ fn weir_run_stops_with_a_savepoint_on_ctrl_c_and_resumes_from_it() {
     assert!(resumed.status.success(), "{}", describe(&resumed));
     assert_exactly_once(&out, &alerts, count);
 }
+
+/// `weir savepoint JOB DIR`: the job keeps running, takes checkpoints
+/// again once the savepoint is written, and ends with its output exactly
+/// once; the savepoint checks out.
+#[test]
+fn a_savepoint_leaves_the_job_running() {
+    let cluster = Cluster::start(2, 2, &["--heartbeat-timeout-ms", "5000"]);
+    let dir = cluster.dir.path();
+    let (out, alerts) = (dir.join("out/seq.txt"), dir.join("out/alerts.txt"));
+    let count = 30_000;
+    let spec_file = dir.join("job.toml");
+    std::fs::write(&spec_file, spec(&out, &alerts, count, 6_000, 2, 2)).unwrap();
+    let id = cluster.submit(&spec_file);
+    wait_for("a completed checkpoint", || {
+        (!completed_checkpoints(&cluster, &id).is_empty()).then_some(())
+    });
+    let savepoint = dir.join("savepoints/live");
+    let taken = cluster.weir(&["savepoint", &id, &savepoint.display().to_string()]);
+    assert!(taken.status.success(), "{}", describe(&taken));
+    let (_, list) = cluster.get(&format!("/v1/jobs/{id}/savepoints"));
+    let at = list[0]["checkpoint"].as_u64().unwrap();
+    assert_eq!(list[0]["status"], "completed", "{list}");
+    assert_eq!(list[0]["stop"], false, "{list}");
+
+    let job = cluster.wait_job(&id, |s| s == "finished" || s == "failed" || s == "canceled");
+    assert_eq!(job["state"], "finished", "{job}");
+    assert!(
+        completed_checkpoints(&cluster, &id).iter().any(|c| *c > at),
+        "no checkpoint completed after the savepoint's ({at}): checkpoints did not resume"
+    );
+    assert_exactly_once(&out, &alerts, count);
+    let shown = cluster.weir(&["savepoint", "inspect", &savepoint.display().to_string()]);
+    assert!(shown.status.success(), "{}", describe(&shown));
+    let (_, detail) = cluster.get(&format!("/v1/jobs/{id}"));
+    assert_eq!(detail["savepoints"][0]["dir"], list[0]["dir"], "{detail}");
+
+    // A job that ended takes no savepoint: refused, saying why.
+    let again = cluster.weir(&[
+        "savepoint",
+        &id,
+        &dir.join("savepoints/late").display().to_string(),
+    ]);
+    assert_eq!(again.status.code(), Some(2), "{}", describe(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("only a running job takes a savepoint"),
+        "{}",
+        describe(&again)
+    );
+}
