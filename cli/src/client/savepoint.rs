@@ -110,8 +110,9 @@ pub struct StopArgs {
     pub job: String,
 
     /// Take a savepoint into this directory and stop the job at it: its
-    /// sinks commit exactly what the savepoint records. Resume with
-    /// `weir submit JOB.toml --from-savepoint DIR`.
+    /// sinks commit exactly what the savepoint records, and the job is
+    /// canceled once the savepoint is written (if that fails, the job goes
+    /// on). Resume with `weir submit JOB.toml --from-savepoint DIR`.
     #[arg(long, value_name = "DIR", required = true)]
     pub savepoint: PathBuf,
 

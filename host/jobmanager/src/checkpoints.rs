@@ -129,7 +129,7 @@ pub(crate) fn checkpoint_actions(
                         checkpoint: done.id,
                     }
                 });
-                savepoint_checkpoint_completed(taskmanagers, job, jm, &done);
+                savepoint_checkpoint_completed(job, jm, &done);
             }
             Action::Discard(old) => {
                 let Some(c) = job.checkpoints.as_mut() else {

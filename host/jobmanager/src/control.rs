@@ -217,6 +217,13 @@ pub(crate) fn settle(taskmanagers: &TaskManagers, job: &mut Job, now: Instant) {
         .iter()
         .flatten()
         .all(|s| *s == TaskState::Finished);
+    if all_finished && job.state == JobState::Running && job.stopping_at_savepoint() {
+        // Its input ended while it stops at a savepoint being written: the
+        // output past the savepoint must not be published, so it is
+        // canceled, not finished (a resume produces that output again).
+        job.advance(Event::Cancel);
+        send_cancel(taskmanagers, job);
+    }
     let mut committers = 0;
     let mut restart = false;
     match job.state {

@@ -6,9 +6,12 @@
 //! and, once every subtask acked it, written out in the canonical format
 //! ([`weir_runtime::checkpoint::savepoint::directory::materialize`]) on the
 //! blocking pool, off the job's lock. Meanwhile the job takes no other
-//! checkpoint, so none subsumes (and deletes) the one being read. With
-//! `stop`, the job is canceled the moment the checkpoint completes: the
-//! sinks commit exactly what the savepoint records, and nothing after it.
+//! checkpoint, so none subsumes (and deletes) the one being read and its
+//! sinks publish nothing past it. With `stop`, the job is canceled once
+//! the savepoint is written: the sinks have committed exactly what it
+//! records, and what they wrote since is never published (a resume rolls
+//! it back). If the write fails, the job goes on. A job whose input ends
+//! meanwhile is canceled rather than finished, for the same reason.
 //!
 //! The savepoint directory is the user's: it must lie under the cluster's
 //! allowed directories ([`JobManagerConfig::allowed_roots`]) and be empty
@@ -90,6 +93,13 @@ impl Job {
     /// Whether a savepoint of the job is being taken or written.
     pub(crate) fn savepoint_running(&self) -> bool {
         self.savepoints.iter().any(SavepointView::is_running)
+    }
+
+    /// Whether the job is to stop at a savepoint being written.
+    pub(crate) fn stopping_at_savepoint(&self) -> bool {
+        self.savepoints
+            .iter()
+            .any(|s| s.stop && s.status == SavepointStatus::Writing)
     }
 }
 
@@ -450,11 +460,11 @@ fn kind_name(state: &SavedState) -> &'static str {
 }
 
 /// A savepoint's checkpoint completed (`done`): its files are written in
-/// the background. The job takes no other checkpoint meanwhile; with
-/// `stop`, it is canceled now (the completion was told to its
-/// TaskManagers first, so its sinks commit up to the savepoint).
+/// the background, and the job takes no other checkpoint meanwhile, so
+/// its sinks publish nothing past the savepoint. With `stop`, the job is
+/// canceled once the files are written ([`JobManager::savepoint_written`]);
+/// if writing fails, it goes on.
 pub(crate) fn savepoint_checkpoint_completed(
-    taskmanagers: &TaskManagers,
     job: &mut Job,
     jm: &JobManager,
     done: &CompletedCheckpoint<SubtaskCheckpoint>,
@@ -479,21 +489,11 @@ pub(crate) fn savepoint_checkpoint_completed(
         return;
     }
     view.status = SavepointStatus::Writing;
-    let (number, stop, dir) = (view.id, view.stop, PathBuf::from(&view.dir));
+    let (number, dir) = (view.id, PathBuf::from(&view.dir));
     let now = jm.clock.now();
     if let Some(c) = job.checkpoints.as_mut() {
-        let reason = if stop {
-            "the job stops with a savepoint"
-        } else {
-            "a savepoint is being written"
-        };
-        let actions = c.coordinator.suspend(reason, now);
+        let actions = c.coordinator.suspend("a savepoint is being written", now);
         job.deferred.extend(actions);
-    }
-    if stop && let Ok(next) = job.state.on(Event::Cancel) {
-        job.state = next;
-        send_cancel(taskmanagers, job);
-        tracing::info!(job = %job.id, checkpoint = done.id, "stopping with a savepoint");
     }
     let Some(me) = jm.me.upgrade() else { return };
     let parts: Vec<((u32, u32), SubtaskCheckpoint)> =
@@ -566,6 +566,8 @@ impl JobManager {
         if let Ok(cell) = self.job_cell(job) {
             let mut guard = self.lock_job(&cell);
             let job = &mut *guard;
+            let running = job.state == JobState::Running;
+            let mut stop_now = false;
             if let Some(view) = job.savepoints.iter_mut().find(|s| s.id == number) {
                 view.ended_at_ms = Some(now_ms());
                 match outcome {
@@ -578,13 +580,16 @@ impl JobManager {
                                     + s.timers.as_ref().map_or(0, |f| f.size)
                             })
                             .sum();
+                        stop_now = view.stop;
                         tracing::info!(job = %job.id, dir = %view.dir, bytes = view.bytes, "savepoint written");
                     }
                     Err(why) => {
                         tracing::warn!(job = %job.id, dir = %view.dir, "savepoint failed: {why}");
                         view.status = SavepointStatus::Failed;
                         view.failure = Some(match view.checkpoint.filter(|_| view.stop) {
-                            // Stopped at that checkpoint, which is retained.
+                            Some(_) if running => format!("{why}; the job goes on"),
+                            // It finished meanwhile and was stopped at that
+                            // checkpoint, which is retained.
                             Some(n) => format!(
                                 "{why}; the job stopped at checkpoint {n}: start it again with \
                                  --from-checkpoint {}",
@@ -598,9 +603,13 @@ impl JobManager {
                     }
                 }
             }
-            if job.state == JobState::Running
-                && let Some(c) = job.checkpoints.as_mut()
-            {
+            if stop_now && running {
+                // Stopped at the savepoint: its sinks published what it
+                // records; what they wrote since is never published.
+                job.advance(Event::Cancel);
+                send_cancel(&self.taskmanagers, job);
+                tracing::info!(job = %job.id, "stopped with a savepoint");
+            } else if running && let Some(c) = job.checkpoints.as_mut() {
                 c.coordinator.resume(self.clock.now());
             }
         }

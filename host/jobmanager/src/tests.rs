@@ -139,7 +139,7 @@ impl Cluster {
                 checkpoint_storage: Some(storage.clone()),
                 clock: super::Clock::Real,
                 storage_io: super::StorageIo::Background,
-                allowed_roots: AllowedRoots::none(),
+                allowed_roots: AllowedRoots::new([dir]).unwrap(),
             },
             runtime.clone(),
             store,
@@ -348,23 +348,7 @@ fn a_busy_job_stalls_neither_the_api_nor_other_jobs() {
         .unwrap();
     let cell = jm.job_cell(&busy.id).unwrap();
     // Its sources stop only once they run.
-    cluster.rt().block_on(async {
-        let mut changes = jm.changes.subscribe();
-        let running = async {
-            while !jm
-                .job(&busy.id)
-                .unwrap()
-                .vertices
-                .iter()
-                .all(|v| v.state == TaskState::Running)
-            {
-                changes.changed().await.unwrap();
-            }
-        };
-        tokio::time::timeout(PATIENCE, running)
-            .await
-            .expect("the busy job's subtasks run")
-    });
+    wait_running(&cluster, &busy.id);
 
     // Job `busy` is held, as a long step of its own would hold it, and its
     // sources stop: whatever its TaskManager says about it from now on
@@ -407,4 +391,92 @@ fn a_busy_job_stalls_neither_the_api_nor_other_jobs() {
             .all(|v| v.state == TaskState::Finished),
         "{ended:?}"
     );
+}
+
+/// Waits until job `id`'s every vertex runs.
+fn wait_running(cluster: &Cluster, id: &str) {
+    let jm = &cluster.jm;
+    cluster.rt().block_on(async {
+        let mut changes = jm.changes.subscribe();
+        let running = async {
+            while !jm
+                .job(id)
+                .unwrap()
+                .vertices
+                .iter()
+                .all(|v| v.state == TaskState::Running)
+            {
+                changes.changed().await.unwrap();
+            }
+        };
+        tokio::time::timeout(PATIENCE, running)
+            .await
+            .expect("the job's subtasks run")
+    });
+}
+
+#[test]
+fn a_stop_whose_savepoint_cannot_be_written_leaves_the_job_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(dir.path());
+    cluster.storage.open();
+    let jm = cluster.jm.clone();
+    let (job, _modules) = cluster
+        .rt()
+        .block_on(jm.submit_graph(graph(CHECKPOINTED), None))
+        .unwrap();
+    wait_running(&cluster, &job.id);
+
+    // Allowed and absent when asked for, but never a directory: its parent
+    // is a file. The checkpoint completes; writing the savepoint fails.
+    let blocker = dir.path().join("blocker");
+    std::fs::write(&blocker, b"").unwrap();
+    let view = jm
+        .trigger_savepoint(&job.id, &blocker.join("savepoint"), true)
+        .unwrap();
+    let checkpoint = view.checkpoint.unwrap();
+    let failed = cluster
+        .rt()
+        .block_on(async {
+            tokio::time::timeout(PATIENCE, jm.wait_savepoint(&job.id, view.id)).await
+        })
+        .expect("the savepoint ends")
+        .unwrap();
+    assert_eq!(failed.status, super::SavepointStatus::Failed, "{failed:?}");
+    assert!(
+        failed
+            .failure
+            .as_deref()
+            .unwrap()
+            .contains("the job goes on"),
+        "{failed:?}"
+    );
+
+    // The job was not stopped: it runs, takes checkpoints again, and ends
+    // normally once its sources stop.
+    assert_eq!(jm.job(&job.id).unwrap().summary.state, JobState::Running);
+    cluster.rt().block_on(async {
+        let mut changes = jm.changes.subscribe();
+        let newer = async {
+            while !jm
+                .checkpoints(&job.id)
+                .unwrap()
+                .history
+                .iter()
+                .any(|c| c.id > checkpoint && c.status == CheckpointStatus::Completed)
+            {
+                changes.changed().await.unwrap();
+            }
+        };
+        tokio::time::timeout(PATIENCE, newer)
+            .await
+            .expect("a checkpoint after the failed savepoint's")
+    });
+    cluster.tm.as_ref().unwrap().stop_sources(&job.id);
+    let ended = cluster
+        .rt()
+        .block_on(async { tokio::time::timeout(PATIENCE, jm.wait_until_ended(&job.id)).await })
+        .expect("the job ends once its sources stop")
+        .unwrap();
+    assert_eq!(ended.summary.state, JobState::Finished, "{ended:?}");
 }
