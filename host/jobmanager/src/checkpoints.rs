@@ -171,6 +171,20 @@ pub(crate) fn checkpoint_actions(
 /// never complete: its private directory and the shared files no completed
 /// checkpoint uses (decided now, under the lock).
 pub(crate) fn discard_uploads(jm: &JobManager, job: &mut Job, id: u64, shared: &[StoragePath]) {
+    discard_shared(jm, job, shared);
+    let Some(c) = &job.checkpoints else {
+        return;
+    };
+    // Never a completed checkpoint's own folder.
+    let retained = c.coordinator.retained().any(|r| r.id == id);
+    if !retained && let Ok(dir) = weir_runtime::checkpoint::layout::checkpoint_dir(&job.id, id) {
+        jm.enqueue(job, StorageCommand::DeletePrefix(dir));
+    }
+}
+
+/// Queues the deletion of the files of `shared` that are the job's own and
+/// that no completed checkpoint uses (decided now, under the job's lock).
+pub(crate) fn discard_shared(jm: &JobManager, job: &mut Job, shared: &[StoragePath]) {
     // Only the job's own shared files (acks naming others are refused
     // before they get here; this keeps it so).
     let own = weir_runtime::checkpoint::layout::shared_dir(&job.id);
@@ -182,13 +196,7 @@ pub(crate) fn discard_uploads(jm: &JobManager, job: &mut Job, id: u64, shared: &
     let Some(c) = &job.checkpoints else {
         return;
     };
-    let orphans = c.registry.orphans(&shared);
-    // Never a completed checkpoint's own folder.
-    let retained = c.coordinator.retained().any(|r| r.id == id);
-    for file in orphans {
+    for file in c.registry.orphans(&shared) {
         jm.enqueue(job, StorageCommand::Delete(file));
-    }
-    if !retained && let Ok(dir) = weir_runtime::checkpoint::layout::checkpoint_dir(&job.id, id) {
-        jm.enqueue(job, StorageCommand::DeletePrefix(dir));
     }
 }

@@ -164,6 +164,20 @@ impl JobManager {
                     discard_uploads(self, job, checkpoint, &shared);
                     return;
                 }
+                if let Some(first) = c.coordinator.acked(checkpoint, (task, subtask)) {
+                    // Acked twice: the first counts; the files only the
+                    // second names are nobody's (the checkpoint's own
+                    // folder stays: it is still pending).
+                    let first: HashSet<&StoragePath> = first.shared_paths().collect();
+                    let extra: Vec<StoragePath> = snapshot
+                        .shared_paths()
+                        .filter(|p| !first.contains(p))
+                        .cloned()
+                        .collect();
+                    tracing::warn!(job = %job.id, checkpoint, task, subtask, taskmanager = %tm_id, "a second ack of one subtask; ignored");
+                    discard_shared(self, job, &extra);
+                    return;
+                }
                 let actions = c.coordinator.ack(
                     checkpoint,
                     (task, subtask),

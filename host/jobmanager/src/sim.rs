@@ -4,7 +4,8 @@
 //! and a seeded schedule of failures — TaskManagers killed (connection
 //! closed, or silent until the heartbeat timeout) and restarted, subtasks
 //! failing, checkpoint notifications lost, acks arriving late or after an
-//! abort or from an attempt already canceled, checkpoint storage slow (the
+//! abort or from an attempt already canceled or twice for one subtask,
+//! checkpoint storage slow (the
 //! JobManager's storage commands run steps after they were decided). No
 //! processes, no sleeps, no Wasm: the job is a generator and a blackhole,
 //! the fake TaskManagers "upload" their snapshots as files into the real
@@ -282,57 +283,67 @@ impl Sim {
                         );
                         continue;
                     }
-                    self.uploads += 1;
-                    let token = format!("{:016x}{:08x}", self.rng.next(), self.uploads);
-                    let shared = StoragePath::new(format!("{job}/shared/{token}.sst")).unwrap();
-                    let private =
-                        StoragePath::new(format!("{job}/chk-{checkpoint}/{token}-MANIFEST"))
-                            .unwrap();
-                    let uploads = vec![shared.clone(), private.clone()];
-                    let handle = StateHandle {
-                        backend: BackendKind::RocksDb,
-                        files: vec![
-                            FileHandle {
-                                local_name: format!("{token}.sst"),
-                                path: shared,
-                                size: 5,
-                                shared: true,
-                                sha256: None,
-                            },
-                            FileHandle {
-                                local_name: "MANIFEST".into(),
-                                path: private,
-                                size: 5,
-                                shared: false,
-                                sha256: None,
-                            },
-                        ],
-                        full_size: 10,
-                        incremental_size: 10,
-                    };
-                    // Sometimes slower than the checkpoint timeout (2 s).
-                    let delay = if self.faults && self.rng.chance(50) {
-                        150 + self.rng.below(200)
+                    // Sometimes a second ack of the same subtask, with
+                    // other files uploaded (a retry, or a TaskManager gone
+                    // wrong): counted once, its files nobody's.
+                    let copies = if self.faults && self.rng.chance(30) {
+                        2
                     } else {
-                        self.rng.below(20)
+                        1
                     };
-                    self.upload_and_send(
-                        t,
-                        delay,
-                        uploads,
-                        ToJobManager::Ack {
-                            job: job.clone(),
-                            attempt,
-                            checkpoint,
-                            task,
-                            subtask,
-                            snapshot: SubtaskCheckpoint {
-                                states: vec![(1, handle)],
-                                ..SubtaskCheckpoint::default()
+                    for _ in 0..copies {
+                        self.uploads += 1;
+                        let token = format!("{:016x}{:08x}", self.rng.next(), self.uploads);
+                        let shared = StoragePath::new(format!("{job}/shared/{token}.sst")).unwrap();
+                        let private =
+                            StoragePath::new(format!("{job}/chk-{checkpoint}/{token}-MANIFEST"))
+                                .unwrap();
+                        let uploads = vec![shared.clone(), private.clone()];
+                        let handle = StateHandle {
+                            backend: BackendKind::RocksDb,
+                            files: vec![
+                                FileHandle {
+                                    local_name: format!("{token}.sst"),
+                                    path: shared,
+                                    size: 5,
+                                    shared: true,
+                                    sha256: None,
+                                },
+                                FileHandle {
+                                    local_name: "MANIFEST".into(),
+                                    path: private,
+                                    size: 5,
+                                    shared: false,
+                                    sha256: None,
+                                },
+                            ],
+                            full_size: 10,
+                            incremental_size: 10,
+                        };
+                        // Sometimes slower than the checkpoint timeout (2 s).
+                        let delay = if self.faults && self.rng.chance(50) {
+                            150 + self.rng.below(200)
+                        } else {
+                            self.rng.below(20)
+                        };
+                        self.upload_and_send(
+                            t,
+                            delay,
+                            uploads,
+                            ToJobManager::Ack {
+                                job: job.clone(),
+                                attempt,
+                                checkpoint,
+                                task,
+                                subtask,
+                                snapshot: SubtaskCheckpoint {
+                                    states: vec![(1, handle)],
+                                    ..SubtaskCheckpoint::default()
+                                },
+                                alignment_ms: 0,
                             },
-                            alignment_ms: 0,
-                        },
-                    );
+                        );
+                    }
                 }
             }
             ToTaskManager::Cancel { job } => {

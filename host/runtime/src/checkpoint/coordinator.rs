@@ -301,6 +301,11 @@ impl<A: Clone + std::fmt::Debug> Coordinator<A> {
         actions
     }
 
+    /// What `subtask` acked for pending checkpoint `id`, if it did.
+    pub fn acked(&self, id: u64, subtask: SubtaskId) -> Option<&A> {
+        self.pending.get(&id)?.acks.get(&subtask)
+    }
+
     /// A subtask declined / failed checkpoint `id` (e.g. its upload
     /// failed): abort it. Ignored like [`Coordinator::ack`].
     pub fn decline(
