@@ -26,6 +26,9 @@ use weir_runtime::checkpoint::savepoint::directory::{
 use weir_runtime::rpc::SavepointDeploy;
 use weir_runtime::state::StateDescriptor;
 
+/// Savepoints a job remembers (`GET /v1/jobs/{id}/savepoints`), newest.
+const MAX_SAVEPOINT_HISTORY: usize = 100;
+
 /// Where a savepoint stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -172,7 +175,7 @@ impl JobManager {
         if job.savepoint_running() {
             return Err(ApiError::conflict(format!(
                 "job {id} ({}) is taking a savepoint already; wait for it \
-                 (`weir savepoints {id}`)",
+                 (`weir status {id}` shows it)",
                 job.name
             )));
         }
@@ -203,7 +206,7 @@ impl JobManager {
             )));
         };
         let view = SavepointView {
-            id: job.savepoints.len() as u32 + 1,
+            id: job.savepoints.last().map_or(1, |s| s.id + 1),
             dir: dir.display().to_string(),
             stop,
             status: SavepointStatus::Pending,
@@ -214,6 +217,11 @@ impl JobManager {
             failure: None,
         };
         job.savepoints.push(view.clone());
+        // A long-running job's periodic savepoints: the newest are kept
+        // (none still running is ever dropped: only one runs at a time).
+        if job.savepoints.len() > MAX_SAVEPOINT_HISTORY {
+            job.savepoints.remove(0);
+        }
         tracing::info!(job = %job.id, checkpoint, stop, dir = %view.dir, "savepoint triggered");
         checkpoint_actions(&self.taskmanagers, job, self, actions);
         Ok(view)
