@@ -16,7 +16,8 @@
 //!   directory (download, open, export in the canonical format, fsync);
 //! - **restore**: [`restore_subtask`] of every subtask at the same
 //!   parallelism and at twice it (import of the overlapping state files
-//!   into a fresh RocksDB, local snapshot), then opening it and one read.
+//!   into a fresh RocksDB, local snapshot), then opening it and one read,
+//!   on up to one thread per core, as a TaskManager prepares its subtasks.
 //!
 //! Throughput is the canonical state bytes (keys and values) per second.
 //! Everything is on one disk under `--dir`: "upload" and "download" are
@@ -221,31 +222,53 @@ fn main() -> anyhow::Result<()> {
         .context("the operator in the savepoint")?;
     for parallelism in [cli.subtasks, cli.subtasks * 2] {
         let started = Instant::now();
-        for s in 0..parallelism {
-            let work = tmp.path().join(format!("restore-{parallelism}-{s}"));
-            let restored = restore_subtask(
-                &out,
-                &metadata,
-                vertex,
-                s,
-                parallelism,
-                &states,
-                BackendKind::RocksDb,
-                &work,
-            )?;
-            let range = key_group_range_for_subtask(MAX_PARALLELISM, parallelism, s);
-            let mut b = restore_backend(
-                BackendConfig {
-                    kind: BackendKind::RocksDb,
-                    dir: &work.join("db"),
-                    states: &states,
-                    key_groups: range,
-                    max_parallelism: MAX_PARALLELISM,
-                },
-                restored.state_dir.as_ref().context("restored state")?,
-            )?;
-            let _ = b.value_get(0, b"key-000000000000");
-        }
+        // As a TaskManager holding every subtask prepares them: on up to
+        // one thread per core.
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(parallelism as usize);
+        let next = std::sync::atomic::AtomicU32::new(0);
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| -> anyhow::Result<()> {
+                        loop {
+                            let s = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if s >= parallelism {
+                                return Ok(());
+                            }
+                            let work = tmp.path().join(format!("restore-{parallelism}-{s}"));
+                            let restored = restore_subtask(
+                                &out,
+                                &metadata,
+                                vertex,
+                                s,
+                                parallelism,
+                                &states,
+                                BackendKind::RocksDb,
+                                &work,
+                            )?;
+                            let range =
+                                key_group_range_for_subtask(MAX_PARALLELISM, parallelism, s);
+                            let mut b = restore_backend(
+                                BackendConfig {
+                                    kind: BackendKind::RocksDb,
+                                    dir: &work.join("db"),
+                                    states: &states,
+                                    key_groups: range,
+                                    max_parallelism: MAX_PARALLELISM,
+                                },
+                                restored.state_dir.as_ref().context("restored state")?,
+                            )?;
+                            let _ = b.value_get(0, b"key-000000000000");
+                        }
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().expect("a restore thread panicked"))
+        })?;
         let restore = started.elapsed();
         println!(
             "savepoint restore, p={} → {}:  {:>7.2} s  {:>7.1} MB/s",

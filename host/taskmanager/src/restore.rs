@@ -144,8 +144,9 @@ pub(crate) fn savepoint_restore(
         StateBackendKind::RocksDb => BackendKind::RocksDb,
         StateBackendKind::Heap => BackendKind::Heap,
     };
-    let mut out = Restored::default();
-    for &(t, s) in local {
+    // One subtask after the other on each of up to one thread per core:
+    // each is an import of its own (downtime, when a job resumes).
+    let prepare = |t: usize, s: u32| -> Result<SubtaskRestore, SavepointError> {
         let task = &tasks[t];
         let mut restore = SubtaskRestore::default();
         for &v in &task.vertices {
@@ -187,7 +188,37 @@ pub(crate) fn savepoint_restore(
                 restore.timers.insert(v, from.timers);
             }
         }
-        out.subtasks.insert((t, s), restore);
+        Ok(restore)
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(local.len())
+        .max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    type Prepared = Result<Vec<((usize, u32), SubtaskRestore)>, SavepointError>;
+    let prepared: Vec<Prepared> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(t, s)) = local.get(i) else {
+                            return Ok(done);
+                        };
+                        done.push(((t, s), prepare(t, s)?));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a savepoint restore thread panicked"))
+            .collect()
+    });
+    let mut out = Restored::default();
+    for done in prepared {
+        out.subtasks.extend(done?);
     }
     Ok(out)
 }
