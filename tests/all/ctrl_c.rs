@@ -57,25 +57,10 @@ to = "out"
         .spawn()
         .unwrap();
     // Kills weir if an assertion below fails, so no process outlives the test.
-    let mut child = KillOnDrop(Some(child));
-    let pid = child.get().id();
-
     // Readiness: records reach the sink file.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) < 4096 {
-        assert!(Instant::now() < deadline, "no output after 120 s");
-        assert!(
-            child.get().try_wait().unwrap().is_none(),
-            "weir exited early"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let output = child.0.take().unwrap().wait_with_output().unwrap();
+    let output = interrupt_when(child, "output", || {
+        std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) >= 4096
+    });
     assert!(
         output.status.success(),
         "{}",
@@ -89,10 +74,38 @@ to = "out"
     assert_eq!(lines, produced, "every produced record reached the sink");
 }
 
-pub(crate) struct KillOnDrop(pub(crate) Option<std::process::Child>);
+/// Sends `child` (a running `weir run`) SIGINT once `ready` holds, polling
+/// it (the process signals nothing else), and returns its output. Fails if
+/// it exits first or `ready` does not hold within 120 s; the process never
+/// outlives the test.
+pub(crate) fn interrupt_when(
+    child: std::process::Child,
+    what: &str,
+    mut ready: impl FnMut() -> bool,
+) -> std::process::Output {
+    let mut child = KillOnDrop(Some(child));
+    let pid = child.get().id();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ready() {
+        assert!(Instant::now() < deadline, "no {what} after 120 s");
+        assert!(
+            child.get().try_wait().unwrap().is_none(),
+            "weir exited early"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    child.0.take().unwrap().wait_with_output().unwrap()
+}
+
+struct KillOnDrop(Option<std::process::Child>);
 
 impl KillOnDrop {
-    pub(crate) fn get(&mut self) -> &mut std::process::Child {
+    fn get(&mut self) -> &mut std::process::Child {
         self.0.as_mut().expect("child still owned")
     }
 }

@@ -397,9 +397,7 @@ fn copy_dir(from: &Path, to: &Path) {
 /// the heap: exactly once.
 #[test]
 fn weir_run_stops_with_a_savepoint_on_ctrl_c_and_resumes_from_it() {
-    use crate::ctrl_c::KillOnDrop;
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
 
     let dir = tempfile::tempdir().unwrap();
     let (out, alerts) = (
@@ -425,24 +423,11 @@ fn weir_run_stops_with_a_savepoint_on_ctrl_c_and_resumes_from_it() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut child = KillOnDrop(Some(child));
-    let pid = child.get().id();
     // Readiness: a checkpoint completed (its output is committed).
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while committed_lines(&out).is_empty() {
-        assert!(Instant::now() < deadline, "no committed output after 120 s");
-        assert!(
-            child.get().try_wait().unwrap().is_none(),
-            "weir exited early"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let output = child.0.take().unwrap().wait_with_output().unwrap();
+    let output = crate::ctrl_c::interrupt_when(child, "committed output", || {
+        !committed_lines(&out).is_empty()
+    });
+
     assert!(output.status.success(), "{}", describe(&output));
     let err = String::from_utf8_lossy(&output.stderr);
     assert!(err.contains("stopped with a savepoint"), "{err}");

@@ -237,19 +237,14 @@ pub(super) fn inspect_report(path: &Path, m: &SavepointMetadata) -> String {
         m.max_parallelism,
     );
     let mut rows = Vec::new();
-    let (mut files, mut bytes) = (0u64, 0u64);
+    let files = m.files().count();
+    let bytes: u64 = m.files().map(|f| f.size).sum();
     for v in &m.vertices {
         let positions = v
             .subtasks
             .iter()
             .filter(|s| s.source.is_some() || s.sink.is_some())
             .count();
-        for s in &v.subtasks {
-            for f in s.state.iter().map(|f| &f.file).chain(&s.timers) {
-                files += 1;
-                bytes += f.size;
-            }
-        }
         let what = match v.role.as_str() {
             "source" => format!("{positions} position(s)"),
             "sink" => format!("{positions} commit(s)"),

@@ -581,13 +581,7 @@ impl JobManager {
                 match outcome {
                     Ok(metadata) => {
                         view.status = SavepointStatus::Completed;
-                        let files = metadata.vertices.iter().flat_map(|v| &v.subtasks);
-                        view.bytes = files
-                            .map(|s| {
-                                s.state.as_ref().map_or(0, |f| f.file.size)
-                                    + s.timers.as_ref().map_or(0, |f| f.size)
-                            })
-                            .sum();
+                        view.bytes = metadata.files().map(|f| f.size).sum();
                         stop_now = view.stop;
                         tracing::info!(job = %job.id, dir = %view.dir, bytes = view.bytes, "savepoint written");
                     }

@@ -611,7 +611,8 @@ pub fn state_descriptors(info: &OperatorInfo) -> Vec<StateDescriptor> {
         .collect()
 }
 
-fn sanitize(s: &str) -> String {
+/// `s` as a file or folder name: anything but `[A-Za-z0-9_-]` becomes `_`.
+pub(crate) fn sanitize(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {

@@ -220,35 +220,6 @@ pub(crate) async fn run_job(
         }
         _ => None,
     };
-    // Or prepare what they take from the savepoint the job started from.
-    let restored = match (restored, savepoint) {
-        (None, Some(savepoint)) => {
-            let inner = inner.clone();
-            let (graph, tasks, local) = (graph.clone(), tasks.clone(), local.clone());
-            let dir = job_dir.join("savepoint");
-            let prepared = tokio::task::spawn_blocking(move || {
-                let modules = inner
-                    .cluster
-                    .load_modules(&graph)
-                    .map_err(|e| e.to_string())?;
-                savepoint_restore(&savepoint, &graph, &tasks, &local, &modules, &dir)
-                    .map_err(|e| e.to_string())
-            })
-            .await;
-            match prepared {
-                Ok(Ok(r)) => Some(r),
-                Ok(Err(e)) => {
-                    fail_all(format!("cannot restore the savepoint: {e}"));
-                    return;
-                }
-                Err(e) => {
-                    fail_all(format!("savepoint restore panicked: {e}"));
-                    return;
-                }
-            }
-        }
-        (restored, _) => restored,
-    };
     let (taken_tx, taken_rx) = mpsc::unbounded_channel();
     let deployed = {
         let inner = inner.clone();
@@ -257,6 +228,7 @@ pub(crate) async fn run_job(
         let tasks = tasks.clone();
         let job_dir = job_dir.clone();
         let restored = restored.clone();
+        let local = local.clone();
         let with_checkpoints = storage.is_some();
         tokio::task::spawn_blocking(move || {
             let modules = inner.cluster.load_modules(&graph)?;
@@ -279,7 +251,30 @@ pub(crate) async fn run_job(
                 data: inner.data.as_ref(),
                 options,
             };
-            let restore_map = restored.as_ref().map(|r| &r.subtasks);
+            // Or what they take from the savepoint the job started from
+            // (prepared with the modules just loaded: their states).
+            let from_savepoint = match (&restored, savepoint) {
+                (None, Some(savepoint)) => Some(
+                    savepoint_restore(
+                        &savepoint,
+                        &graph,
+                        &tasks,
+                        &local,
+                        &modules,
+                        &job_dir.join("savepoint"),
+                    )
+                    .map_err(|e| {
+                        weir_runtime::local::RunError::Plan(format!(
+                            "cannot restore the savepoint: {e}"
+                        ))
+                    })?,
+                ),
+                _ => None,
+            };
+            let restore_map = restored
+                .as_ref()
+                .or(from_savepoint.as_ref())
+                .map(|r| &r.subtasks);
             let deploy_options = DeployOptions {
                 checkpoints: with_checkpoints.then(|| CheckpointSetup {
                     local_dir: job_dir.join("snapshots"),

@@ -35,6 +35,8 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+
+use super::snapshot::hex;
 use weir_state::layout::decode_key;
 use weir_state::{KeyGroupRange, KeyedStateBackend, StateDescriptor, StateError, StateKind};
 
@@ -380,10 +382,6 @@ impl SavepointFile {
             digest: hex(&digest),
         })
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn kind_tag(kind: StateKind) -> u8 {

@@ -26,7 +26,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use weir_job::{JobGraph, TaskSpec, VertexKind};
 use weir_state::{
     BackendConfig, BackendKind, KeyGroupRange, StateDescriptor, key_group_of,
@@ -34,8 +33,10 @@ use weir_state::{
 };
 
 use super::{SavedState, SavepointError, SavepointFile, SavepointHeader};
-use crate::checkpoint::snapshot::{SubtaskCheckpoint, download, get_checked};
+use crate::checkpoint::snapshot::{SubtaskCheckpoint, download, get_checked, sha256_hex};
+// A vertex uid as a folder name: a name never leaves the directory.
 use crate::checkpoint::storage::CheckpointStorage;
+use crate::local::sanitize;
 
 /// A checkpoint's timers file: per operator vertex, (time, key) in firing order.
 type VertexTimers = Vec<(usize, Vec<(i64, Vec<u8>)>)>;
@@ -66,6 +67,16 @@ pub struct SavepointMetadata {
     pub max_parallelism: u16,
     /// Every vertex of the job, in graph order.
     pub vertices: Vec<SavedVertex>,
+}
+
+impl SavepointMetadata {
+    /// Every file the savepoint names: state files and timers files.
+    pub fn files(&self) -> impl Iterator<Item = &SavedFile> {
+        self.vertices
+            .iter()
+            .flat_map(|v| &v.subtasks)
+            .flat_map(|s| s.state.iter().map(|f| &f.file).chain(&s.timers))
+    }
 }
 
 /// One vertex of a savepoint.
@@ -164,24 +175,6 @@ fn bad(path: &Path, message: impl Into<String>) -> SavepointError {
         path: path.to_path_buf(),
         message: message.into(),
     }
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    super::hex(&Sha256::digest(bytes))
-}
-
-/// A vertex uid as a folder name (uids are `[a-z0-9_-]`; anything else is
-/// replaced, so a name never leaves the directory).
-fn folder(uid: &str) -> String {
-    uid.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// Writes a savepoint of checkpoint `src` into `out`, which must not exist
@@ -368,7 +361,7 @@ fn save_part(
             saved.sink = part.sink.clone();
         }
         if let Some((_, list)) = timers.iter().find(|(tv, _)| *tv == v) {
-            let rel = format!("{}/{s}.timers", folder(uid));
+            let rel = format!("{}/{s}.timers", sanitize(uid));
             let bytes = serde_json::to_vec(list).map_err(|e| bad(out, e.to_string()))?;
             write_new(&out.join(&rel), &bytes)?;
             let _ = written.send(bytes.len() as u64);
@@ -406,7 +399,7 @@ fn save_part(
                 path: downloaded.clone(),
                 cause: source,
             })?;
-        let rel = format!("{}/{s}.state", folder(uid));
+        let rel = format!("{}/{s}.state", sanitize(uid));
         let path = out.join(&rel);
         std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(io(out))?;
         let header = SavepointHeader {
@@ -508,13 +501,8 @@ pub fn read_metadata(dir: &Path) -> Result<SavepointMetadata, SavepointError> {
     }
     let metadata: SavepointMetadata =
         serde_json::from_slice(body).map_err(|e| bad(&path, format!("unreadable: {e}")))?;
-    for vertex in &metadata.vertices {
-        for sub in &vertex.subtasks {
-            let files = sub.state.iter().map(|s| &s.file).chain(&sub.timers);
-            for file in files {
-                relative(dir, &file.path)?;
-            }
-        }
+    for file in metadata.files() {
+        relative(dir, &file.path)?;
     }
     Ok(metadata)
 }
@@ -547,15 +535,22 @@ pub fn verify(dir: &Path, metadata: &SavepointMetadata) -> Result<(), SavepointE
                 }
             }
             if let Some(timers) = &sub.timers {
-                let path = checked_size(dir, timers)?;
-                let bytes = std::fs::read(&path).map_err(io(&path))?;
-                if sha256_hex(&bytes) != timers.sha256 {
-                    return Err(bad(&path, "checksum mismatch: the file is corrupt"));
-                }
+                read_checked(dir, timers)?;
             }
         }
     }
     Ok(())
+}
+
+/// The bytes of a small file of the savepoint (timers), checked against
+/// its recorded size and SHA-256; with its path.
+fn read_checked(dir: &Path, file: &SavedFile) -> Result<(PathBuf, Vec<u8>), SavepointError> {
+    let path = checked_size(dir, file)?;
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    if sha256_hex(&bytes) != file.sha256 {
+        return Err(bad(&path, "checksum mismatch: the file is corrupt"));
+    }
+    Ok((path, bytes))
 }
 
 fn checked_size(dir: &Path, file: &SavedFile) -> Result<PathBuf, SavepointError> {
@@ -606,7 +601,7 @@ pub fn restore_subtask(
         .filter(|f| overlaps(f.key_groups))
         .collect();
     if !files.is_empty() && !states.is_empty() {
-        let db = work.join(format!("{}-{subtask}-import", folder(&vertex.uid)));
+        let db = work.join(format!("{}-{subtask}-import", sanitize(&vertex.uid)));
         let _ = std::fs::remove_dir_all(&db);
         let config = BackendConfig {
             kind,
@@ -626,7 +621,7 @@ pub fn restore_subtask(
                 return Err(bad(&path, "not the file the savepoint recorded (checksum)"));
             }
         }
-        let snapshot = work.join(format!("{}-{subtask}-snapshot", folder(&vertex.uid)));
+        let snapshot = work.join(format!("{}-{subtask}-snapshot", sanitize(&vertex.uid)));
         backend
             .snapshot_local(&snapshot)
             .map_err(|source| SavepointError::State {
@@ -639,11 +634,7 @@ pub fn restore_subtask(
     }
     for sub in &vertex.subtasks {
         let Some(file) = &sub.timers else { continue };
-        let path = checked_size(dir, file)?;
-        let bytes = std::fs::read(&path).map_err(io(&path))?;
-        if sha256_hex(&bytes) != file.sha256 {
-            return Err(bad(&path, "checksum mismatch: the file is corrupt"));
-        }
+        let (path, bytes) = read_checked(dir, file)?;
         let timers: Vec<(i64, Vec<u8>)> =
             serde_json::from_slice(&bytes).map_err(|e| bad(&path, e.to_string()))?;
         out.timers.extend(

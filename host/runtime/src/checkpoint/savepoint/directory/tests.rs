@@ -124,7 +124,13 @@ fn checkpointed(dir: &Path) -> (JobGraph, Vec<TaskSpec>, Parts) {
     (graph, tasks, parts)
 }
 
-fn save(dir: &Path) -> (PathBuf, SavepointMetadata) {
+/// Checkpoints job `counts` in `dir` ([`checkpointed`]) and writes it as a
+/// savepoint into `out`, reporting progress to `progress`.
+fn materialize_into(
+    dir: &Path,
+    out: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SavepointMetadata, SavepointError> {
     let (graph, tasks, parts) = checkpointed(dir);
     let v = graph
         .vertices
@@ -133,32 +139,25 @@ fn save(dir: &Path) -> (PathBuf, SavepointMetadata) {
         .unwrap();
     let states: HashMap<usize, Vec<StateDescriptor>> = HashMap::from([(v, states())]);
     let storage = DirStorage::new(dir.join("storage"));
+    let src = CheckpointSource {
+        job_id: "job",
+        job_name: "counts",
+        checkpoint: 7,
+        graph: &graph,
+        tasks: &tasks,
+        parts: &parts,
+        states: &states,
+        storage: &storage,
+    };
+    materialize(&src, out, progress)
+}
+
+fn save(dir: &Path) -> (PathBuf, SavepointMetadata) {
     let out = dir.join("savepoint");
     let mut progress = Vec::new();
-    let metadata = materialize(
-        &CheckpointSource {
-            job_id: "job",
-            job_name: "counts",
-            checkpoint: 7,
-            graph: &graph,
-            tasks: &tasks,
-            parts: &parts,
-            states: &states,
-            storage: &storage,
-        },
-        &out,
-        &mut |bytes| progress.push(bytes),
-    )
-    .unwrap();
+    let metadata = materialize_into(dir, &out, &mut |bytes| progress.push(bytes)).unwrap();
     // One report per file written, growing to the bytes of all of them.
-    let files: u64 = metadata
-        .vertices
-        .iter()
-        .flat_map(|v| &v.subtasks)
-        .map(|s| {
-            s.state.as_ref().map_or(0, |f| f.file.size) + s.timers.as_ref().map_or(0, |f| f.size)
-        })
-        .sum();
+    let files: u64 = metadata.files().map(|f| f.size).sum();
     assert_eq!(progress.len(), 4, "two state files, two timers files");
     assert!(progress.windows(2).all(|w| w[0] < w[1]), "{progress:?}");
     assert_eq!(progress.last(), Some(&files));
@@ -318,24 +317,8 @@ fn a_changed_missing_or_escaping_file_is_refused() {
 fn a_savepoint_is_never_written_over_another() {
     let dir = tempfile::tempdir().unwrap();
     let (out, _) = save(dir.path());
-    let (graph, tasks, parts) = checkpointed(&dir.path().join("again"));
-    let storage = DirStorage::new(dir.path().join("again/storage"));
-    let states = HashMap::new();
-    let err = materialize(
-        &CheckpointSource {
-            job_id: "job",
-            job_name: "counts",
-            checkpoint: 7,
-            graph: &graph,
-            tasks: &tasks,
-            parts: &parts,
-            states: &states,
-            storage: &storage,
-        },
-        &out,
-        &mut |_| {},
-    )
-    .unwrap_err()
-    .to_string();
+    let err = materialize_into(&dir.path().join("again"), &out, &mut |_| {})
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("not empty"), "{err}");
 }
