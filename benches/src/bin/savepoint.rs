@@ -247,6 +247,7 @@ fn main() -> anyhow::Result<()> {
                                 &states,
                                 BackendKind::RocksDb,
                                 &work,
+                                None,
                             )?;
                             let range =
                                 key_group_range_for_subtask(MAX_PARALLELISM, parallelism, s);

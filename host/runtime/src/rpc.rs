@@ -241,6 +241,21 @@ pub struct SavepointDeploy {
     pub dir: std::path::PathBuf,
     /// Its `_savepoint`, as the JobManager read and checked it.
     pub metadata: crate::checkpoint::savepoint::directory::SavepointMetadata,
+    /// Keyed operators (by uid) whose new module migrates the state the
+    /// old one wrote (a job upgrade), with the old module's version: every
+    /// value of their states that both declare goes through the new
+    /// module's `migrate-state` on the way in.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub migrations: std::collections::BTreeMap<String, MigrationDeploy>,
+}
+
+/// How one operator's state is migrated on restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationDeploy {
+    /// The version (`operator-info.version`) of the module that wrote it.
+    pub from_version: String,
+    /// The states migrated (declared by both modules with the same kind).
+    pub states: Vec<String>,
 }
 
 /// One task slot.

@@ -108,6 +108,51 @@ pub fn push_stored_list_element(out: &mut Vec<u8>, stored: &[u8]) -> Result<(), 
     Ok(())
 }
 
+/// Rewrites one stored value of a state of `kind` (with a TTL prefix if
+/// `ttl`) with `migrate`, keeping its layout: a value state's value and a
+/// map state's value go through `migrate` once, a list's elements one by
+/// one; TTL expiries stay as they were. For a job upgraded with a module
+/// that migrates its state (`migration.migrate-state`). `migrate`'s error
+/// is returned as it is; a malformed stored value is a backend error.
+pub fn migrate_stored<E: From<StateError>>(
+    kind: StateKind,
+    ttl: bool,
+    stored: &[u8],
+    migrate: &mut impl FnMut(&[u8]) -> Result<Vec<u8>, E>,
+) -> Result<Vec<u8>, E> {
+    let mut one = |stored: &[u8], out: &mut Vec<u8>| -> Result<(), E> {
+        let (expiry, value) = if ttl {
+            let (expiry, value) = stored
+                .split_first_chunk::<{ super::ttl::EXPIRY_LEN }>()
+                .ok_or_else(|| {
+                    StateError::Backend(format!(
+                        "stored value of {} bytes is too short for its TTL prefix",
+                        stored.len()
+                    ))
+                })?;
+            (Some(u64::from_le_bytes(*expiry)), value)
+        } else {
+            (None, stored)
+        };
+        let new = migrate(value)?;
+        super::ttl::encode(out, expiry, &new);
+        Ok(())
+    };
+    let mut out = Vec::with_capacity(stored.len());
+    match kind {
+        StateKind::Value | StateKind::Map => one(stored, &mut out)?,
+        StateKind::List => {
+            let mut element = Vec::new();
+            for stored in list_elements(stored) {
+                element.clear();
+                one(stored?, &mut element)?;
+                push_stored_list_element(&mut out, &element)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Iterates over the stored elements of an encoded list, oldest first.
 pub fn list_elements(encoded: &[u8]) -> ListElements<'_> {
     ListElements { rest: encoded }
@@ -381,5 +426,45 @@ mod tests {
         list.pop();
         let got: Vec<_> = list_elements(&list).collect();
         assert!(got.last().unwrap().is_err());
+    }
+
+    #[test]
+    fn migration_rewrites_each_value_and_element_and_keeps_expiries() {
+        let mut upper = |v: &[u8]| -> Result<Vec<u8>, StateError> { Ok(v.to_ascii_uppercase()) };
+        assert_eq!(
+            migrate_stored(StateKind::Value, false, b"ab", &mut upper).unwrap(),
+            b"AB"
+        );
+        let mut with_ttl = Vec::new();
+        super::super::ttl::encode(&mut with_ttl, Some(7), b"map value");
+        let mut expected = Vec::new();
+        super::super::ttl::encode(&mut expected, Some(7), b"MAP VALUE");
+        assert_eq!(
+            migrate_stored(StateKind::Map, true, &with_ttl, &mut upper).unwrap(),
+            expected
+        );
+        let mut list = Vec::new();
+        for (e, expiry) in [(&b"x"[..], 1), (b"", 2), (b"hello", 3)] {
+            push_list_element(&mut list, Some(expiry), e).unwrap();
+        }
+        let mut grown = |v: &[u8]| -> Result<Vec<u8>, StateError> { Ok([v, b"!"].concat()) };
+        let out = migrate_stored(StateKind::List, true, &list, &mut grown).unwrap();
+        let got: Vec<Vec<u8>> = list_elements(&out).map(|e| e.unwrap().to_vec()).collect();
+        let mut want = Vec::new();
+        for (e, expiry) in [(&b"x!"[..], 1u64), (b"!", 2), (b"hello!", 3)] {
+            let mut stored = Vec::new();
+            super::super::ttl::encode(&mut stored, Some(expiry), e);
+            want.push(stored);
+        }
+        assert_eq!(got, want);
+        // The migration's error comes back as it is.
+        let mut failing =
+            |_: &[u8]| -> Result<Vec<u8>, StateError> { Err(StateError::Backend("no".into())) };
+        assert!(matches!(
+            migrate_stored(StateKind::Value, false, b"a", &mut failing),
+            Err(StateError::Backend(m)) if m == "no"
+        ));
+        // A TTL state's value shorter than its prefix is malformed.
+        assert!(migrate_stored(StateKind::Value, true, b"abc", &mut upper).is_err());
     }
 }

@@ -256,6 +256,7 @@ pub(crate) async fn run_job(
             let from_savepoint = match (&restored, savepoint) {
                 (None, Some(savepoint)) => Some(
                     savepoint_restore(
+                        inner.cluster.runtime(),
                         &savepoint,
                         &graph,
                         &tasks,

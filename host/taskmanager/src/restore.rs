@@ -16,14 +16,16 @@
 use std::collections::HashMap;
 
 use weir_runtime::checkpoint::CheckpointError;
+use weir_runtime::checkpoint::savepoint::Migration;
 use weir_runtime::checkpoint::savepoint::SavepointError;
 use weir_runtime::checkpoint::savepoint::directory::restore_subtask;
 use weir_runtime::checkpoint::snapshot::{StateHandle, get_checked, metadata_path, verify_restore};
 use weir_runtime::checkpoint::storage::CheckpointStorage;
 use weir_runtime::job::{JobGraph, StateBackendKind, TaskSpec, VertexKind};
 use weir_runtime::local::{LoadedModules, SubtaskRestore, state_descriptors};
-use weir_runtime::rpc::{RestorePoint, SavepointDeploy, SubtaskCheckpoint};
+use weir_runtime::rpc::{MigrationDeploy, RestorePoint, SavepointDeploy, SubtaskCheckpoint};
 use weir_runtime::state::BackendKind;
+use weir_runtime::wasm::{InstanceConfig, Runtime};
 
 /// The largest `_metadata` a restore reads: it lists every subtask's files
 /// (a few hundred bytes each), so a checkpoint of thousands of subtasks
@@ -131,8 +133,12 @@ pub(crate) fn download_restore(
 /// the subtask's own backend built from every state file overlapping its
 /// key groups, and its timers; per source and sink subtask, its position
 /// and committable (their parallelism is unchanged: the JobManager
-/// checked). A vertex the savepoint does not know starts empty.
+/// checked). A vertex the savepoint does not know starts empty. The state
+/// of an operator the deployment migrates (`savepoint.migrations`, a job
+/// upgrade) goes through its new module's `migrate-state` on the way in,
+/// in an instance of its own under the job's sandbox limits.
 pub(crate) fn savepoint_restore(
+    runtime: &Runtime,
     savepoint: &SavepointDeploy,
     graph: &JobGraph,
     tasks: &[TaskSpec],
@@ -171,6 +177,10 @@ pub(crate) fn savepoint_restore(
                 continue;
             };
             let states = state_descriptors(info);
+            let mut migration = match savepoint.migrations.get(&vertex.id.0) {
+                Some(m) => Some(migration(runtime, graph, v, s, modules, &states, m)?),
+                None => None,
+            };
             let from = restore_subtask(
                 &savepoint.dir,
                 &savepoint.metadata,
@@ -180,6 +190,7 @@ pub(crate) fn savepoint_restore(
                 &states,
                 kind,
                 dir,
+                migration.as_mut(),
             )?;
             if let Some(state_dir) = from.state_dir {
                 restore.states.insert(v, state_dir);
@@ -221,6 +232,59 @@ pub(crate) fn savepoint_restore(
         out.subtasks.extend(done?);
     }
     Ok(out)
+}
+
+/// The migration of subtask `subtask` of operator vertex `v`: an instance
+/// of its new module (not opened: `migrate-state` needs no config), called
+/// for every value of the states `m` names.
+fn migration<'m>(
+    runtime: &Runtime,
+    graph: &JobGraph,
+    v: usize,
+    subtask: u32,
+    modules: &LoadedModules,
+    states: &[weir_runtime::state::StateDescriptor],
+    m: &'m MigrationDeploy,
+) -> Result<Migration<'m>, SavepointError> {
+    let vertex = &graph.vertices[v];
+    let uid = vertex.id.0.clone();
+    let refused = |why: String| SavepointError::Migration(format!("operator `{uid}`: {why}"));
+    let (module, _) = modules
+        .get(&v)
+        .ok_or_else(|| refused("its module is not loaded".into()))?;
+    let limits = &graph.settings.limits;
+    let mut config = InstanceConfig::new(&uid);
+    config.subtask_index = subtask;
+    config.parallelism = vertex.parallelism;
+    config.memory_limit = (limits.memory_mb as usize) << 20;
+    config.call_timeout = std::time::Duration::from_millis(limits.call_timeout_ms);
+    config.max_output = (limits.max_output_mb as usize) << 20;
+    let mut instance = runtime
+        .instantiate(module, config)
+        .map_err(|e| refused(e.to_string()))?;
+    if !instance.can_migrate() {
+        return Err(refused(
+            "its new module does not export `migration`, so it cannot migrate the state".into(),
+        ));
+    }
+    let names: Vec<String> = states.iter().map(|d| d.name.clone()).collect();
+    let from_version = m.from_version.clone();
+    Ok(Migration {
+        states: states.iter().map(|d| m.states.contains(&d.name)).collect(),
+        migrate: Box::new(move |state, key, old| {
+            let name = &names[state as usize];
+            instance
+                .migrate_state(name, &from_version, old)
+                .map_err(|e| {
+                    format!(
+                        "operator `{uid}` state `{name}` key \"{}\": migration from version \
+                         {from_version} failed: {}",
+                        key.escape_ascii(),
+                        e.message
+                    )
+                })
+        }),
+    })
 }
 
 #[cfg(test)]

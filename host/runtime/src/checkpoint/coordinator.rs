@@ -179,6 +179,10 @@ pub struct RestoreRecord {
     /// failed (a file missing or corrupt in storage), newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<u64>,
+    /// Set when this restore started an upgrade (`weir upgrade`, its
+    /// number) or its rollback, from the upgrade's savepoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<u32>,
 }
 
 /// A triggered checkpoint waiting for acks.
@@ -347,6 +351,30 @@ impl<A: Clone + std::fmt::Debug> Coordinator<A> {
         }
     }
 
+    /// Starts over with another set of subtasks (a job upgraded to another
+    /// graph, or back): every pending checkpoint is aborted and every
+    /// retained one discarded — they belong to the graph the job no longer
+    /// runs, which a savepoint now stands for. Ids go on; the history and
+    /// the restore history stay. Stays suspended (or not) as it was.
+    pub fn rescope(&mut self, subtasks: Vec<SubtaskId>, now: Instant) -> Vec<Action<A>> {
+        let mut actions = Vec::new();
+        let ids: Vec<u64> = self.pending.keys().copied().collect();
+        for id in ids {
+            actions.push(self.abort(id, "the job is upgraded".to_owned(), now));
+        }
+        actions.extend(self.retained.drain(..).map(Action::Discard));
+        self.subtasks = subtasks.into_iter().collect();
+        actions
+    }
+
+    /// Marks the latest restore as the one that started upgrade `upgrade`
+    /// (from its savepoint) in the restore history.
+    pub fn mark_upgrade(&mut self, upgrade: u32) {
+        if let Some(last) = self.restores.last_mut() {
+            last.upgrade = Some(upgrade);
+        }
+    }
+
     /// Triggers a checkpoint now, whatever the interval, the pause and the
     /// checkpoints pending (a savepoint); its id with what to do. `None`
     /// while suspended. The next periodic trigger comes an `interval` later.
@@ -474,6 +502,7 @@ impl<A: Clone + std::fmt::Debug> Coordinator<A> {
             at_ms,
             attempt,
             skipped,
+            upgrade: None,
         });
     }
 

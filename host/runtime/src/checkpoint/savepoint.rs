@@ -74,6 +74,10 @@ pub enum SavepointError {
         /// What is wrong, for a human.
         message: String,
     },
+    /// The new module's `migrate-state` refused or failed on an entry (the
+    /// message names the operator, the state and the key).
+    #[error("{0}")]
+    Migration(String),
     /// The state backend refused an entry, or failed exporting.
     #[error("savepoint {path}: {cause}")]
     State {
@@ -82,6 +86,29 @@ pub enum SavepointError {
         /// What the backend said.
         cause: StateError,
     },
+}
+
+/// How a restore rewrites the state values of an operator whose new module
+/// migrates them (a job upgraded with `weir upgrade`).
+pub struct Migration<'m> {
+    /// By the new operator's state id: whether that state is migrated.
+    pub states: Vec<bool>,
+    /// Called with (the new operator's state id, the key, one value — or
+    /// list element, or map value — as the old module wrote it, without
+    /// any TTL prefix); returns its new bytes, or why not (a message naming
+    /// the operator, the state and the key).
+    pub migrate: Box<MigrateValue<'m>>,
+}
+
+/// See [`Migration::migrate`].
+pub type MigrateValue<'m> = dyn FnMut(u32, &[u8], &[u8]) -> Result<Vec<u8>, String> + 'm;
+
+impl std::fmt::Debug for Migration<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Migration")
+            .field("states", &self.states)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One declared state as a savepoint records it.
@@ -259,6 +286,7 @@ impl SavepointFile {
         backend: &mut dyn KeyedStateBackend,
         states: &[StateDescriptor],
         owned: KeyGroupRange,
+        mut migration: Option<&mut Migration<'_>>,
     ) -> Result<SavepointSummary, SavepointError> {
         let header = self.header()?;
         let mut map: Vec<Option<u32>> = Vec::with_capacity(header.states.len());
@@ -275,18 +303,50 @@ impl SavepointFile {
             }
             map.push(target.map(|t| t as u32));
         }
+        let saved_ttl: Vec<bool> = header.states.iter().map(|s| s.ttl_ms.is_some()).collect();
         let path = self.path.clone();
         self.read(|state, key, value| {
             let Some(target) = map[state as usize] else {
                 return Ok(());
             };
-            let (kg, _, _) = decode_key(key).ok_or_else(|| SavepointError::Format {
+            let (kg, user_key, _) = decode_key(key).ok_or_else(|| SavepointError::Format {
                 path: path.clone(),
                 message: format!("malformed stored key of {} bytes", key.len()),
             })?;
             if !owned.contains(kg) {
                 return Ok(());
             }
+            let migrated;
+            let value = match migration.as_deref_mut() {
+                Some(m) if m.states.get(target as usize) == Some(&true) => {
+                    let kind = states[target as usize].kind;
+                    let f = &mut m.migrate;
+                    let mut refused = None;
+                    let out = weir_state::layout::migrate_stored(
+                        kind,
+                        saved_ttl[state as usize],
+                        value,
+                        &mut |v: &[u8]| {
+                            f(target, user_key, v).map_err(|why| {
+                                refused = Some(why);
+                                StateError::Backend("migration refused".into())
+                            })
+                        },
+                    );
+                    migrated = match (out, refused) {
+                        (Ok(bytes), _) => bytes,
+                        (Err(_), Some(why)) => return Err(SavepointError::Migration(why)),
+                        (Err(cause), None) => {
+                            return Err(SavepointError::State {
+                                path: path.clone(),
+                                cause,
+                            });
+                        }
+                    };
+                    &migrated[..]
+                }
+                _ => value,
+            };
             backend
                 .import(target, key, value)
                 .map_err(|source| SavepointError::State {

@@ -214,10 +214,19 @@ impl WasiView for InstanceState {
     }
 }
 
+/// The `migration.migrate-state` export: (state, from-version, old) → new.
+type MigrateState =
+    wasmtime::component::TypedFunc<(String, String, Vec<u8>), (Result<Vec<u8>, String>,)>;
+
+/// The name of the optional migration interface among a component's exports.
+pub const MIGRATION_INTERFACE: &str = "weir:operator/migration@0.1.0";
+
 /// One operator instance for one subtask.
 pub struct OperatorInstance {
     store: Store<InstanceState>,
     bindings: StreamOperator,
+    /// `migration.migrate-state`, if the component exports it.
+    migrate: Option<MigrateState>,
     config: InstanceConfig,
     deadline_ticks: u64,
     poisoned: bool,
@@ -239,7 +248,16 @@ impl OperatorInstance {
         config: InstanceConfig,
     ) -> Result<Self, OperatorError> {
         let (mut store, deadline_ticks) = new_store(engine, &config);
-        let bindings = module.pre.instantiate(&mut store).map_err(|e| {
+        let instantiated = module
+            .pre
+            .instance_pre()
+            .instantiate(&mut store)
+            .and_then(|instance| {
+                let bindings = StreamOperator::new(&mut store, &instance)?;
+                let migrate = migration_export(&mut store, &instance)?;
+                Ok((bindings, migrate))
+            });
+        let (bindings, migrate) = instantiated.map_err(|e| {
             let mut err = classify(&store, &config.operator, e, config.call_timeout);
             if err.kind == FailureKind::Trap {
                 err.kind = FailureKind::Instantiate;
@@ -249,6 +267,7 @@ impl OperatorInstance {
         Ok(OperatorInstance {
             store,
             bindings,
+            migrate,
             config,
             deadline_ticks,
             poisoned: false,
@@ -338,32 +357,63 @@ impl OperatorInstance {
         what: &str,
         f: impl FnOnce(&Guest, &mut Store<InstanceState>) -> wasmtime::Result<Result<T, String>>,
     ) -> Result<T, OperatorError> {
-        if self.poisoned {
+        let guest = self.bindings.weir_operator_operator();
+        guarded_call(
+            &mut self.store,
+            &mut self.poisoned,
+            &self.config,
+            self.deadline_ticks,
+            what,
+            |store| f(guest, store),
+        )
+    }
+
+    /// Whether the component exports `migration` ([`MIGRATION_INTERFACE`]).
+    pub fn can_migrate(&self) -> bool {
+        self.migrate.is_some()
+    }
+
+    /// Calls `migration.migrate-state` for one stored value (or list
+    /// element, or map value) `old` of state `state`, written by operator
+    /// version `from_version`; returns the new bytes. Under the instance's
+    /// deadline and memory cap like any call; a guest error names the
+    /// state. Fails if the component does not export `migration`.
+    pub fn migrate_state(
+        &mut self,
+        state: &str,
+        from_version: &str,
+        old: &[u8],
+    ) -> Result<Vec<u8>, OperatorError> {
+        let Some(migrate) = self.migrate else {
             return Err(OperatorError::new(
                 &self.config.operator,
                 FailureKind::Host,
-                format!("cannot call `{what}`: the instance failed earlier"),
+                format!("cannot migrate state `{state}`: the module does not export `migration`"),
+            ));
+        };
+        let args = (state.to_owned(), from_version.to_owned(), old.to_vec());
+        let out = guarded_call(
+            &mut self.store,
+            &mut self.poisoned,
+            &self.config,
+            self.deadline_ticks,
+            "migrate-state",
+            |store| migrate.call(store, args).map(|(r,)| r),
+        )?;
+        // Bounded like any output: a migration cannot grow one value past
+        // what one call may emit.
+        if out.len() > self.config.max_output {
+            return Err(OperatorError::new(
+                &self.config.operator,
+                FailureKind::BadOutput,
+                format!(
+                    "`migrate-state` of state `{state}` returned {} bytes, over the limit of {} bytes",
+                    out.len(),
+                    self.config.max_output
+                ),
             ));
         }
-        arm_deadline(&mut self.store, self.deadline_ticks);
-        let guest = self.bindings.weir_operator_operator();
-        match f(guest, &mut self.store) {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(message)) => Err(OperatorError::new(
-                &self.config.operator,
-                FailureKind::Guest,
-                format!("`{what}` returned an error: {message}"),
-            )),
-            Err(e) => {
-                self.poisoned = true;
-                Err(classify(
-                    &self.store,
-                    &self.config.operator,
-                    e,
-                    self.config.call_timeout,
-                ))
-            }
-        }
+        Ok(out)
     }
 
     /// Calls `describe`.
@@ -438,6 +488,54 @@ impl OperatorInstance {
         }
         Ok(out)
     }
+}
+
+/// One call into the guest under a fresh deadline: a guest `err` is a
+/// [`FailureKind::Guest`] failure; a trap poisons the instance.
+fn guarded_call<T>(
+    store: &mut Store<InstanceState>,
+    poisoned: &mut bool,
+    config: &InstanceConfig,
+    deadline_ticks: u64,
+    what: &str,
+    f: impl FnOnce(&mut Store<InstanceState>) -> wasmtime::Result<Result<T, String>>,
+) -> Result<T, OperatorError> {
+    if *poisoned {
+        return Err(OperatorError::new(
+            &config.operator,
+            FailureKind::Host,
+            format!("cannot call `{what}`: the instance failed earlier"),
+        ));
+    }
+    arm_deadline(store, deadline_ticks);
+    match f(store) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(message)) => Err(OperatorError::new(
+            &config.operator,
+            FailureKind::Guest,
+            format!("`{what}` returned an error: {message}"),
+        )),
+        Err(e) => {
+            *poisoned = true;
+            Err(classify(store, &config.operator, e, config.call_timeout))
+        }
+    }
+}
+
+/// The component's `migration.migrate-state`, if it exports the interface
+/// ([`MIGRATION_INTERFACE`]) with that function of the contract's type.
+fn migration_export(
+    store: &mut Store<InstanceState>,
+    instance: &wasmtime::component::Instance,
+) -> wasmtime::Result<Option<MigrateState>> {
+    let Some(interface) = instance.get_export_index(&mut *store, None, MIGRATION_INTERFACE) else {
+        return Ok(None);
+    };
+    let Some(func) = instance.get_export_index(&mut *store, Some(&interface), "migrate-state")
+    else {
+        return Ok(None);
+    };
+    instance.get_typed_func(store, func).map(Some)
 }
 
 /// A store with the sandbox of `config`: WASI with nothing of the host

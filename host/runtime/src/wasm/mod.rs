@@ -30,7 +30,7 @@ mod instance;
 mod quota;
 
 pub use cache::CacheOutcome;
-pub use instance::{ATTEMPT_ENV, InstanceConfig, OperatorInstance};
+pub use instance::{ATTEMPT_ENV, InstanceConfig, MIGRATION_INTERFACE, OperatorInstance};
 pub use quota::{LOG_BYTES_PER_CALL, MAX_LOG_LINE, MAX_METRIC_NAME, MAX_METRICS};
 
 use std::collections::HashMap;
@@ -384,6 +384,17 @@ impl Runtime {
             exports,
             contract,
         })
+    }
+
+    /// Whether `module` exports the optional `migration` interface
+    /// ([`MIGRATION_INTERFACE`]): it can migrate state an older version of
+    /// the operator wrote, when a job is upgraded.
+    pub fn exports_migration(&self, module: &OperatorModule) -> bool {
+        module
+            .component
+            .component_type()
+            .exports(&self.engine)
+            .any(|(name, _)| name == MIGRATION_INTERFACE)
     }
 
     /// Instantiates `module` for one subtask.

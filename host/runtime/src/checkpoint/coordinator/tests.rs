@@ -648,12 +648,14 @@ fn restores_are_recorded_oldest_first_and_bounded() {
                 at_ms: 10,
                 attempt: 1,
                 skipped: Vec::new(),
+                upgrade: None,
             },
             RestoreRecord {
                 checkpoint: Some(4),
                 at_ms: 20,
                 attempt: 2,
                 skipped: Vec::new(),
+                upgrade: None,
             },
         ]
     );
@@ -853,4 +855,28 @@ fn random_simulation_keeps_the_invariants() {
             "seed {seed}: nothing ever completed"
         );
     }
+}
+
+#[test]
+fn rescoping_discards_the_retained_checkpoints_and_keeps_the_history() {
+    let sim = Sim::new();
+    let mut c = sim.coordinator(config(100), TWO);
+    let (id, _) = c.trigger_now(sim.at(10)).unwrap();
+    assert_eq!(completed(&ack_all(&mut c, id, TWO, sim.at(20))), vec![id]);
+    c.record_restore(None, 10, 1);
+    let three = [(0, 0), (1, 0), (1, 1)];
+    let actions = c.rescope(three.to_vec(), sim.at(30));
+    assert_eq!(discarded(&actions), vec![id]);
+    assert!(c.latest().is_none());
+    assert_eq!(c.history().len(), 1, "the history stays");
+    c.mark_upgrade(1);
+    assert_eq!(c.restores()[0].upgrade, Some(1));
+    // The next checkpoint has the next id and needs the new subtasks.
+    let (next, _) = c.trigger_now(sim.at(40)).unwrap();
+    assert_eq!(next, id + 1);
+    assert!(completed(&ack_all(&mut c, next, TWO, sim.at(50))).is_empty());
+    assert_eq!(
+        completed(&ack_all(&mut c, next, &[(1, 1)], sim.at(60))),
+        vec![next]
+    );
 }

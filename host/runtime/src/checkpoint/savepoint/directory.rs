@@ -578,7 +578,8 @@ pub struct SubtaskFromSavepoint {
 /// subtasks, keyed state on `kind` with `states`) restores: a local
 /// snapshot in `work/...` made from every state file overlapping its key
 /// groups, and its timers. A saved state the operator no longer declares
-/// is skipped (the caller checked that this is allowed).
+/// is skipped (the caller checked that this is allowed). With `migration`,
+/// the values of the states it names are rewritten on the way in.
 #[allow(clippy::too_many_arguments)]
 pub fn restore_subtask(
     dir: &Path,
@@ -589,6 +590,7 @@ pub fn restore_subtask(
     states: &[StateDescriptor],
     kind: BackendKind,
     work: &Path,
+    mut migration: Option<&mut super::Migration<'_>>,
 ) -> Result<SubtaskFromSavepoint, SavepointError> {
     let max = metadata.max_parallelism;
     let range = key_group_range_for_subtask(max, parallelism, subtask);
@@ -616,7 +618,12 @@ pub fn restore_subtask(
         })?;
         for file in files {
             let path = relative(dir, &file.file.path)?;
-            let summary = SavepointFile::new(&path).import_into(backend.as_mut(), states, range)?;
+            let summary = SavepointFile::new(&path).import_into(
+                backend.as_mut(),
+                states,
+                range,
+                migration.as_deref_mut(),
+            )?;
             if summary.digest != file.file.sha256 {
                 return Err(bad(&path, "not the file the savepoint recorded (checksum)"));
             }

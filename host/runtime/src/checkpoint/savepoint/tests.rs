@@ -104,7 +104,7 @@ fn a_savepoint_restores_on_either_backend_and_at_another_parallelism() {
     for kind in [BackendKind::Heap, BackendKind::RocksDb] {
         let all = KeyGroupRange::all(MAX);
         let mut b = open(&dir.path().join(format!("{kind:?}")), kind, &states(), all);
-        file.import_into(b.as_mut(), &states(), all).unwrap();
+        file.import_into(b.as_mut(), &states(), all, None).unwrap();
         b.flush().unwrap();
         assert_eq!(reads(b.as_mut(), 0..500), expected, "{kind:?}");
     }
@@ -119,7 +119,8 @@ fn a_savepoint_restores_on_either_backend_and_at_another_parallelism() {
             &states(),
             range,
         );
-        file.import_into(b.as_mut(), &states(), range).unwrap();
+        file.import_into(b.as_mut(), &states(), range, None)
+            .unwrap();
         for i in 0..500u32 {
             let key = format!("k{i}");
             if range.contains(weir_state::key_group_of(key.as_bytes(), MAX)) {
@@ -147,7 +148,7 @@ fn states_are_found_by_name_and_a_changed_kind_is_refused() {
         StateDescriptor::new("count", StateKind::Value),
     ];
     let mut b = open(&dir.path().join("re"), BackendKind::Heap, &reordered, all);
-    file.import_into(b.as_mut(), &reordered, all).unwrap();
+    file.import_into(b.as_mut(), &reordered, all, None).unwrap();
     for i in [0u32, 5, 7, 499] {
         let key = format!("k{i}");
         let key = key.as_bytes();
@@ -166,7 +167,7 @@ fn states_are_found_by_name_and_a_changed_kind_is_refused() {
     let changed = vec![StateDescriptor::new("events", StateKind::Map)];
     let mut b = open(&dir.path().join("ch"), BackendKind::Heap, &changed, all);
     let err = file
-        .import_into(b.as_mut(), &changed, all)
+        .import_into(b.as_mut(), &changed, all, None)
         .unwrap_err()
         .to_string();
     assert!(
@@ -234,4 +235,68 @@ fn a_savepoint_never_overwrites_a_file() {
     let err = write(&path, &header(), b.as_mut()).unwrap_err();
     assert!(matches!(err, SavepointError::Io { .. }), "{err}");
     assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn an_import_with_a_migration_rewrites_only_the_migrated_states_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = written(dir.path());
+    let file = SavepointFile::new(&path);
+    let all = KeyGroupRange::all(MAX);
+    let mut b = open(
+        &dir.path().join("migrated"),
+        BackendKind::Heap,
+        &states(),
+        all,
+    );
+    // `count` (u32 LE) becomes a u64 LE plus the key's length; `seen` (map,
+    // with TTL) gets a marker; `events` is not migrated.
+    let mut migration = Migration {
+        states: vec![true, false, true],
+        migrate: Box::new(|state, key, old| match state {
+            0 => {
+                let n = u32::from_le_bytes(old.try_into().unwrap());
+                Ok([u64::from(n).to_le_bytes().to_vec(), vec![key.len() as u8]].concat())
+            }
+            2 => Ok([old, b"+"].concat()),
+            other => Err(format!("state {other} is not migrated")),
+        }),
+    };
+    file.import_into(b.as_mut(), &states(), all, Some(&mut migration))
+        .unwrap();
+    b.flush().unwrap();
+    let key = b"k10";
+    let mut count = 10u64.to_le_bytes().to_vec();
+    count.push(3);
+    assert_eq!(b.value_get(0, key).unwrap(), Some(count));
+    assert_eq!(b.list_get(1, key).unwrap(), vec![b"e".to_vec()]);
+    assert_eq!(
+        b.map_entries(2, key).unwrap(),
+        vec![(b"u".to_vec(), [&10u32.to_be_bytes()[..], b"+"].concat())]
+    );
+
+    // A migration that refuses one key stops the import with its message.
+    let mut b = open(
+        &dir.path().join("refused"),
+        BackendKind::Heap,
+        &states(),
+        all,
+    );
+    let mut refusing = Migration {
+        states: vec![true, false, false],
+        migrate: Box::new(|_, key, old| {
+            if key == b"k7" {
+                Err("operator `count` state `count` key \"k7\": no".into())
+            } else {
+                Ok(old.to_vec())
+            }
+        }),
+    };
+    let err = file
+        .import_into(b.as_mut(), &states(), all, Some(&mut refusing))
+        .unwrap_err();
+    assert!(
+        matches!(&err, SavepointError::Migration(m) if m.contains("\"k7\": no")),
+        "{err}"
+    );
 }

@@ -211,6 +211,7 @@ fn a_savepoint_restores_elsewhere_on_either_backend_at_any_parallelism() {
                 &states(),
                 kind,
                 &work,
+                None,
             )
             .unwrap();
             let range = key_group_range_for_subtask(64, parallelism, s);
