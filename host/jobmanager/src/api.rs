@@ -99,6 +99,12 @@ pub struct JobDetail {
     /// Its savepoints, newest first.
     #[serde(default)]
     pub savepoints: Vec<SavepointView>,
+    /// Its versions, oldest first: which modules it runs, since when.
+    #[serde(default)]
+    pub versions: Vec<VersionView>,
+    /// Its upgrades, newest first.
+    #[serde(default)]
+    pub upgrades: Vec<UpgradeView>,
 }
 
 /// One vertex of a [`JobDetail`].
@@ -384,6 +390,8 @@ pub(crate) fn job_detail(job: &Job) -> JobDetail {
             .as_ref()
             .map(|s| s.dir.display().to_string()),
         savepoints: job.savepoints.iter().rev().cloned().collect(),
+        versions: job.versions.clone(),
+        upgrades: job.upgrades.iter().rev().cloned().collect(),
     }
 }
 

@@ -129,6 +129,7 @@ pub(crate) fn checkpoint_actions(
                         checkpoint: done.id,
                     }
                 });
+                upgrade_checkpointed(job);
                 savepoint_checkpoint_completed(job, jm, &done);
             }
             Action::Discard(old) => {

@@ -77,6 +77,7 @@ impl JobManager {
                             job.restart_at = None;
                             job.advance(Event::Redeployed);
                             job.reports.clear();
+                            let restored_at_ms = now_ms();
                             // The next failure is reported as itself.
                             job.failure = None;
                             job.failure_is_root = false;
@@ -89,13 +90,14 @@ impl JobManager {
                                 c.coordinator.record_restore_skipping(
                                     from,
                                     skipped,
-                                    now_ms(),
+                                    restored_at_ms,
                                     job.attempt,
                                 );
                                 if !paused {
                                     c.coordinator.resume(now);
                                 }
                             }
+                            redeployed(job);
                             tracing::info!(job = %job.id, attempt = job.attempt, "restarted");
                         }
                         Err(why) => {
@@ -212,6 +214,26 @@ pub(crate) fn settle(taskmanagers: &TaskManagers, job: &mut Job, now: Instant) {
         return;
     }
 
+    // Stopped for an upgrade, or its new version failed before it
+    // checkpointed (rolled back): restarted at once from the upgrade's
+    // savepoint, on the version swapped in.
+    if (job.state == JobState::Upgrading || (job.state == JobState::Failing && rolls_back(job)))
+        && swap_in(job, now)
+    {
+        job.advance(Event::Stopped {
+            all_finished: false,
+            committers: 0,
+            restart: true,
+        });
+        if let Some(c) = job.checkpoints.as_mut() {
+            let actions = c.coordinator.suspend("the job is upgraded", now);
+            job.deferred.extend(actions);
+        }
+        taskmanagers.release(&job.id);
+        tracing::info!(job = %job.id, state = ?job.state, "settled for an upgrade");
+        return;
+    }
+
     let all_finished = job
         .subtasks
         .iter()
@@ -288,6 +310,10 @@ pub(crate) fn settle(taskmanagers: &TaskManagers, job: &mut Job, now: Instant) {
     }
     if job.state.is_terminal() {
         job.ended_at_ms = Some(now_ms());
+        if job.upgrade.is_some() {
+            let why = format!("the job was {} during the upgrade", job.state.as_str());
+            job.end_upgrade(UpgradeStatus::Failed, Some(why));
+        }
     }
     taskmanagers.release(&job.id);
     tracing::info!(job = %job.id, state = ?job.state, "settled");

@@ -24,6 +24,9 @@
 //! Canceling    Stopped                                Canceled
 //! Restarting   Cancel                                 Canceling (settles at once: nothing runs)
 //! Restarting   Redeployed                             Running
+//! Running      Upgrade                                Upgrading
+//! Upgrading    Cancel                                 Canceling
+//! Upgrading    Stopped                                Restarting (with the new modules)
 //! Finishing    Committed { last: true }               Finished
 //! Finishing    CommitFailed                           Failing
 //! ```
@@ -38,7 +41,9 @@
 //! * A user's cancel always ends in `Canceled`, also while the job is
 //!   failing or waiting to restart; never during `Finishing` (the output
 //!   is being published: the job is as good as finished).
-//! * `Restarting` is entered only when the restart strategy allowed it.
+//! * `Restarting` is entered only when the restart strategy allowed it,
+//!   or for an upgrade (`weir upgrade`: stopped at its savepoint, the job
+//!   restarts from it with new modules, or back on its old ones).
 
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +57,9 @@ pub enum JobState {
     Failing,
     /// Canceled by a user; subtasks are stopping.
     Canceling,
+    /// Stopped at a savepoint for an upgrade (`weir upgrade`); subtasks
+    /// are stopping, then it restarts from the savepoint with new modules.
+    Upgrading,
     /// Failed; waiting (restart delay, free slots) to restart from the
     /// latest completed checkpoint.
     Restarting,
@@ -74,6 +82,9 @@ pub enum Event {
     TaskFailed,
     /// A user canceled the job.
     Cancel,
+    /// The savepoint of an upgrade is written: the job stops to restart
+    /// with new modules.
+    Upgrade,
     /// Every subtask of the attempt has stopped.
     Stopped {
         /// Whether all of them finished (end of input), rather than
@@ -115,6 +126,7 @@ impl JobState {
             JobState::Running => "running",
             JobState::Failing => "failing",
             JobState::Canceling => "canceling",
+            JobState::Upgrading => "upgrading",
             JobState::Restarting => "restarting",
             JobState::Finishing => "finishing",
             JobState::Finished => "finished",
@@ -138,7 +150,9 @@ impl JobState {
         let failed = |restart: bool| if restart { Restarting } else { Failed };
         Ok(match (self, event) {
             (Running, TaskFailed) => Failing,
-            (Running | Failing | Restarting, Cancel) => Canceling,
+            (Running | Failing | Restarting | Upgrading, Cancel) => Canceling,
+            (Running, Upgrade) => Upgrading,
+            (Upgrading, Stopped { .. }) => Restarting,
             (
                 Running,
                 Stopped {
@@ -170,8 +184,8 @@ mod tests {
     use super::JobState::*;
     use super::*;
 
-    const ALL: [JobState; 8] = [
-        Running, Failing, Canceling, Restarting, Finishing, Finished, Failed, Canceled,
+    const ALL: [JobState; 9] = [
+        Running, Failing, Canceling, Upgrading, Restarting, Finishing, Finished, Failed, Canceled,
     ];
 
     #[test]
@@ -195,6 +209,7 @@ mod tests {
         let mut events = vec![
             TaskFailed,
             Cancel,
+            Upgrade,
             Redeployed,
             Committed { last: true },
             Committed { last: false },
@@ -282,6 +297,7 @@ mod tests {
         let expected: Vec<(JobState, Event, JobState)> = vec![
             (Running, TaskFailed, Failing),
             (Running, Cancel, Canceling),
+            (Running, Upgrade, Upgrading),
             (Running, stopped(false, 0, false), Failed),
             (Running, stopped(false, 0, true), Restarting),
             (Running, stopped(false, 2, false), Failed),
@@ -307,6 +323,15 @@ mod tests {
             (Canceling, stopped(true, 0, true), Canceled),
             (Canceling, stopped(true, 2, false), Canceled),
             (Canceling, stopped(true, 2, true), Canceled),
+            (Upgrading, Cancel, Canceling),
+            (Upgrading, stopped(false, 0, false), Restarting),
+            (Upgrading, stopped(false, 0, true), Restarting),
+            (Upgrading, stopped(false, 2, false), Restarting),
+            (Upgrading, stopped(false, 2, true), Restarting),
+            (Upgrading, stopped(true, 0, false), Restarting),
+            (Upgrading, stopped(true, 0, true), Restarting),
+            (Upgrading, stopped(true, 2, false), Restarting),
+            (Upgrading, stopped(true, 2, true), Restarting),
             (Restarting, Cancel, Canceling),
             (Restarting, Redeployed, Running),
             (Finishing, Committed { last: true }, Finished),

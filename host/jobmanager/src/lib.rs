@@ -139,6 +139,7 @@ mod messages;
 mod savepoints;
 mod server;
 mod submit;
+mod upgrade;
 
 #[cfg(test)]
 mod tests;
@@ -189,6 +190,10 @@ use control::*;
 use savepoints::*;
 pub use savepoints::{FromSavepoint, SavepointStatus, SavepointView};
 pub use server::{RunningJobManager, Sockets, bind, serve, start};
+use upgrade::*;
+pub use upgrade::{
+    MigratedState, RunningModule, UpgradeRequest, UpgradeStatus, UpgradeView, VersionView,
+};
 
 struct Tm {
     data_address: SocketAddr,
@@ -245,6 +250,21 @@ struct Job {
     /// The savepoint it was submitted with: deployments restore from it
     /// until the job has a checkpoint of its own.
     from_savepoint: Option<Arc<weir_runtime::rpc::SavepointDeploy>>,
+    /// The spec it was submitted with (`None` for `weir run`'s jobs), and
+    /// the `--set` overrides its upgrades applied to it, in order.
+    spec: Option<String>,
+    overrides: Vec<(String, String)>,
+    /// Its versions, oldest first: the modules it ran, since when.
+    versions: Vec<VersionView>,
+    /// Its upgrades, oldest first.
+    upgrades: Vec<UpgradeView>,
+    /// The upgrade under way.
+    upgrade: Option<Box<PendingUpgrade>>,
+    /// The modules of the version an upgrade swapped in, entering
+    /// `versions` once it checkpointed.
+    versions_pending: Option<Vec<RunningModule>>,
+    /// The upgrade whose rollback the next deployment restores.
+    rollback_of: Option<u32>,
 }
 
 impl Job {
@@ -410,6 +430,8 @@ pub struct JobManager {
     /// Where savepoints written from retained checkpoints go
     /// (`--from-checkpoint`): `DATA_DIR/restored`.
     restored_dir: PathBuf,
+    /// Where upgrades' savepoints go: `DATA_DIR/upgrades`.
+    upgrades_dir: PathBuf,
     /// Used only by drain tasks, off the job's lock ([`storage_io`]).
     storage: Arc<dyn CheckpointStorage>,
     /// Bumped after anything may have changed a job.
@@ -474,6 +496,7 @@ impl JobManager {
                 .unwrap_or_else(|| Arc::new(DirStorage::new(checkpoint_root.clone()))),
             checkpoint_root,
             restored_dir: config.data_dir.join("restored"),
+            upgrades_dir: config.data_dir.join("upgrades"),
             changes: tokio::sync::watch::Sender::new(0),
             clock: config.clock,
             storage_io: config.storage_io,

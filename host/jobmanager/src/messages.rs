@@ -287,6 +287,7 @@ impl JobManager {
                     ),
                     _ => {}
                 }
+                upgrade_progress(job);
                 settle(taskmanagers, job, now);
             }
         }

@@ -36,7 +36,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
-use super::{ApiError, FromSavepoint, JobManager};
+use super::{ApiError, FromSavepoint, JobManager, UpgradeRequest};
 
 /// Largest job submission body.
 pub const MAX_JOB_BODY: usize = 1 << 20;
@@ -199,6 +199,10 @@ pub fn router(jm: Arc<JobManager>, options: RestOptions) -> Router {
         .route(
             "/v1/jobs/{id}/savepoints",
             get(job_savepoints).post(trigger_savepoint),
+        )
+        .route(
+            "/v1/jobs/{id}/upgrades",
+            get(job_upgrades).post(upgrade_job),
         )
         .route("/v1/taskmanagers", get(taskmanagers))
         .fallback(move |req: Request| async move {
@@ -610,6 +614,23 @@ async fn trigger_savepoint(
 
 async fn job_savepoints(State(jm): Jm, Path(id): Path<String>) -> Result<Response, ApiError> {
     Ok(Json(jm.savepoints(&id)?).into_response())
+}
+
+/// `POST /v1/jobs/{id}/upgrades`: checks the new version, then stops the
+/// job at a savepoint and restarts it on the new modules (202 with the
+/// upgrade; poll `GET` for the rest). An incompatible upgrade is refused
+/// with 400 and the job runs on untouched.
+async fn upgrade_job(
+    State(jm): Jm,
+    Path(id): Path<String>,
+    Json(body): Json<UpgradeRequest>,
+) -> Result<Response, ApiError> {
+    let view = jm.upgrade(&id, body).await?;
+    Ok((StatusCode::ACCEPTED, Json(view)).into_response())
+}
+
+async fn job_upgrades(State(jm): Jm, Path(id): Path<String>) -> Result<Response, ApiError> {
+    Ok(Json(jm.upgrades(&id)?).into_response())
 }
 
 async fn taskmanagers(State(jm): Jm) -> Response {

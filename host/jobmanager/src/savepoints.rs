@@ -164,7 +164,23 @@ impl JobManager {
     ) -> Result<SavepointView, ApiError> {
         let cell = self.job_cell(id)?;
         let mut guard = self.lock_job(&cell);
-        let job = &mut *guard;
+        if guard.upgrade.is_some() {
+            return Err(ApiError::conflict(format!(
+                "job {id} ({}) is being upgraded; take a savepoint once the upgrade ended",
+                guard.name
+            )));
+        }
+        self.trigger_savepoint_locked_in(&mut guard, dir, stop)
+    }
+
+    /// Triggers a savepoint of `job` (locked) into `dir`.
+    pub(crate) fn trigger_savepoint_locked_in(
+        &self,
+        job: &mut Job,
+        dir: PathBuf,
+        stop: bool,
+    ) -> Result<SavepointView, ApiError> {
+        let id = job.id.clone();
         if job.state != JobState::Running {
             return Err(ApiError::conflict(format!(
                 "job {id} ({}) is {}: only a running job takes a savepoint",
@@ -367,7 +383,11 @@ impl JobManager {
         verify(&dir, &metadata).map_err(refused)?;
         check_compatible(&metadata, graph, states, from.allow_non_restored_state)
             .map_err(|m| ApiError::bad_request(format!("cannot restore the savepoint: {m}")))?;
-        Ok(SavepointDeploy { dir, metadata })
+        Ok(SavepointDeploy {
+            dir,
+            metadata,
+            migrations: Default::default(),
+        })
     }
 }
 
@@ -477,6 +497,7 @@ pub(crate) fn savepoint_checkpoint_completed(
     jm: &JobManager,
     done: &CompletedCheckpoint<SubtaskCheckpoint>,
 ) {
+    let state = job.state;
     let Some(view) = job
         .savepoints
         .iter_mut()
@@ -484,16 +505,19 @@ pub(crate) fn savepoint_checkpoint_completed(
     else {
         return;
     };
-    if view.stop && job.state.on(Event::Cancel).is_err() {
+    if view.stop && state.on(Event::Cancel).is_err() {
         // Its subtasks all finished first: it ends on its own, publishing
         // all its output, which a savepoint of this checkpoint would
         // repeat on resume.
         view.status = SavepointStatus::Failed;
         view.ended_at_ms = Some(now_ms());
-        view.failure = Some(format!(
+        let why = format!(
             "the job was {} before it could stop: it ends on its own, with all its output",
-            job.state.as_str()
-        ));
+            state.as_str()
+        );
+        view.failure = Some(why.clone());
+        let number = view.id;
+        upgrade_savepoint_written(job, number, Err(why), &jm.taskmanagers);
         return;
     }
     view.status = SavepointStatus::Writing;
@@ -547,8 +571,17 @@ pub(crate) fn savepoint_checkpoint_aborted(job: &mut Job, checkpoint: u64, reaso
     {
         view.status = SavepointStatus::Failed;
         view.ended_at_ms = Some(now_ms());
-        view.failure = Some(format!("its checkpoint {checkpoint} was aborted: {reason}"));
+        let why = format!("its checkpoint {checkpoint} was aborted: {reason}");
+        view.failure = Some(why.clone());
+        let number = view.id;
         tracing::warn!(job = %job.id, checkpoint, "savepoint failed: {reason}");
+        if let Some(up) = job.upgrade.as_ref().filter(|u| u.savepoint() == number) {
+            let _ = up;
+            job.end_upgrade(
+                crate::UpgradeStatus::Failed,
+                Some(format!("the savepoint failed: {why}; nothing changed")),
+            );
+        }
     }
 }
 
@@ -576,6 +609,11 @@ impl JobManager {
             let job = &mut *guard;
             let running = job.state == JobState::Running;
             let mut stop_now = false;
+            let for_upgrade = job
+                .upgrade
+                .as_ref()
+                .is_some_and(|u| u.savepoint() == number);
+            let mut upgrade_outcome = None;
             if let Some(view) = job.savepoints.iter_mut().find(|s| s.id == number) {
                 view.ended_at_ms = Some(now_ms());
                 match outcome {
@@ -584,9 +622,11 @@ impl JobManager {
                         view.bytes = metadata.files().map(|f| f.size).sum();
                         stop_now = view.stop;
                         tracing::info!(job = %job.id, dir = %view.dir, bytes = view.bytes, "savepoint written");
+                        upgrade_outcome = Some(Ok((metadata, PathBuf::from(&view.dir))));
                     }
                     Err(why) => {
                         tracing::warn!(job = %job.id, dir = %view.dir, "savepoint failed: {why}");
+                        upgrade_outcome = Some(Err(why.clone()));
                         view.status = SavepointStatus::Failed;
                         view.failure = Some(match view.checkpoint.filter(|_| view.stop) {
                             Some(_) if running => format!("{why}; the job goes on"),
@@ -605,7 +645,18 @@ impl JobManager {
                     }
                 }
             }
-            if stop_now && running {
+            let mut stopped_for_upgrade = false;
+            if for_upgrade && let Some(outcome) = upgrade_outcome {
+                let outcome = match &outcome {
+                    Ok((metadata, dir)) => Ok((metadata, dir.as_path())),
+                    Err(why) => Err(why.clone()),
+                };
+                stopped_for_upgrade =
+                    upgrade_savepoint_written(job, number, outcome, &self.taskmanagers);
+            }
+            if stopped_for_upgrade {
+                // Canceled for the upgrade; restarted by `settle`.
+            } else if stop_now && running && !for_upgrade {
                 // Stopped at the savepoint: its sinks published what it
                 // records; what they wrote since is never published.
                 job.advance(Event::Cancel);

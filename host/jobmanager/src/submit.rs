@@ -116,6 +116,7 @@ impl JobManager {
         from: Option<FromSavepoint>,
     ) -> Result<JobCreated, ApiError> {
         let this = self.clone();
+        let spec_text = spec.clone();
         let (graph, modules, loaded, savepoint) = tokio::task::spawn_blocking(move || {
             let (graph, modules, loaded) = this.prepare(&spec)?;
             let savepoint = this.savepoint_for(&graph, &loaded, from.as_ref())?;
@@ -123,7 +124,7 @@ impl JobManager {
         })
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
-        self.admit(graph, modules, &loaded, savepoint)
+        self.admit(graph, modules, &loaded, savepoint, Some(spec_text))
     }
 
     /// The savepoint `from` names, checked against `graph` (blocking I/O).
@@ -155,7 +156,10 @@ impl JobManager {
         })
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
-        Ok((self.admit(graph, modules, &loaded, savepoint)?, loaded))
+        Ok((
+            self.admit(graph, modules, &loaded, savepoint, None)?,
+            loaded,
+        ))
     }
 
     /// Admits a prepared job: reserves its slots and deploys it.
@@ -165,8 +169,10 @@ impl JobManager {
         modules: HashSet<String>,
         loaded: &LoadedModules,
         savepoint: Option<weir_runtime::rpc::SavepointDeploy>,
+        spec: Option<String>,
     ) -> Result<JobCreated, ApiError> {
         let states = keyed_states(&graph, loaded);
+        let running = running_modules(&graph, loaded, &self.store);
         let tasks = chain(&graph);
         let mut index = self.index();
         // A module deleted since `prepare` looked it up (deletion holds the
@@ -224,6 +230,18 @@ impl JobManager {
             states,
             savepoints: Vec::new(),
             from_savepoint: savepoint.map(Arc::new),
+            spec,
+            overrides: Vec::new(),
+            versions: vec![VersionView {
+                version: 1,
+                since_ms: now_ms(),
+                upgrade: None,
+                modules: running,
+            }],
+            upgrades: Vec::new(),
+            upgrade: None,
+            versions_pending: None,
+            rollback_of: None,
         };
         deploy(
             &self.taskmanagers,
@@ -246,12 +264,21 @@ impl JobManager {
 
     /// Parses and checks a spec; resolves its modules to hashes.
     pub(crate) fn prepare(&self, spec: &str) -> Result<Prepared, ApiError> {
+        self.prepare_with(spec, &[])
+    }
+
+    /// [`JobManager::prepare`] with `--set` overrides applied to the spec.
+    pub(crate) fn prepare_with(
+        &self,
+        spec: &str,
+        overrides: &[(String, String)],
+    ) -> Result<Prepared, ApiError> {
         // A submitted spec has no folder of its own: its file paths must be
         // absolute (`weir submit` makes them so), never resolved against
         // this daemon's working directory, which messages do not reveal.
         let origin = std::path::Path::new("/submitted-job.toml");
-        let spec =
-            JobSpec::parse(spec, origin, &[]).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let spec = JobSpec::parse(spec, origin, overrides)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         if let Some((field, path)) = spec.relative_file_paths().into_iter().next() {
             return Err(ApiError::bad_request(format!(
                 "{field}: found the relative path {:?}; a job submitted to a cluster names \

@@ -1,0 +1,1095 @@
+//! Upgrading a running job in place (`weir upgrade`): new modules (and
+//! `--set` changes, parallelism included) from a savepoint, with its state
+//! migrated by the new modules, rolled back on failure.
+//!
+//! # Steps
+//!
+//! 1. **Check, before stopping anything** ([`JobManager::upgrade`]): the
+//!    job's spec with the changes is prepared like a submission (every new
+//!    module loaded and checked against the contract and its place in the
+//!    graph), then compared with what runs ([`check_upgrade`]): the same
+//!    key groups; sources and sinks keep their parallelism; every state of
+//!    a keyed operator is declared again with the same kind, or dropped
+//!    only with `allow_non_restored_state`; a new state starts empty. A
+//!    module whose version differs and that exports `migration` migrates
+//!    the states both versions declare. Refused: an error naming the
+//!    operator and the state, and the job runs on untouched.
+//! 2. **Stop with a savepoint** into `DATA_DIR/upgrades/<job>-<n>` (the
+//!    savepoint machinery of [`crate::savepoints`]). Once written, it is
+//!    checked against the new graph again, now with its entry counts; the
+//!    job moves to `upgrading` ([`Event::Upgrade`]) and its subtasks are
+//!    canceled. (If the savepoint fails, the job goes on untouched.)
+//! 3. **Swap** ([`swap_in`]) once every subtask stopped: the job's graph,
+//!    tasks, modules and declared states become the new ones; the
+//!    coordinator is rescoped (the old retained checkpoints are discarded:
+//!    the savepoint stands for them) and the job restarts at once from the
+//!    savepoint, its TaskManagers migrating state on the way in
+//!    ([`weir_runtime::rpc::SavepointDeploy::migrations`]).
+//! 4. **Done** when the new version has run and completed its first
+//!    checkpoint; the downtime is from the savepoint's barrier (the last
+//!    record the old version published) to every new subtask running.
+//!    If anything fails before that (the restore, a migration, `open`),
+//!    the job is **rolled back**: it restarts from the same savepoint on
+//!    its old graph and modules, and the upgrade is `rolled_back` with the
+//!    cause. Nothing is lost either way: both restore the same savepoint,
+//!    and the sinks published nothing past it.
+//!
+//! The job keeps its id and its checkpoint history (the restore that
+//! started the upgrade is marked with its number); its version history
+//! ([`VersionView`]) says which modules it runs and since when.
+
+use super::*;
+
+use crate::submit::keyed_states;
+use weir_runtime::checkpoint::savepoint::SavedState;
+use weir_runtime::checkpoint::savepoint::directory::SavepointMetadata;
+use weir_runtime::rpc::{MigrationDeploy, SavepointDeploy};
+use weir_runtime::state::StateDescriptor;
+
+/// Upgrades a job remembers (`GET /v1/jobs/{id}/upgrades`), newest.
+const MAX_UPGRADE_HISTORY: usize = 100;
+
+/// What `POST /v1/jobs/{id}/upgrades` asks for.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UpgradeRequest {
+    /// Operator uid → the module it runs next (`name@version`, `name` for
+    /// the latest version, or a hash).
+    #[serde(default)]
+    pub modules: BTreeMap<String, String>,
+    /// Spec changes, as `--set key=value` gives them
+    /// (`operator.count.parallelism=4`).
+    #[serde(default)]
+    pub set: Vec<String>,
+    /// Upgrade even if the new version drops state the old one holds.
+    #[serde(default)]
+    pub allow_non_restored_state: bool,
+}
+
+/// Where an upgrade stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpgradeStatus {
+    /// The savepoint is being taken; the old version runs.
+    Stopping,
+    /// Stopped at the savepoint; the new version is being deployed and
+    /// restored (state migrated on the way in).
+    Restoring,
+    /// The new version runs; its first checkpoint is not completed yet
+    /// (a failure until then rolls back).
+    Running,
+    /// Done: the new version runs and has checkpointed.
+    Completed,
+    /// The new version failed; the job runs its old version again, from
+    /// the savepoint. `failure` says why.
+    RolledBack,
+    /// Nothing changed: the savepoint failed, or the job ended meanwhile.
+    Failed,
+}
+
+impl UpgradeStatus {
+    /// Its name in the REST API and on the terminal.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpgradeStatus::Stopping => "stopping",
+            UpgradeStatus::Restoring => "restoring",
+            UpgradeStatus::Running => "running",
+            UpgradeStatus::Completed => "completed",
+            UpgradeStatus::RolledBack => "rolled_back",
+            UpgradeStatus::Failed => "failed",
+        }
+    }
+
+    /// Whether it has ended.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            UpgradeStatus::Completed | UpgradeStatus::RolledBack | UpgradeStatus::Failed
+        )
+    }
+}
+
+/// One operator's module in a version of the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningModule {
+    /// The operator's uid.
+    pub operator: String,
+    /// The module as the store names it (`name@version`), or its hash.
+    pub module: String,
+    /// `sha256:<hex>` of the module.
+    pub hash: String,
+    /// The operator's own version (`operator-info.version`).
+    pub version: String,
+}
+
+/// One version of a job: the modules it ran, from when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionView {
+    /// 1 for the version submitted, then +1 per completed upgrade.
+    pub version: u32,
+    /// Since when (Unix ms).
+    pub since_ms: u64,
+    /// The upgrade that made it, if any.
+    #[serde(default)]
+    pub upgrade: Option<u32>,
+    /// Every operator's module.
+    #[serde(default)]
+    pub modules: Vec<RunningModule>,
+}
+
+/// A state migrated by an upgrade.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigratedState {
+    /// The operator's uid.
+    pub operator: String,
+    /// The state's name.
+    pub state: String,
+    /// The old module's version.
+    pub from_version: String,
+    /// The new module's version.
+    pub to_version: String,
+    /// Entries in the savepoint (values, lists or maps), once it is written.
+    #[serde(default)]
+    pub entries: u64,
+}
+
+/// One upgrade of a job (`GET /v1/jobs/{id}/upgrades`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpgradeView {
+    /// 1 for the job's first upgrade, then +1.
+    pub id: u32,
+    /// Where it stands.
+    pub status: UpgradeStatus,
+    /// What changes, one line each (`count: word-count@1 → word-count@2`).
+    #[serde(default)]
+    pub changes: Vec<String>,
+    /// The states the new modules migrate.
+    #[serde(default)]
+    pub migrated: Vec<MigratedState>,
+    /// The savepoint it stops at and restores from.
+    pub savepoint: String,
+    /// When it was requested (Unix ms).
+    pub requested_at_ms: u64,
+    /// When the old version published its last record: the savepoint's
+    /// barrier (Unix ms).
+    #[serde(default)]
+    pub stopped_at_ms: Option<u64>,
+    /// When every subtask of the new version was running (Unix ms).
+    #[serde(default)]
+    pub resumed_at_ms: Option<u64>,
+    /// From `stopped_at_ms` to `resumed_at_ms`.
+    #[serde(default)]
+    pub downtime_ms: Option<u64>,
+    /// When it completed, rolled back or failed (Unix ms).
+    #[serde(default)]
+    pub ended_at_ms: Option<u64>,
+    /// Why it rolled back or failed.
+    #[serde(default)]
+    pub failure: Option<String>,
+}
+
+/// A job's graph and what goes with it: what an upgrade swaps.
+#[derive(Clone)]
+pub(crate) struct Version {
+    graph: JobGraph,
+    tasks: Vec<TaskSpec>,
+    modules: HashSet<String>,
+    states: HashMap<usize, Vec<StateDescriptor>>,
+    overrides: Vec<(String, String)>,
+    running: Vec<RunningModule>,
+}
+
+/// An upgrade under way.
+pub(crate) struct PendingUpgrade {
+    id: u32,
+    /// The savepoint (its number among the job's) it stops at.
+    savepoint: u32,
+    allow_non_restored: bool,
+    /// What it swaps in; taken by [`swap_in`].
+    new: Option<Version>,
+    /// What it swapped out (for a rollback).
+    old: Option<Version>,
+    /// The savepoint, once written.
+    deploy: Option<SavepointDeploy>,
+    migrations: BTreeMap<String, MigrationDeploy>,
+}
+
+impl PendingUpgrade {
+    /// The number (among the job's savepoints) of the savepoint it stops at.
+    pub(crate) fn savepoint(&self) -> u32 {
+        self.savepoint
+    }
+}
+
+impl Job {
+    fn upgrade_view(&mut self, id: u32) -> Option<&mut UpgradeView> {
+        self.upgrades.iter_mut().find(|u| u.id == id)
+    }
+
+    /// The running upgrade's view.
+    fn pending_view(&mut self) -> Option<&mut UpgradeView> {
+        let id = self.upgrade.as_ref()?.id;
+        self.upgrade_view(id)
+    }
+
+    /// Ends the running upgrade with `status` (and `failure`).
+    pub(crate) fn end_upgrade(&mut self, status: UpgradeStatus, failure: Option<String>) {
+        if let Some(view) = self.pending_view() {
+            view.status = status;
+            view.ended_at_ms = Some(now_ms());
+            view.failure = failure;
+        }
+        self.upgrade = None;
+    }
+
+    /// This job as a [`Version`] (what runs now).
+    fn version(&self) -> Version {
+        Version {
+            graph: self.graph.clone(),
+            tasks: self.tasks.clone(),
+            modules: self.modules.clone(),
+            states: self.states.clone(),
+            overrides: self.overrides.clone(),
+            running: self
+                .versions
+                .last()
+                .map(|v| v.modules.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The modules of `graph`'s operators as the version history shows them.
+pub(crate) fn running_modules(
+    graph: &JobGraph,
+    loaded: &LoadedModules,
+    store: &ModuleStore,
+) -> Vec<RunningModule> {
+    graph
+        .vertices
+        .iter()
+        .enumerate()
+        .filter_map(|(v, vertex)| {
+            let VertexKind::Operator(op) = &vertex.kind else {
+                return None;
+            };
+            let hash = op.module.to_string();
+            let module = store
+                .list()
+                .into_iter()
+                .rev()
+                .find(|m| m.hash == hash)
+                .map_or_else(|| hash.clone(), |m| format!("{}@{}", m.name, m.version));
+            Some(RunningModule {
+                operator: vertex.id.0.clone(),
+                module,
+                hash,
+                version: loaded
+                    .get(&v)
+                    .map(|(_, info)| info.version.clone())
+                    .unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// What the new version of a job migrates: per keyed operator whose module
+/// changed, exports `migration` and reports another version, the states
+/// both versions declare (same name and kind).
+fn migrations(
+    old: &[RunningModule],
+    new: &[RunningModule],
+    new_graph: &JobGraph,
+    old_states: &HashMap<usize, Vec<StateDescriptor>>,
+    old_graph: &JobGraph,
+    new_states: &HashMap<usize, Vec<StateDescriptor>>,
+    can_migrate: &HashSet<String>,
+) -> BTreeMap<String, MigrationDeploy> {
+    let mut out = BTreeMap::new();
+    for m in new {
+        let Some(before) = old.iter().find(|o| o.operator == m.operator) else {
+            continue;
+        };
+        if before.hash == m.hash || before.version == m.version || !can_migrate.contains(&m.hash) {
+            continue;
+        }
+        let declared = |graph: &JobGraph, states: &HashMap<usize, Vec<StateDescriptor>>| {
+            graph
+                .vertices
+                .iter()
+                .position(|v| v.id.0 == m.operator)
+                .and_then(|v| states.get(&v).cloned())
+                .unwrap_or_default()
+        };
+        let (was, is) = (
+            declared(old_graph, old_states),
+            declared(new_graph, new_states),
+        );
+        let states: Vec<String> = is
+            .iter()
+            .filter(|d| was.iter().any(|o| o.name == d.name && o.kind == d.kind))
+            .map(|d| d.name.clone())
+            .collect();
+        if !states.is_empty() {
+            out.insert(
+                m.operator.clone(),
+                MigrationDeploy {
+                    from_version: before.version.clone(),
+                    states,
+                },
+            );
+        }
+    }
+    out
+}
+
+/// Whether a job running `old_graph` (keyed operators declaring
+/// `old_states`) can be upgraded to `new_graph` (declaring `new_states`),
+/// before anything stops; why not, naming the operator and the state.
+pub(crate) fn check_upgrade(
+    old_graph: &JobGraph,
+    old_states: &HashMap<usize, Vec<StateDescriptor>>,
+    new_graph: &JobGraph,
+    new_states: &HashMap<usize, Vec<StateDescriptor>>,
+    allow_non_restored: bool,
+) -> Result<(), String> {
+    if old_graph.settings.max_parallelism != new_graph.settings.max_parallelism {
+        return Err(format!(
+            "job.max_parallelism changes from {} to {}: the key groups of the job's state \
+             must stay the same",
+            old_graph.settings.max_parallelism, new_graph.settings.max_parallelism
+        ));
+    }
+    let mut dropped = Vec::new();
+    for (v, old) in old_graph.vertices.iter().enumerate() {
+        let new = new_graph
+            .vertices
+            .iter()
+            .enumerate()
+            .find(|(_, n)| n.id.0 == old.id.0);
+        let positioned = !matches!(old.kind, VertexKind::Operator(_));
+        if let Some((_, n)) = new
+            && positioned
+            && n.parallelism != old.parallelism
+        {
+            return Err(format!(
+                "{} `{}` runs with parallelism {} and would have {}: sources and sinks keep \
+                 their parallelism across an upgrade (only keyed operators rescale)",
+                old.kind.role(),
+                old.id,
+                old.parallelism,
+                n.parallelism
+            ));
+        }
+        let was = old_states.get(&v).map(Vec::as_slice).unwrap_or_default();
+        let is = new
+            .and_then(|(nv, _)| new_states.get(&nv))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for state in was {
+            match is.iter().find(|d| d.name == state.name) {
+                Some(d) if d.kind != state.kind => {
+                    return Err(format!(
+                        "operator `{}` state `{}` is {} state and the new module declares it \
+                         as {} state: a state keeps its kind across an upgrade (a migration \
+                         rewrites values, not kinds); declare a new state under another name",
+                        old.id,
+                        state.name,
+                        kind_name(state),
+                        kind_name(d)
+                    ));
+                }
+                Some(_) => {}
+                None if new.is_none() => dropped.push(format!(
+                    "operator `{}` state `{}` (the operator is not in the new job)",
+                    old.id, state.name
+                )),
+                None => dropped.push(format!(
+                    "operator `{}` state `{}` (the new module no longer declares it)",
+                    old.id, state.name
+                )),
+            }
+        }
+    }
+    if !dropped.is_empty() && !allow_non_restored {
+        return Err(format!(
+            "the upgrade would drop state: {}; upgrade anyway with --allow-non-restored-state",
+            dropped.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+fn kind_name(d: &StateDescriptor) -> &'static str {
+    match SavedState::of(d).kind {
+        weir_runtime::state::StateKind::Value => "value",
+        weir_runtime::state::StateKind::List => "list",
+        weir_runtime::state::StateKind::Map => "map",
+    }
+}
+
+impl JobManager {
+    /// Upgrades running job `id` as `request` says: checks the new version
+    /// first (refused: the job runs on untouched), then stops the job at a
+    /// savepoint and restarts it on the new version. Returns once the
+    /// savepoint is triggered; `upgrades` shows the rest.
+    pub async fn upgrade(
+        self: &Arc<Self>,
+        id: &str,
+        request: UpgradeRequest,
+    ) -> Result<UpgradeView, ApiError> {
+        let (spec, old) = {
+            let cell = self.job_cell(id)?;
+            let job = self.lock_job(&cell);
+            self.check_upgradable(&job)?;
+            let spec = job.spec.clone().ok_or_else(|| {
+                ApiError::conflict(format!(
+                    "job {id} ({}) was started by `weir run`, not submitted with a spec: \
+                     it cannot be upgraded in place",
+                    job.name
+                ))
+            })?;
+            (spec, job.version())
+        };
+        let this = self.clone();
+        let (new, changes, migrated, migrations) = {
+            let request = request.clone();
+            tokio::task::spawn_blocking(move || this.prepare_upgrade(&spec, &old, &request))
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))??
+        };
+        let result = self.start_upgrade(id, new, changes, migrated, migrations, &request);
+        self.changed();
+        result
+    }
+
+    /// Why job `job` cannot be upgraded now, if it cannot.
+    fn check_upgradable(&self, job: &Job) -> Result<(), ApiError> {
+        if job.state != JobState::Running {
+            return Err(ApiError::conflict(format!(
+                "job {} ({}) is {}: only a running job is upgraded",
+                job.id,
+                job.name,
+                job.state.as_str()
+            )));
+        }
+        if job.upgrade.is_some() {
+            return Err(ApiError::conflict(format!(
+                "job {} ({}) is being upgraded already; wait for it (`weir status {}`)",
+                job.id, job.name, job.id
+            )));
+        }
+        if job.checkpoints.is_none() {
+            return Err(ApiError::conflict(format!(
+                "job {} ({}) takes no checkpoints: an upgrade stops it at a savepoint, \
+                 which needs [job.checkpoints] in its spec",
+                job.id, job.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// The new version of a job running `old` (spec `spec`) with `request`
+    /// applied, checked against it; what changes and what is migrated.
+    /// Blocking: loads modules.
+    #[allow(clippy::type_complexity)]
+    fn prepare_upgrade(
+        &self,
+        spec: &str,
+        old: &Version,
+        request: &UpgradeRequest,
+    ) -> Result<
+        (
+            Version,
+            Vec<String>,
+            Vec<MigratedState>,
+            BTreeMap<String, MigrationDeploy>,
+        ),
+        ApiError,
+    > {
+        let refused = |m: String| ApiError::bad_request(format!("upgrade refused: {m}"));
+        if request.modules.is_empty() && request.set.is_empty() {
+            return Err(refused(
+                "nothing to change: give --module OP=name@version or --set key=value".into(),
+            ));
+        }
+        let mut overrides = old.overrides.clone();
+        for (op, module) in &request.modules {
+            let is_operator = old
+                .graph
+                .vertices
+                .iter()
+                .any(|v| v.id.0 == *op && matches!(v.kind, VertexKind::Operator(_)));
+            if !is_operator {
+                return Err(refused(format!(
+                    "the job has no operator `{op}` (its operators: {})",
+                    old.running
+                        .iter()
+                        .map(|m| m.operator.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            // Quoted: a module reference is a string, whatever it looks
+            // like (a store reference is plain ASCII, which `{:?}` quotes
+            // as TOML does).
+            self.store.resolve(module).map_err(|e| match e {
+                StoreError::NotFound(_) => refused(format!(
+                    "operator `{op}`: unknown module `{module}`; upload it first with \
+                     `weir upload FILE --name N --version V` (`weir modules` lists them)"
+                )),
+                other => refused(format!("operator `{op}`: {other}")),
+            })?;
+            overrides.push((format!("operator.{op}.module"), format!("{module:?}")));
+        }
+        for set in &request.set {
+            let (key, value) = weir_runtime::job::parse_override(set).map_err(refused)?;
+            overrides.push((key, value));
+        }
+        let (graph, modules, loaded) = self
+            .prepare_with(spec, &overrides)
+            .map_err(|e| refused(e.message))?;
+        let states = keyed_states(&graph, &loaded);
+        check_upgrade(
+            &old.graph,
+            &old.states,
+            &graph,
+            &states,
+            request.allow_non_restored_state,
+        )
+        .map_err(refused)?;
+        let running = running_modules(&graph, &loaded, &self.store);
+        let can_migrate: HashSet<String> = running
+            .iter()
+            .filter(|m| {
+                graph
+                    .vertices
+                    .iter()
+                    .position(|v| v.id.0 == m.operator)
+                    .and_then(|v| loaded.get(&v))
+                    .is_some_and(|(module, _)| self.runtime.exports_migration(module))
+            })
+            .map(|m| m.hash.clone())
+            .collect();
+        let migrations = migrations(
+            &old.running,
+            &running,
+            &graph,
+            &old.states,
+            &old.graph,
+            &states,
+            &can_migrate,
+        );
+        let mut changes = Vec::new();
+        for m in &running {
+            match old.running.iter().find(|o| o.operator == m.operator) {
+                Some(o) if o.hash != m.hash => changes.push(format!(
+                    "operator `{}`: {} (version {}) → {} (version {})",
+                    m.operator, o.module, o.version, m.module, m.version
+                )),
+                Some(_) => {}
+                None => changes.push(format!("operator `{}`: new, {}", m.operator, m.module)),
+            }
+        }
+        for v in &graph.vertices {
+            if let Some(o) = old.graph.vertices.iter().find(|o| o.id.0 == v.id.0)
+                && o.parallelism != v.parallelism
+            {
+                changes.push(format!(
+                    "{} `{}`: parallelism {} → {}",
+                    v.kind.role(),
+                    v.id,
+                    o.parallelism,
+                    v.parallelism
+                ));
+            }
+        }
+        changes.extend(request.set.iter().map(|s| format!("--set {s}")));
+        let migrated = migrations
+            .iter()
+            .flat_map(|(op, m)| {
+                let to = running
+                    .iter()
+                    .find(|r| r.operator == *op)
+                    .map(|r| r.version.clone())
+                    .unwrap_or_default();
+                m.states.iter().map(move |s| MigratedState {
+                    operator: op.clone(),
+                    state: s.clone(),
+                    from_version: m.from_version.clone(),
+                    to_version: to.clone(),
+                    entries: 0,
+                })
+            })
+            .collect();
+        let tasks = chain(&graph);
+        let new = Version {
+            graph,
+            tasks,
+            modules,
+            states,
+            overrides,
+            running,
+        };
+        Ok((new, changes, migrated, migrations))
+    }
+
+    /// Registers the upgrade of job `id` to `new` and triggers its
+    /// stop-with-savepoint.
+    fn start_upgrade(
+        &self,
+        id: &str,
+        new: Version,
+        changes: Vec<String>,
+        migrated: Vec<MigratedState>,
+        migrations: BTreeMap<String, MigrationDeploy>,
+        request: &UpgradeRequest,
+    ) -> Result<UpgradeView, ApiError> {
+        let cell = self.job_cell(id)?;
+        let mut guard = self.lock_job(&cell);
+        let job = &mut *guard;
+        // Checked again: it may have changed while the modules loaded.
+        self.check_upgradable(job)?;
+        let number = job.upgrades.last().map_or(1, |u| u.id + 1);
+        let dir = self.upgrades_dir.join(format!("{}-{number}", job.id));
+        if dir.exists() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        let savepoint = self.trigger_savepoint_locked_in(job, dir.clone(), true)?;
+        let view = UpgradeView {
+            id: number,
+            status: UpgradeStatus::Stopping,
+            changes,
+            migrated,
+            savepoint: dir.display().to_string(),
+            requested_at_ms: now_ms(),
+            stopped_at_ms: None,
+            resumed_at_ms: None,
+            downtime_ms: None,
+            ended_at_ms: None,
+            failure: None,
+        };
+        job.upgrades.push(view.clone());
+        if job.upgrades.len() > MAX_UPGRADE_HISTORY {
+            job.upgrades.remove(0);
+        }
+        job.upgrade = Some(Box::new(PendingUpgrade {
+            id: number,
+            savepoint: savepoint.id,
+            allow_non_restored: request.allow_non_restored_state,
+            new: Some(new),
+            old: None,
+            deploy: None,
+            migrations,
+        }));
+        tracing::info!(job = %job.id, upgrade = number, "upgrade started");
+        Ok(view)
+    }
+
+    /// Job `id`'s upgrades, newest first.
+    pub fn upgrades(&self, id: &str) -> Result<Vec<UpgradeView>, ApiError> {
+        let cell = self.job_cell(id)?;
+        let job = self.lock_job(&cell);
+        Ok(job.upgrades.iter().rev().cloned().collect())
+    }
+
+    /// Waits until upgrade `number` of job `id` has ended; returns it then.
+    pub async fn wait_upgrade(&self, id: &str, number: u32) -> Result<UpgradeView, ApiError> {
+        let mut changes = self.changes.subscribe();
+        loop {
+            let view = self
+                .upgrades(id)?
+                .into_iter()
+                .find(|u| u.id == number)
+                .ok_or_else(|| ApiError::not_found(format!("no upgrade {number} of job {id}")))?;
+            if view.status.is_final() {
+                return Ok(view);
+            }
+            if changes.changed().await.is_err() {
+                return Err(ApiError::internal("the JobManager stopped"));
+            }
+        }
+    }
+}
+
+/// The upgrade's savepoint `number` of `job` was written (`metadata`) or
+/// failed (`failure`). Returns whether the job stops for the upgrade (the
+/// caller then does not cancel it as a plain stop-with-savepoint).
+pub(crate) fn upgrade_savepoint_written(
+    job: &mut Job,
+    number: u32,
+    outcome: Result<(&SavepointMetadata, &std::path::Path), String>,
+    taskmanagers: &TaskManagers,
+) -> bool {
+    let Some(up) = job.upgrade.as_mut().filter(|u| u.savepoint == number) else {
+        return false;
+    };
+    let metadata = match outcome {
+        Ok((metadata, _)) if job.state != JobState::Running => {
+            let _ = metadata;
+            let why = format!(
+                "the job was {} before it could stop for the upgrade; nothing changed",
+                job.state.as_str()
+            );
+            job.end_upgrade(UpgradeStatus::Failed, Some(why));
+            return false;
+        }
+        Ok((metadata, dir)) => (metadata.clone(), dir.to_path_buf()),
+        Err(why) => {
+            job.end_upgrade(
+                UpgradeStatus::Failed,
+                Some(format!(
+                    "the savepoint failed: {why}; the job runs on, unchanged"
+                )),
+            );
+            return false;
+        }
+    };
+    let (metadata, dir) = metadata;
+    let new = up.new.as_ref().expect("swapped in only after the stop");
+    if let Err(why) = check_compatible(&metadata, &new.graph, &new.states, up.allow_non_restored) {
+        job.end_upgrade(
+            UpgradeStatus::Failed,
+            Some(format!(
+                "upgrade refused: {why}; the job runs on, unchanged"
+            )),
+        );
+        return false;
+    }
+    up.deploy = Some(SavepointDeploy {
+        dir,
+        metadata: metadata.clone(),
+        migrations: up.migrations.clone(),
+    });
+    let stopped_at = job
+        .savepoints
+        .iter()
+        .find(|s| s.id == number)
+        .map(|s| s.requested_at_ms);
+    if let Some(view) = job.pending_view() {
+        view.status = UpgradeStatus::Restoring;
+        view.stopped_at_ms = stopped_at;
+        for m in &mut view.migrated {
+            m.entries = entries_of(&metadata, &m.operator, &m.state);
+        }
+    }
+    job.advance(Event::Upgrade);
+    send_cancel(taskmanagers, job);
+    tracing::info!(job = %job.id, "stopped at the savepoint for the upgrade");
+    true
+}
+
+/// Entries of state `state` of operator `operator` in a savepoint.
+fn entries_of(metadata: &SavepointMetadata, operator: &str, state: &str) -> u64 {
+    let Some(vertex) = metadata.vertices.iter().find(|v| v.uid == operator) else {
+        return 0;
+    };
+    let Some(i) = vertex.states.iter().position(|s| s.name == state) else {
+        return 0;
+    };
+    vertex
+        .subtasks
+        .iter()
+        .filter_map(|s| s.state.as_ref())
+        .map(|f| f.entries.get(i).copied().unwrap_or(0))
+        .sum()
+}
+
+/// Every subtask of an `upgrading` job (or of a failed new version, to
+/// roll back) has stopped: swaps in the version to run next and restarts
+/// the job from the upgrade's savepoint at once. Returns false when the
+/// job has no upgrade to carry out (then it settles as usual).
+pub(crate) fn swap_in(job: &mut Job, now: Instant) -> bool {
+    let previous = job.version();
+    let Some(up) = job.upgrade.as_mut() else {
+        return false;
+    };
+    let Some(deploy) = up.deploy.clone() else {
+        return false;
+    };
+    let (next, from, rollback) = match (job.state, up.new.take()) {
+        (JobState::Upgrading, Some(new)) => (new, deploy, false),
+        (JobState::Failing, None) if up.old.is_some() => {
+            let old = up.old.take().expect("checked");
+            // The old version reads its own state as it is.
+            let from = SavepointDeploy {
+                migrations: BTreeMap::new(),
+                ..deploy
+            };
+            (old, from, true)
+        }
+        (_, new) => {
+            up.new = new;
+            return false;
+        }
+    };
+    if !rollback {
+        up.old = Some(previous);
+    }
+    let Version {
+        graph,
+        tasks,
+        modules,
+        states,
+        overrides,
+        running,
+    } = next;
+    job.name = graph.name.clone();
+    job.graph = graph;
+    job.tasks = tasks;
+    job.modules = modules;
+    job.states = states;
+    job.overrides = overrides;
+    // Nothing is placed until the deployment: views and cancels see none.
+    job.placement = job.tasks.iter().map(|_| Vec::new()).collect();
+    job.subtasks = job.tasks.iter().map(|_| Vec::new()).collect();
+    job.reports.clear();
+    job.restarts = Restarts::new(job.graph.settings.restart);
+    job.from_savepoint = Some(Arc::new(from));
+    let subtasks: Vec<(u32, u32)> = job
+        .tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(t, spec)| (0..spec.parallelism).map(move |s| (t as u32, s)))
+        .collect();
+    if let Some(c) = job.checkpoints.as_mut() {
+        let actions = c.coordinator.rescope(subtasks, now);
+        c.unrestorable.clear();
+        job.deferred.extend(actions);
+    }
+    job.restart_at = Some(now);
+    let id = job.upgrade.as_ref().map_or(0, |u| u.id);
+    if rollback {
+        let cause = job
+            .failure
+            .clone()
+            .unwrap_or_else(|| "the new version failed".into());
+        job.end_upgrade(
+            UpgradeStatus::RolledBack,
+            Some(format!(
+                "{cause}; the job was rolled back to its old modules from the upgrade's savepoint"
+            )),
+        );
+        // Marked in the restore history at the restore (`redeployed`).
+        job.rollback_of = Some(id);
+        tracing::warn!(job = %job.id, upgrade = id, "upgrade rolled back: {cause}");
+    } else {
+        job.versions_pending = Some(running);
+        tracing::info!(job = %job.id, upgrade = id, "swapping in the new version");
+    }
+    true
+}
+
+/// A restarting job was deployed again: marks the restore that started
+/// an upgrade (or its rollback) in the restore history.
+pub(crate) fn redeployed(job: &mut Job) {
+    let mark = job
+        .upgrade
+        .as_ref()
+        .map(|u| u.id)
+        .or(job.rollback_of.take());
+    if let (Some(id), Some(c)) = (mark, job.checkpoints.as_mut()) {
+        c.coordinator.mark_upgrade(id);
+    }
+}
+
+/// After a subtask's state changed: an upgrade's new version is running
+/// once all its subtasks run (the downtime ends).
+pub(crate) fn upgrade_progress(job: &mut Job) {
+    let all_running = !job.subtasks.is_empty()
+        && job
+            .subtasks
+            .iter()
+            .flatten()
+            .all(|s| matches!(s, TaskState::Running | TaskState::Finished));
+    if job.state != JobState::Running || !all_running {
+        return;
+    }
+    let Some(view) = job.pending_view() else {
+        return;
+    };
+    if view.status != UpgradeStatus::Restoring {
+        return;
+    }
+    let now = now_ms();
+    view.status = UpgradeStatus::Running;
+    view.resumed_at_ms = Some(now);
+    view.downtime_ms = view.stopped_at_ms.map(|s| now.saturating_sub(s));
+}
+
+/// A checkpoint of `job` completed: an upgrade whose new version runs is
+/// done, and the new version enters the version history.
+pub(crate) fn upgrade_checkpointed(job: &mut Job) {
+    let done = job
+        .pending_view()
+        .is_some_and(|v| v.status == UpgradeStatus::Running);
+    if !done {
+        return;
+    }
+    let id = job.upgrade.as_ref().map_or(0, |u| u.id);
+    let modules = job.versions_pending.take().unwrap_or_default();
+    let version = job.versions.last().map_or(1, |v| v.version + 1);
+    let since_ms = job
+        .pending_view()
+        .and_then(|v| v.resumed_at_ms)
+        .unwrap_or_else(now_ms);
+    job.versions.push(VersionView {
+        version,
+        since_ms,
+        upgrade: Some(id),
+        modules,
+    });
+    job.end_upgrade(UpgradeStatus::Completed, None);
+    tracing::info!(job = %job.id, upgrade = id, version, "upgrade completed");
+}
+
+/// Whether a failure of `job` now rolls back its upgrade: the new version
+/// was swapped in and has not checkpointed yet.
+pub(crate) fn rolls_back(job: &Job) -> bool {
+    job.upgrade
+        .as_ref()
+        .is_some_and(|u| u.new.is_none() && u.old.is_some() && u.deploy.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_runtime::job::JobSpec;
+    use weir_runtime::state::StateKind;
+
+    fn graph(sources: u32, counters: u32, max_parallelism: u32) -> JobGraph {
+        let spec = format!(
+            r#"
+[job]
+name = "j"
+max_parallelism = {max_parallelism}
+
+[[source]]
+id = "src"
+type = "generator"
+kind = "sequence"
+parallelism = {sources}
+
+[[operator]]
+id = "count"
+module = "count.wasm"
+key_by = "key"
+parallelism = {counters}
+
+[[sink]]
+id = "out"
+type = "blackhole"
+
+[[edge]]
+from = "src"
+to = "count"
+
+[[edge]]
+from = "count"
+to = "out"
+"#
+        );
+        JobGraph::from_spec(JobSpec::parse(&spec, "/specs/job.toml", &[]).unwrap()).unwrap()
+    }
+
+    fn states(declared: &[(&str, StateKind)]) -> HashMap<usize, Vec<StateDescriptor>> {
+        HashMap::from([(
+            1,
+            declared
+                .iter()
+                .map(|(n, k)| StateDescriptor::new(*n, *k))
+                .collect(),
+        )])
+    }
+
+    #[test]
+    fn an_upgrade_is_checked_against_what_runs_before_anything_stops() {
+        let old = states(&[("count", StateKind::Value), ("seen", StateKind::Map)]);
+        let check = |new_graph: JobGraph, new: &[(&str, StateKind)], allow| {
+            check_upgrade(&graph(2, 2, 128), &old, &new_graph, &states(new), allow)
+        };
+        let same = [("count", StateKind::Value), ("seen", StateKind::Map)];
+        check(graph(2, 2, 128), &same, false).unwrap();
+        // Keyed operators rescale; a new state starts empty.
+        let more = [
+            ("count", StateKind::Value),
+            ("seen", StateKind::Map),
+            ("new", StateKind::List),
+        ];
+        check(graph(2, 4, 128), &more, false).unwrap();
+
+        let err = check(
+            graph(2, 2, 128),
+            &[("count", StateKind::List), ("seen", StateKind::Map)],
+            true,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("operator `count` state `count` is value state")
+                && err.contains("as list state"),
+            "{err}"
+        );
+        let err = check(graph(2, 2, 128), &[("count", StateKind::Value)], false).unwrap_err();
+        assert!(
+            err.contains("operator `count` state `seen`")
+                && err.contains("--allow-non-restored-state"),
+            "{err}"
+        );
+        check(graph(2, 2, 128), &[("count", StateKind::Value)], true).unwrap();
+        let err = check(graph(3, 2, 128), &same, false).unwrap_err();
+        assert!(err.contains("source `src`"), "{err}");
+        let err = check(graph(2, 2, 64), &same, false).unwrap_err();
+        assert!(err.contains("max_parallelism"), "{err}");
+    }
+
+    #[test]
+    fn only_a_changed_module_that_exports_migration_migrates_the_states_both_declare() {
+        let g = graph(2, 2, 128);
+        let module = |hash: &str, version: &str| RunningModule {
+            operator: "count".into(),
+            module: format!("m@{version}"),
+            hash: hash.into(),
+            version: version.into(),
+        };
+        let old = states(&[("count", StateKind::Value), ("gone", StateKind::Value)]);
+        let new = states(&[("count", StateKind::Value), ("fresh", StateKind::Value)]);
+        let can = HashSet::from(["h2".to_owned()]);
+        let found = migrations(
+            &[module("h1", "1.0")],
+            &[module("h2", "2.0")],
+            &g,
+            &old,
+            &g,
+            &new,
+            &can,
+        );
+        assert_eq!(
+            found.get("count"),
+            Some(&MigrationDeploy {
+                from_version: "1.0".into(),
+                states: vec!["count".into()],
+            })
+        );
+        // The same version, or a module without `migration`: bytes as they are.
+        let same_version = [module("h2", "1.0")];
+        let none = migrations(
+            &[module("h1", "1.0")],
+            &same_version,
+            &g,
+            &old,
+            &g,
+            &new,
+            &can,
+        );
+        assert!(none.is_empty());
+        let cannot = migrations(
+            &[module("h1", "1.0")],
+            &[module("h3", "2.0")],
+            &g,
+            &old,
+            &g,
+            &new,
+            &can,
+        );
+        assert!(cannot.is_empty());
+    }
+}
