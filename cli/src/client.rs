@@ -43,11 +43,13 @@ mod rest;
 mod savepoint;
 #[cfg(test)]
 mod tests;
+mod upgrade;
 
 pub(crate) use render::human_bytes;
 use render::*;
 pub use rest::*;
 pub use savepoint::{SavepointArgs, StopArgs};
+pub use upgrade::{RescaleArgs, UpgradeArgs};
 
 /// Where the JobManager is when neither `--jobmanager` nor `WEIR_JOBMANAGER`
 /// says: the default `--rest` address of `weir jobmanager`.
@@ -99,6 +101,24 @@ pub enum ClientCommand {
     /// Stop a job with a savepoint: its sinks commit exactly what the
     /// savepoint records, then it is canceled.
     Stop(StopArgs),
+    /// Upgrade a running job in place: new modules (and --set changes),
+    /// its state carried over and migrated by the new modules.
+    ///
+    /// Checked before anything stops: every new module must fit the
+    /// contract and declare the job's states again with the same kind (a
+    /// state it drops needs --allow-non-restored-state); an incompatible
+    /// upgrade is refused and the job runs on. Then the job stops at a
+    /// savepoint and resumes on the new version from it; a module that
+    /// exports `migration` and reports another version rewrites every
+    /// stored value on the way in. If the new version fails before its
+    /// first checkpoint (restore, migration, `open`), the job goes back to
+    /// its old modules from the same savepoint and this exits non-zero.
+    /// Prints the downtime. The job needs `[job.checkpoints]`.
+    Upgrade(UpgradeArgs),
+    /// Change keyed operators' parallelism: an upgrade with only
+    /// `--set operator.OP.parallelism=N` (stop with a savepoint, resume
+    /// rescaled). Sources and sinks keep theirs.
+    Rescale(RescaleArgs),
 }
 
 /// How to reach the JobManager and how to print; every client command has
@@ -250,6 +270,8 @@ pub fn run(command: ClientCommand) -> Result<(), Failure> {
         ClientCommand::Checkpoints(args) => checkpoints(args),
         ClientCommand::Savepoint(args) => savepoint::savepoint(args),
         ClientCommand::Stop(args) => savepoint::stop(args),
+        ClientCommand::Upgrade(args) => upgrade::upgrade(args),
+        ClientCommand::Rescale(args) => upgrade::rescale(args),
     }
 }
 

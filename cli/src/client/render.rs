@@ -108,6 +108,47 @@ pub(super) fn job_report(detail: &JobDetail, now_ms: u64) -> String {
                 .unwrap_or_default()
         );
     }
+    if let Some(current) = detail.versions.last().filter(|_| detail.versions.len() > 1) {
+        let _ = writeln!(
+            out,
+            "version {} since {} UTC (upgrade {}): {}",
+            current.version,
+            utc_time(current.since_ms),
+            current.upgrade.unwrap_or(0),
+            current
+                .modules
+                .iter()
+                .map(|m| format!("{}={} ({})", m.operator, m.module, m.version))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    } else if let Some(first) = detail.versions.first() {
+        let _ = writeln!(
+            out,
+            "modules: {}",
+            first
+                .modules
+                .iter()
+                .map(|m| format!("{}={} ({})", m.operator, m.module, m.version))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for up in &detail.upgrades {
+        let _ = writeln!(
+            out,
+            "upgrade {}: {}{}{}",
+            up.id,
+            up.status.as_str(),
+            up.downtime_ms
+                .map(|d| format!(", down {d} ms"))
+                .unwrap_or_default(),
+            up.failure
+                .as_deref()
+                .map(|f| format!(": {f}"))
+                .unwrap_or_default()
+        );
+    }
     if detail.vertices.is_empty() {
         return out;
     }
