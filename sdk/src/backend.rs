@@ -340,6 +340,12 @@ mod memory {
             Ok(())
         }
 
+        /// Sets the raw value of a value state for `key` (what a restore
+        /// would put there).
+        pub(crate) fn set_raw_value(&mut self, id: u32, key: &[u8], value: &[u8]) {
+            self.values.insert((id, key.to_vec()), value.to_vec());
+        }
+
         /// The raw value of a value state for `key`.
         pub(crate) fn raw_value(&self, id: u32, key: &[u8]) -> Option<&[u8]> {
             self.values.get(&(id, key.to_vec())).map(Vec::as_slice)

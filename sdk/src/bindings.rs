@@ -1,4 +1,7 @@
-//! The code `wit-bindgen` generates from `wit/operator.wit`, world `stream-operator`.
+//! The code `wit-bindgen` generates from `wit/operator.wit`, world
+//! `stream-operator-with-migration`: every operator built with the SDK
+//! exports `migration` (states without a migration function keep their
+//! bytes, see [`crate::StateDescriptor::with_migration`]).
 //!
 //! Owns nothing hand-written: the WIT types (`Batch`, `Emitted`, `SideOutput`,
 //! ...), the imported host interfaces and the raw export macro. UDF crates do
@@ -15,7 +18,7 @@
 #![allow(unsafe_code, missing_docs, clippy::all)]
 
 wit_bindgen::generate!({
-    world: "stream-operator",
+    world: "stream-operator-with-migration",
     path: "../wit/operator.wit",
     // UDF crates export through `weir_sdk::export_*!`, which expand to the
     // generated export macro: it must be `pub` and find the types here.

@@ -41,6 +41,28 @@ pub fn describe<O: Operator>(crate_name: &str, crate_version: &str) -> OperatorI
     }
 }
 
+/// WIT `migration.migrate-state` for `O`: the state's
+/// [`migrate`](crate::StateDescriptor::migrate) function, or the bytes as
+/// they are for a state without one (or one `O` does not declare).
+pub fn migrate<O: Operator>(
+    state: &str,
+    from_version: &str,
+    old: Vec<u8>,
+) -> Result<Vec<u8>, Error> {
+    match O::STATES
+        .iter()
+        .find(|s| s.name == state)
+        .and_then(|s| s.migrate)
+    {
+        Some(f) => f(from_version, &old).map_err(|e| {
+            e.context(format_args!(
+                "migrating state `{state}` from version {from_version}"
+            ))
+        }),
+        None => Ok(old),
+    }
+}
+
 /// Opens `O` from the host's `open-context`.
 pub(crate) fn open<O: Operator>(ctx: wit::OpenContext) -> Result<O, Error> {
     check_declared(O::STATES)?;
@@ -172,6 +194,17 @@ macro_rules! export_operator {
                 }
                 fn close() -> ::core::result::Result<$crate::Emitted, ::std::string::String> {
                     WEIR_INSTANCE.with(|i| i.close())
+                }
+            }
+
+            impl $crate::__private::MigrationGuest for WeirOperatorExport {
+                fn migrate_state(
+                    state: ::std::string::String,
+                    from_version: ::std::string::String,
+                    old: ::std::vec::Vec<u8>,
+                ) -> ::core::result::Result<::std::vec::Vec<u8>, ::std::string::String> {
+                    $crate::__private::migrate::<$op>(&state, &from_version, old)
+                        .map_err(::std::string::String::from)
                 }
             }
 

@@ -141,7 +141,7 @@ pub use operator::{
 };
 pub use record::{BatchBuilder, Collector, OwnedRecord, Record, Records};
 pub use state::{
-    ExplicitKey, KeyScope, ListState, MapState, StateDescriptor, StateKind, ValueState,
+    ExplicitKey, KeyScope, ListState, MapState, MigrateFn, StateDescriptor, StateKind, ValueState,
 };
 
 /// The current event-time watermark of this subtask (`i64::MIN` before the first).
@@ -153,7 +153,8 @@ pub fn current_watermark() -> i64 {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bindings::__export_weir_stream_operator as export;
+    pub use crate::bindings::exports::weir::operator::migration::Guest as MigrationGuest;
     pub use crate::bindings::exports::weir::operator::operator::Guest;
     pub use crate::bindings::weir::operator::types::{OpenContext, OperatorInfo};
-    pub use crate::export::{Instance, describe};
+    pub use crate::export::{Instance, describe, migrate};
 }

@@ -21,10 +21,18 @@ use crate::codec::StateCodec;
 pub use crate::bindings::weir::operator::state::StateError;
 pub use crate::bindings::weir::operator::types::StateKind;
 
+/// How a state's stored bytes written by an older version of the operator
+/// become this version's: gets the old operator version (its
+/// `operator-info.version`) and one stored value (or list element, or map
+/// value) as the old version encoded it; returns the new encoding. An
+/// error aborts the upgrade (the job goes back to its old modules) with
+/// the message.
+pub type MigrateFn = fn(from_version: &str, old: &[u8]) -> Result<Vec<u8>, Error>;
+
 /// A keyed state an operator declares (`const STATES`). Together with the
 /// operator's uid, `name` addresses the state in checkpoints and savepoints,
 /// so renaming a state loses it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct StateDescriptor {
     /// Unique within the operator.
     pub name: &'static str,
@@ -32,7 +40,23 @@ pub struct StateDescriptor {
     pub kind: StateKind,
     /// Time to live in milliseconds of processing time, enforced by the host.
     pub ttl_ms: Option<u64>,
+    /// Rewrites this state's values written by an older operator version
+    /// when a job is upgraded (`weir upgrade`); `None` keeps them as they are.
+    pub migrate: Option<MigrateFn>,
 }
+
+/// Two declarations are equal when they declare the same state (name, kind,
+/// TTL) and both or neither migrate it (function pointers are not compared).
+impl PartialEq for StateDescriptor {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.kind == other.kind
+            && self.ttl_ms == other.ttl_ms
+            && self.migrate.is_some() == other.migrate.is_some()
+    }
+}
+
+impl Eq for StateDescriptor {}
 
 impl StateDescriptor {
     /// A value state: one value per key.
@@ -55,6 +79,33 @@ impl StateDescriptor {
             name,
             kind,
             ttl_ms: None,
+            migrate: None,
+        }
+    }
+
+    /// This state migrated with `migrate` when the job is upgraded from an
+    /// older version of the operator (see [`MigrateFn`]):
+    ///
+    /// ```
+    /// use weir_sdk::{Error, StateCodec, StateDescriptor};
+    ///
+    /// /// Version 1 stored a count (u64); version 2 stores the count and
+    /// /// when the key was first seen (i64; -1: before version 2).
+    /// fn from_v1(from_version: &str, old: &[u8]) -> Result<Vec<u8>, Error> {
+    ///     if !from_version.starts_with("1.") {
+    ///         return Ok(old.to_vec());
+    ///     }
+    ///     let mut new = u64::decode(old)?.to_bytes();
+    ///     (-1i64).encode(&mut new);
+    ///     Ok(new)
+    /// }
+    ///
+    /// const STATES: &[StateDescriptor] = &[StateDescriptor::value("count").with_migration(from_v1)];
+    /// ```
+    pub const fn with_migration(self, migrate: MigrateFn) -> Self {
+        Self {
+            migrate: Some(migrate),
+            ..self
         }
     }
 

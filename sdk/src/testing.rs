@@ -210,6 +210,16 @@ impl<O: Operator> Harness<O> {
         export::describe::<O>("test", "0.0.0")
     }
 
+    /// What the host's `migration.migrate-state` gets from the component
+    /// on `weir upgrade`, for one stored value (or list element, or map
+    /// value) `old` of state `state` written by operator version
+    /// `from_version`: the state's migration function's result, or `old`
+    /// unchanged for a state without one. Needs no open operator (the host
+    /// calls it before `open`).
+    pub fn migrate_state(state: &str, from_version: &str, old: &[u8]) -> Result<Vec<u8>, Error> {
+        export::migrate::<O>(state, from_version, old.to_vec())
+    }
+
     /// Sends `records` as one batch to `process`.
     pub fn process<'a>(
         &mut self,
@@ -295,6 +305,24 @@ impl<O: Operator> Harness<O> {
             .raw_value(id as u32, key.as_ref())
             .map(|bytes| T::decode(bytes).map_err(Error::from))
             .transpose()
+    }
+
+    /// Puts raw `bytes` into value state `name` for `key`, as a restore
+    /// would (e.g. what [`Harness::migrate_state`] returned for an old
+    /// version's value), so a test can continue from migrated state.
+    pub fn set_value_state_bytes(
+        &mut self,
+        name: &str,
+        key: impl AsRef<[u8]>,
+        bytes: &[u8],
+    ) -> Result<(), Error> {
+        let Some(id) = O::STATES.iter().position(|s| s.name == name) else {
+            crate::bail!("state `{name}` is not declared");
+        };
+        self.backend
+            .borrow_mut()
+            .set_raw_value(id as u32, key.as_ref(), bytes);
+        Ok(())
     }
 
     /// The keys that hold anything in state `name`, in byte order.
