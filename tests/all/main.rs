@@ -23,6 +23,7 @@ mod rest_auth;
 mod sandbox;
 mod savepoint;
 mod side_output;
+mod upgrade;
 mod upload_memory;
 mod util;
 mod word_count;
