@@ -7,13 +7,18 @@
  * of it: it walks each input batch record by record, hands every record to
  * `process_element` with a context that carries the record's key, gathers
  * what the callbacks emit into growable columnar output batches, and turns
- * a failed callback into the call's `err(message)`.
+ * a failed callback into the call's `err(message)`. It also implements the
+ * WIT `migration` interface (`migrate-state`, called by `weir upgrade`) with
+ * each state's optional `migrate` function (weir_migrate_fn below); the
+ * component exports it once bindings/ is generated for the world
+ * `stream-operator-with-migration` (see REGENERATE.md).
  *
  * What this header owns:
  *   - weir_bytes_t, weir_record_t: borrowed views of records;
  *   - weir_batch_view_t + weir_batch_next(): iterate a columnar batch;
  *   - weir_batch_builder_t: build an output batch in bulk;
  *   - state, timer, log and metric helpers scoped by the context's key;
+ *   - weir_migrate_fn: how a state's stored bytes change on an upgrade;
  *   - the state value encoding shared by every SDK (wit/README.md, "State
  *     value encoding"): fixed-width little-endian integers and floats, one
  *     byte for bool, strings and bytes as they are.
@@ -69,6 +74,10 @@ typedef struct {
 } weir_buf_t;
 
 void weir_buf_free(weir_buf_t *buf);
+/* `len` uninitialised bytes ({NULL, 0} for none); out of memory traps. */
+weir_buf_t weir_buf_alloc(size_t len);
+/* A copy of `bytes`. */
+weir_buf_t weir_buf_copy(weir_bytes_t bytes);
 
 static inline weir_bytes_t weir_buf_bytes(const weir_buf_t *buf) {
     weir_bytes_t b = {buf->ptr, buf->len};
@@ -184,6 +193,18 @@ typedef enum {
     WEIR_STATE_MAP = 2,
 } weir_state_kind_t;
 
+/* A state's migration, run when `weir upgrade` replaces the operator in
+ * place with a version whose `version` differs: the new bytes of one stored
+ * value (a value, a list element, a map value; never a map's user key)
+ * written by operator version `from_version`. `old` is borrowed, as the old
+ * version encoded it. Set `*migrated` to the bytes this version reads, from
+ * weir_buf_alloc or weir_buf_copy (the SDK hands them to the host and frees
+ * them; to keep the bytes, `*migrated = weir_buf_copy(old)`), and return
+ * true; or return false after weir_fail() to abort the upgrade (the job
+ * goes back to its old modules). It runs before `open`: no config, no state
+ * access, no context. */
+typedef bool (*weir_migrate_fn)(weir_bytes_t from_version, weir_bytes_t old, weir_buf_t *migrated);
+
 /* A declared keyed state; its weir_state_id_t is its index in
  * weir_operator_t.states. */
 typedef struct {
@@ -191,11 +212,18 @@ typedef struct {
     weir_state_kind_t kind;
     /* Time to live in milliseconds of processing time; 0 = forever. */
     uint64_t ttl_ms;
+    /* How values an older version stored become this version's; NULL keeps
+     * them as they are. */
+    weir_migrate_fn migrate;
 } weir_state_descriptor_t;
 
-#define WEIR_VALUE_STATE(name) {(name), WEIR_STATE_VALUE, 0}
-#define WEIR_LIST_STATE(name) {(name), WEIR_STATE_LIST, 0}
-#define WEIR_MAP_STATE(name) {(name), WEIR_STATE_MAP, 0}
+#define WEIR_VALUE_STATE(name) {(name), WEIR_STATE_VALUE, 0, NULL}
+#define WEIR_LIST_STATE(name) {(name), WEIR_STATE_LIST, 0, NULL}
+#define WEIR_MAP_STATE(name) {(name), WEIR_STATE_MAP, 0, NULL}
+/* The same, with a migration (weir_migrate_fn). */
+#define WEIR_VALUE_STATE_MIGRATED(name, migrate) {(name), WEIR_STATE_VALUE, 0, (migrate)}
+#define WEIR_LIST_STATE_MIGRATED(name, migrate) {(name), WEIR_STATE_LIST, 0, (migrate)}
+#define WEIR_MAP_STATE_MIGRATED(name, migrate) {(name), WEIR_STATE_MAP, 0, (migrate)}
 
 /* What `open` is told: see weir_open_* below. Valid during `open` only. */
 typedef struct weir_open_context weir_open_context_t;

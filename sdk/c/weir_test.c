@@ -1,7 +1,8 @@
 /*
  * weir_test.c: a native stand-in for the Weir host, for unit tests (see
  * weir_test.h). Implements the WIT imports that bindings/operator.h
- * declares, in memory, and drives weir.c's exports.
+ * declares, in memory, and drives weir.c's exports (`operator`, and
+ * `migration`'s migrate-state).
  *
  * State is a flat array of cells, searched linearly: tests hold a handful
  * of keys. A value is one cell; a list is one cell per element in insertion
@@ -15,6 +16,13 @@
 #include <string.h>
 
 #include "operator.h"
+
+/* Stand-in for operator.h: weir.c's `migration` export, which
+ * bindings/operator.h declares once it is generated for the world
+ * stream-operator-with-migration (REGENERATE.md). */
+bool exports_weir_operator_migration_migrate_state(operator_string_t *state, operator_string_t *from_version,
+                                                   operator_list_u8_t *old, operator_list_u8_t *ret,
+                                                   operator_string_t *err);
 
 int weir_test_passed, weir_test_failed;
 
@@ -258,6 +266,32 @@ bool weir_operator_state_clear(weir_operator_state_state_id_t state, operator_li
 bool weir_test_state_value(weir_state_id_t state, weir_bytes_t key, weir_bytes_t *value) {
     operator_list_u8_t k = {(uint8_t *)key.ptr, key.len};
     size_t i = cell_find(0, state, &k, NULL);
+    if (i == num_cells) {
+        return false;
+    }
+    value->ptr = cells[i].value.ptr;
+    value->len = cells[i].value.len;
+    return true;
+}
+
+bool weir_test_list_element(weir_state_id_t state, weir_bytes_t key, size_t index, weir_bytes_t *element) {
+    operator_list_u8_t k = {(uint8_t *)key.ptr, key.len};
+    size_t i = cell_find(0, state, &k, NULL);
+    for (size_t n = 0; n < index && i < num_cells; n++) {
+        i = cell_find(i + 1, state, &k, NULL);
+    }
+    if (i == num_cells) {
+        return false;
+    }
+    element->ptr = cells[i].value.ptr;
+    element->len = cells[i].value.len;
+    return true;
+}
+
+bool weir_test_map_value(weir_state_id_t state, weir_bytes_t key, weir_bytes_t user_key, weir_bytes_t *value) {
+    operator_list_u8_t k = {(uint8_t *)key.ptr, key.len};
+    operator_list_u8_t uk = {(uint8_t *)user_key.ptr, user_key.len};
+    size_t i = cell_find(0, state, &k, &uk);
     if (i == num_cells) {
         return false;
     }
@@ -572,6 +606,61 @@ bool weir_test_finish(weir_test_output_t *out) {
     }
     take_emitted(&emitted, out);
     return true;
+}
+
+/* Calls the migrate-state export with arguments the callee owns, as the host passes them. */
+static bool migrate_state(const char *state, const char *from_version, const uint8_t *old, size_t old_len,
+                          operator_list_u8_t *migrated) {
+    operator_list_u8_t name = copy_bytes((const uint8_t *)state, strlen(state));
+    operator_list_u8_t version = copy_bytes((const uint8_t *)from_version, strlen(from_version));
+    operator_string_t name_str = {name.ptr, name.len};
+    operator_string_t version_str = {version.ptr, version.len};
+    operator_list_u8_t bytes = copy_bytes(old, old_len);
+    operator_string_t err;
+    if (!exports_weir_operator_migration_migrate_state(&name_str, &version_str, &bytes, migrated, &err)) {
+        return failed(&err);
+    }
+    return true;
+}
+
+bool weir_test_migrate_state(const char *state, const char *from_version, weir_bytes_t old,
+                             weir_buf_t *migrated) {
+    operator_list_u8_t ret;
+    if (!migrate_state(state, from_version, old.ptr, old.len, &ret)) {
+        return false;
+    }
+    /* What post-return would free is the caller's now (weir_buf_free frees only len > 0). */
+    migrated->ptr = ret.ptr;
+    migrated->len = ret.len;
+    return true;
+}
+
+bool weir_test_migrate_stored_state(const char *from_version) {
+    if (weir_operator.version != NULL && strcmp(from_version, weir_operator.version) == 0) {
+        return true;
+    }
+    /* Every cell's new value first, so that a failure changes nothing. */
+    operator_list_u8_t *migrated = xmalloc(num_cells * sizeof(operator_list_u8_t));
+    size_t done = 0;
+    bool ok = true;
+    for (; done < num_cells; done++) {
+        const cell_t *c = &cells[done];
+        if (!migrate_state(weir_operator.states[c->state].name, from_version, c->value.ptr, c->value.len,
+                           &migrated[done])) {
+            ok = false;
+            break;
+        }
+    }
+    for (size_t i = 0; i < done; i++) {
+        if (ok) {
+            free(cells[i].value.ptr);
+            cells[i].value = migrated[i];
+        } else if (migrated[i].len != 0) {
+            free(migrated[i].ptr);
+        }
+    }
+    free(migrated);
+    return ok;
 }
 
 void weir_test_output_free(weir_test_output_t *out) {

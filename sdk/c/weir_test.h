@@ -4,7 +4,8 @@
  * weir_test.c stands in for the host: it implements the imported WIT
  * functions (keyed state in memory, event-time timers, log to stderr,
  * metrics dropped) and drives the operator through weir.c's exports, the
- * same path the component takes. Build the test with the host compiler,
+ * same path the component takes (also `migrate-state`, the export
+ * `weir upgrade` calls). Build the test with the host compiler,
  * without bindings/operator.c (which is Wasm-only glue):
  *
  *   cc -std=c11 -I sdk/c -I sdk/c/bindings -I PROJECT/src -o test \
@@ -69,6 +70,30 @@ bool weir_test_state_value(weir_state_id_t state, weir_bytes_t key, weir_bytes_t
 /* Stores `value` for `key` in a value state, as if restored from a
  * checkpoint written by this or another SDK. Call after weir_test_open. */
 void weir_test_set_state_value(weir_state_id_t state, weir_bytes_t key, weir_bytes_t value);
+
+/* Element `index` of a list state's list for `key` (oldest first): true and
+ * `*element` set (valid until the next call) if there is one. */
+bool weir_test_list_element(weir_state_id_t state, weir_bytes_t key, size_t index, weir_bytes_t *element);
+
+/* The value under `user_key` in a map state's map for `key`: true and
+ * `*value` set (valid until the next call) if there is one. */
+bool weir_test_map_value(weir_state_id_t state, weir_bytes_t key, weir_bytes_t user_key, weir_bytes_t *value);
+
+/* What the component's `migrate-state` export returns for `old`, one stored
+ * value of state `state` written by operator version `from_version`: the
+ * state's `migrate` result, or `old` as it is without one. True and
+ * `*migrated` set (free with weir_buf_free), or false with the message in
+ * weir_test_error(). Needs no weir_test_open (the host calls it before
+ * `open`). */
+bool weir_test_migrate_state(const char *state, const char *from_version, weir_bytes_t old,
+                             weir_buf_t *migrated);
+
+/* Migrates everything stored, as `weir upgrade` does when the old operator
+ * was at `from_version`: every value, list element and map value (not map
+ * user keys) of every declared state; nothing when `from_version` is
+ * weir_operator.version. Atomic: false (see weir_test_error) leaves the
+ * stored state as it was. */
+bool weir_test_migrate_stored_state(const char *from_version);
 
 /* How many timers are registered and not yet fired. */
 size_t weir_test_timer_count(void);

@@ -12,10 +12,12 @@
 # `npm ci` into ${WEIR_TOOLS_DIR:-$HOME/.cache/weir/tools}/js when missing
 # or out of date; never globally):
 #   1. write a wrapper entry that imports the four host interfaces of
-#      wit/operator.wit, binds them for the SDK and re-exports `operator`;
+#      wit/operator.wit, binds them for the SDK, re-exports `operator` and
+#      exports `migration` (the entry's own `migration` if it exports one,
+#      else `operator.migrateState`, else one keeping every stored value);
 #   2. bundle wrapper + entry + SDK into one ES module with rolldown
 #      (weir:* and wasi:* stay imports);
-#   3. componentize it for the world `stream-operator`.
+#   3. componentize it for the world `stream-operator-with-migration`.
 #
 # Environment:
 #   WEIR_JS_BACKEND   quickjs (default: componentize-qjs; ~1.9 MB, fast
@@ -86,9 +88,17 @@ import * as state from 'weir:operator/state@0.1.0';
 import * as timers from 'weir:operator/timers@0.1.0';
 import * as log from 'weir:operator/log@0.1.0';
 import * as metrics from 'weir:operator/metrics@0.1.0';
-import { operator as userOperator } from $(node -e 'process.stdout.write(JSON.stringify(process.argv[1]))' "$project/$entry");
+import * as user from $(node -e 'process.stdout.write(JSON.stringify(process.argv[1]))' "$project/$entry");
 globalThis.__weirHost = { backend: '$backend_tag', state, timers, log, metrics, package: $pkg };
-export const operator = userOperator;
+export const operator = user.operator;
+// The SDK's adapters implement migrate-state on the operator object; an
+// operator written by hand (or with an SDK copy from before migrations)
+// keeps every stored value as it is.
+export const migration = user.migration ?? {
+  migrateState: typeof user.operator.migrateState === 'function'
+    ? (name, fromVersion, old) => user.operator.migrateState(name, fromVersion, old)
+    : (name, fromVersion, old) => old,
+};
 EOF
 
 "$tools/node_modules/.bin/rolldown" "$work/wrapper.js" \
@@ -104,10 +114,10 @@ mkdir -p "$(dirname "$out")"
 if [ "$backend_tag" = sm ]; then
     # wasi:http is not linked by the host; fetch-event is an http export.
     node "$tools/node_modules/@bytecodealliance/componentize-js/src/cli.js" "$work/bundle.js" \
-        --wit "$wit" --world-name stream-operator --disable http fetch-event -o "$out"
+        --wit "$wit" --world-name stream-operator-with-migration --disable http fetch-event -o "$out"
 else
     # --sync: plain (non-async) component ABI, which wasmtime 48 runs.
     "$tools/node_modules/.bin/componentize-qjs" --wit "$wit" --js "$work/bundle.js" \
-        --world stream-operator --sync -o "$out" >/dev/null
+        --world stream-operator-with-migration --sync -o "$out" >/dev/null
 fi
 echo "built $out ($(wc -c <"$out") bytes, $backend)"

@@ -5,7 +5,9 @@
 // typed arrays for lists, `undefined` for a missing option, errors thrown
 // with a `payload` variant), then drives the exported `operator` object the
 // way the host does: describe, open, process batches, fire timers as the
-// watermark advances (in (time, key bytes) order), close.
+// watermark advances (in (time, key bytes) order), close; and migrate state
+// as `weir upgrade` does (`migrateState` for one stored value,
+// `migrateStoredState` for everything stored).
 //
 // Mirrors sdk/src/testing.rs. It checks every emitted batch as the host
 // does (three lists of one length, lengths adding up to the data), and
@@ -15,6 +17,7 @@
 //   const h = Harness.open(operator, { config: { emit: 'updates' } });
 //   const out = h.process([{ key: 'a', value: 'a', timestamp: 1n }]);
 //   out.values(); // ['a\t1']
+//   h.migrateState('count', '1.0.0', oldBytes); // what the upgrade stores instead
 
 import { MAX_TIMESTAMP, MIN_TIMESTAMP, errorMessage, utf8 } from './weir-sdk.js';
 
@@ -353,6 +356,40 @@ export class Harness {
     return this.host.sortedTimers().map(([t, k]) => [t, k.slice()]);
   }
 
+  /**
+   * What the component's `migrate-state` export returns for `old` (bytes or
+   * a string), one stored value of state `name` written by operator version
+   * `fromVersion`: the state's `migrate` result (a copy), or `old` unchanged
+   * for a state without one. Needs no open operator (the host calls it
+   * before `open`). A failed migration throws an Error with the message the
+   * upgrade would show.
+   */
+  migrateState(name, fromVersion, old) {
+    const migrated = this._guest(() => this.op.migrateState(name, fromVersion, bytes(old)));
+    return migrated.slice();
+  }
+
+  /**
+   * Migrates everything this harness stores as `weir upgrade` does when the
+   * old operator was at `fromVersion`: every value, list element and map
+   * value (not map user keys) of every declared state; nothing when
+   * `fromVersion` is this operator's version. Atomic: after a failure (an
+   * Error with the upgrade's message) the stored state is as it was.
+   */
+  migrateStoredState(fromVersion) {
+    if (fromVersion === this.info.version) return;
+    const stores = this.info.states.map((s, id) => {
+      const store = this.host.stores[id];
+      const migrate = (v) => this.migrateState(s.name, fromVersion, v);
+      const entries = [...store.entries()];
+      if (s.kind === 'value') return new Map(entries.map(([k, v]) => [k, migrate(v)]));
+      if (s.kind === 'list') return new Map(entries.map(([k, es]) => [k, es.map(migrate)]));
+      const values = (m) => new Map([...m.entries()].map(([uk, v]) => [uk, migrate(v)]));
+      return new Map(entries.map(([k, m]) => [k, values(m)]));
+    });
+    this.host.stores = stores;
+  }
+
   _stateId(name) {
     const id = this.info.states.findIndex((s) => s.name === name);
     if (id < 0) throw new Error(`state \`${name}\` is not declared`);
@@ -369,6 +406,29 @@ export class Harness {
   rawValueState(name, key) {
     const v = this.host.stores[this._stateId(name)].get(hex(bytes(key)));
     return v === undefined ? undefined : v.slice();
+  }
+
+  /** Stores raw bytes (or a string, as UTF-8) in value state `name` for `key`, e.g. as an older version wrote them. */
+  setRawValueState(name, key, value) {
+    const id = this._stateId(name);
+    if (this.info.states[id].kind !== 'value') throw new Error(`state \`${name}\` is not a value state`);
+    this.host.stores[id].set(hex(bytes(key)), bytes(value));
+  }
+
+  /** The list state `name` of `key`, each element decoded with `codec`. */
+  listState(name, key, codec) {
+    const es = this.host.stores[this._stateId(name)].get(hex(bytes(key))) || [];
+    return es.map((e) => codec.decode(e));
+  }
+
+  /** The map state `name` of `key` as [userKey, value] pairs in user key byte order, decoded with the codecs. */
+  mapState(name, key, keyCodec, valueCodec) {
+    const m = this.host.stores[this._stateId(name)].get(hex(bytes(key)));
+    if (!m) return [];
+    return [...m.entries()]
+      .map(([uk, v]) => [unhex(uk), v])
+      .sort((a, b) => compareBytes(a[0], b[0]))
+      .map(([uk, v]) => [keyCodec.decode(uk), valueCodec.decode(v)]);
   }
 
   /** The keys holding anything in state `name`, in byte order. */

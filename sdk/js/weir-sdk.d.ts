@@ -55,17 +55,30 @@ export const codecs: {
 };
 
 export type StateKind = 'value' | 'list' | 'map';
+/**
+ * Rewrites one stored value (a value, a list element, a map value) written
+ * by operator version `fromVersion`, on `weir upgrade`: gets its bytes as
+ * the old version encoded them, returns the bytes this version reads. Runs
+ * before `open`; a throw aborts the upgrade.
+ */
+export type MigrateFn = (fromVersion: string, old: Uint8Array) => Uint8Array;
 export interface StateDescriptor {
   readonly name: string;
   readonly kind: StateKind;
   /** Time to live in ms of processing time, enforced by the host. */
   readonly ttlMs?: number | bigint;
+  /** How values an older operator version stored become this version's; none: kept as they are. */
+  readonly migrate?: MigrateFn;
+}
+export interface StateOptions {
+  ttlMs?: number | bigint;
+  migrate?: MigrateFn;
 }
 /** State descriptors for `states` (a state's id is its index there). */
 export const state: {
-  value(name: string, options?: { ttlMs?: number | bigint }): StateDescriptor;
-  list(name: string, options?: { ttlMs?: number | bigint }): StateDescriptor;
-  map(name: string, options?: { ttlMs?: number | bigint }): StateDescriptor;
+  value(name: string, options?: StateOptions): StateDescriptor;
+  list(name: string, options?: StateOptions): StateDescriptor;
+  map(name: string, options?: StateOptions): StateDescriptor;
 };
 
 /** Where state accesses take their key from: a KeyedContext, or explicitKey(). */
@@ -227,7 +240,10 @@ export interface BatchOperator extends WithStates {
   close?(out: Collector): void;
 }
 
-/** The contract's `operator` interface, as the component exports it. Export it as `operator`. */
+/**
+ * The contract's `operator` interface, as the component exports it. Export it as `operator`;
+ * build.sh exports its `migrateState` as the `migration` interface.
+ */
 export interface OperatorExport {
   describe(): unknown;
   open(ctx: unknown): void;
@@ -235,6 +251,8 @@ export interface OperatorExport {
   onTimer(key: Uint8Array, time: unknown): unknown;
   onWatermark(watermark: unknown): unknown;
   close(): unknown;
+  /** `migrate-state`: the state's `migrate` result, or `old` for a state without one. */
+  migrateState(state: string, fromVersion: string, old: Uint8Array): Uint8Array;
 }
 
 export function map(def: Def<MapFunction>): OperatorExport;

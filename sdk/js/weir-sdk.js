@@ -18,7 +18,9 @@
 //     reader, BatchBuilder and Collector (output columns built in bulk).
 //   - config and OpenContext; state descriptors and typed state handles.
 //   - the adapters map / flatMap / filter / keyed / operator, each returning
-//     the object a component exports as `operator`.
+//     the object a component exports as `operator`; its `migrateState` is
+//     what the build wrapper exports as `migration` (state migration on
+//     `weir upgrade`: see `state`'s `migrate` option).
 //
 // Invariants: one export call per batch; the input batch is decoded once
 // with plain integer loops over the typed columns, records are views into
@@ -26,6 +28,9 @@
 // arrays that are handed to the host as views. The only per-record host
 // calls are the state and timer calls the contract requires. Any exception
 // thrown by user code fails the call with the contract's `err(message)`.
+// `migrateState` needs no `open` (the host calls it on a fresh instance,
+// before `open`): it runs the state's `migrate` function, or returns the old
+// bytes as they are for a state without one (or one not declared).
 //
 // This file must not import anything: the build wraps it (see build.sh),
 // and unit tests run it under plain Node with the fake host of testing.js.
@@ -853,13 +858,25 @@ function descriptor(kind) {
   return (name, options = {}) => {
     if (typeof name !== 'string' || name === '') throw new WeirError('a state needs a non-empty name');
     const ttlMs = options.ttlMs;
-    return Object.freeze({ name, kind, ttlMs: ttlMs === undefined || ttlMs === null ? undefined : ttlMs });
+    const migrate = options.migrate ?? undefined;
+    if (migrate !== undefined && typeof migrate !== 'function') {
+      throw new WeirError(`state \`${name}\`: migrate must be a function (fromVersion, old) => Uint8Array`);
+    }
+    return Object.freeze({ name, kind, ttlMs: ttlMs === undefined || ttlMs === null ? undefined : ttlMs, migrate });
   };
 }
 
 /**
  * State descriptors, declared up front in `states` (a state's id is its
  * index there): `state.value('count')`, `state.list('seen', { ttlMs: 60_000 })`.
+ *
+ * Option `migrate: (fromVersion, old) => Uint8Array` rewrites one stored
+ * value (a value, a list element, a map value; never a map's user key)
+ * written by operator version `fromVersion` when `weir upgrade` replaces
+ * the operator in place: it gets the bytes as the old version encoded them
+ * and returns the bytes this version reads (decode and encode with
+ * `codecs`). It runs before `open`, without `this`; a throw aborts the
+ * upgrade. A state without it keeps its bytes.
  */
 export const state = Object.freeze({
   value: descriptor('value'),
@@ -1126,9 +1143,33 @@ function describeOf(def, keyed) {
 }
 
 /**
+ * The contract's `migrate-state` for `def`: the new bytes of one stored
+ * value of state `name` written by operator version `fromVersion`; `old`
+ * as it is for a state without `migrate` (or one not declared).
+ */
+function migrateState(def, name, fromVersion, old) {
+  const s = checkStates(metaOf(def, 'states', [])).find((d) => d.name === name);
+  if (s === undefined || typeof s.migrate !== 'function') return old;
+  const what = `migrating state \`${name}\` from version ${fromVersion}`;
+  let migrated;
+  try {
+    // QuickJS's bindings may pass a list<u8> as a plain Array.
+    migrated = s.migrate(fromVersion, isBytes(old) ? old : Uint8Array.from(old));
+  } catch (e) {
+    throw new WeirError(`${what}: ${errorMessage(e)}`);
+  }
+  if (!isBytes(migrated)) {
+    const got = migrated === null ? 'null' : Array.isArray(migrated) ? 'an Array' : typeof migrated;
+    throw new WeirError(`${what}: the migration returned ${got}, not a Uint8Array`);
+  }
+  return migrated;
+}
+
+/**
  * Builds the exported `operator` object. `hooks.process(inst, input, out)`
  * handles a batch; optional `hooks.onTimer(inst, key, time, out)`,
- * `onWatermark(inst, wm, out)` and `close(inst, out)`.
+ * `onWatermark(inst, wm, out)` and `close(inst, out)`. Its `migrateState`
+ * is the contract's `migration` interface (build.sh exports it).
  */
 function makeOperator(def, keyed, hooks) {
   if (def === null || (typeof def !== 'object' && typeof def !== 'function')) {
@@ -1159,6 +1200,7 @@ function makeOperator(def, keyed, hooks) {
     close: call((i, o) => {
       if (typeof i.close === 'function') i.close(o);
     }),
+    migrateState: guarded((name, fromVersion, old) => migrateState(def, name, fromVersion, old)),
   };
 }
 

@@ -6,10 +6,20 @@
 # MODULE (default `app`) is the module in PROJECT_DIR that binds `Operator =
 # weir_sdk.export(...)`. Installs the pinned componentize-py
 # (requirements.txt) into ${WEIR_TOOLS_DIR:-~/.cache/weir/tools}/python/venv
-# first if it is missing or another version, then runs exactly:
+# first if it is missing or another version, writes the module that
+# componentize-py builds, TMP/weir_component.py:
 #
-#   componentize-py -d WIT_DIR -w stream-operator componentize MODULE \
-#       -p PROJECT_DIR -p SDK_DIR -o OUT.wasm
+#   import MODULE
+#   from weir_sdk.operator import component_exports
+#   Operator, Migration = component_exports(MODULE)
+#
+# (the world `stream-operator-with-migration` exports `migration` too, which
+# componentize-py takes from a top-level `Migration`: component_exports
+# binds it to the `Operator` class, so MODULE binds `Operator` alone), then
+# runs exactly:
+#
+#   componentize-py -d WIT_DIR -w stream-operator-with-migration \
+#       componentize weir_component -p TMP -p PROJECT_DIR -p SDK_DIR -o OUT.wasm
 set -euo pipefail
 
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
@@ -26,6 +36,21 @@ wit=${WEIR_WIT_DIR:-$sdk/../../wit}
 venv=${WEIR_TOOLS_DIR:-$HOME/.cache/weir/tools}/python/venv
 pin=$(sed -n 's/^componentize-py==\([^ ]*\).*/\1/p' "$sdk/requirements.txt")
 
+case $module in
+    "" | [0-9]* | *[!A-Za-z0-9_]*)
+        echo "error: MODULE must be a Python module name, got \`$module\`" >&2
+        exit 1
+        ;;
+    weir_component)
+        echo "error: the module cannot be called weir_component (build.sh writes that one)" >&2
+        exit 1
+        ;;
+esac
+if [ -e "$project/weir_component.py" ]; then
+    echo "error: $project/weir_component.py would hide the module build.sh writes: rename it" >&2
+    exit 1
+fi
+
 if [ ! -f "$project/$module.py" ]; then
     echo "error: $project/$module.py not found (the module that binds Operator = weir_sdk.export(...))" >&2
     exit 1
@@ -37,6 +62,17 @@ if [ "$("$venv/bin/componentize-py" --version 2>/dev/null)" != "componentize-py 
     "$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes -r "$sdk/requirements.txt"
 fi
 
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat >"$tmp/weir_component.py" <<EOF
+"""The module componentize-py builds, written by weir_sdk's build.sh."""
+
+import $module
+from weir_sdk.operator import component_exports
+
+Operator, Migration = component_exports($module)
+EOF
+
 mkdir -p "$(dirname "$out")"
-exec "$venv/bin/componentize-py" -d "$wit" -w stream-operator componentize "$module" \
-    -p "$project" -p "$sdk" -o "$out"
+"$venv/bin/componentize-py" -d "$wit" -w stream-operator-with-migration \
+    componentize weir_component -p "$tmp" -p "$project" -p "$sdk" -o "$out"

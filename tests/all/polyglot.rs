@@ -484,3 +484,59 @@ fn a_js_exception_fails_the_job_with_its_message() {
          \x20   return record;",
     );
 }
+
+/// The SDKs share the state encoding, so a job's operator can change
+/// language in place: a running job with the Python counter upgraded
+/// mid-stream to the Rust one (`weir upgrade`) counts on exactly.
+#[test]
+fn a_python_counter_upgraded_to_the_rust_one_counts_on_exactly() {
+    let python = built(
+        "python",
+        &repo().join("udfs/python/word-count"),
+        "python-word-count",
+    );
+    let cluster =
+        crate::cluster::harness::Cluster::start(1, 4, &["--heartbeat-timeout-ms", "10000"]);
+    let dir = cluster.dir.path();
+    let text: String = std::fs::read_to_string(kjv())
+        .unwrap()
+        .lines()
+        .take(15_000)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let input = dir.join("input.txt");
+    std::fs::write(&input, &text).unwrap();
+    let out = dir.join("out/counts.txt");
+    let spec = dir.join("job.toml");
+    let job = crate::upgrade::spec(&input, &out, &python.display().to_string(), "final", 1_000);
+    std::fs::write(&spec, job).unwrap();
+    let id = cluster.submit(&spec);
+    crate::cluster::harness::wait_for("a completed checkpoint", || {
+        let (_, job) = cluster.get(&format!("/v1/jobs/{id}"));
+        assert_eq!(job["state"], "running", "{job}");
+        (!crate::exactly_once::completed_checkpoints(&cluster, &id).is_empty()).then_some(())
+    });
+    let upgraded = cluster.weir(&[
+        "upgrade",
+        &id,
+        "--module",
+        &format!("count={}", artifacts::WORD_COUNT),
+    ]);
+    assert!(upgraded.status.success(), "{}", describe(&upgraded));
+    let (_, detail) = cluster.get(&format!("/v1/jobs/{id}"));
+    let modules = detail["versions"][1]["modules"].as_array().unwrap();
+    let count = modules.iter().find(|m| m["operator"] == "count").unwrap();
+    assert!(
+        count["module"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("word_count@")),
+        "now the Rust counter: {detail}"
+    );
+    let done = cluster.wait_job(&id, |s| s == "finished" || s == "failed");
+    assert_eq!(done["state"], "finished", "{done}");
+    let got = crate::upgrade::counts(&crate::exactly_once::committed_lines(&out));
+    assert!(
+        got == expected_counts(&text),
+        "the counts differ from the input's"
+    );
+}

@@ -20,7 +20,7 @@ use crate::word_count::expected_counts;
 /// Lines of `input` (at `rate` lines/s) → tokenize → the counter `counter`
 /// (parallelism 2, `emit` as given) → a two-phase-commit file sink, with
 /// checkpoints.
-fn spec(input: &Path, out: &Path, counter: &str, emit: &str, rate: u32) -> String {
+pub(crate) fn spec(input: &Path, out: &Path, counter: &str, emit: &str, rate: u32) -> String {
     format!(
         r#"
 [job]
@@ -107,7 +107,7 @@ fn refused(cluster: &Cluster, id: &str, args: &[&str], expected: &[&str]) {
 }
 
 /// `word\tcount` lines as a map (a repeated word is a bug).
-fn counts(lines: &[String]) -> HashMap<String, u64> {
+pub(crate) fn counts(lines: &[String]) -> HashMap<String, u64> {
     let mut counts = HashMap::new();
     for line in lines {
         let (word, n) = line

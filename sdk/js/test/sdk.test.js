@@ -223,3 +223,120 @@ test('describe reports name, version, keyed and the declared states', () => {
   assert.equal(h.finish().isEmpty(), true);
   assert.equal(h.currentWatermark(), MAX_TIMESTAMP);
 });
+
+/** Version 2 of an operator: every state kind, with and without a migration. */
+const upgraded = keyed({
+  name: 'upgraded',
+  version: '2.0.0',
+  states: [
+    // 1.x stored `total` as a u32; 2.x stores a u64.
+    state.value('total', {
+      migrate: (fromVersion, old) =>
+        fromVersion.startsWith('1.') ? codecs.u64.encode(BigInt(codecs.u32.decode(old))) : old,
+    }),
+    state.list('tags', { migrate: (fromVersion, old) => utf8.encode(utf8.decode(old).toUpperCase()) }),
+    state.map('per-tag', { migrate: (fromVersion, old) => utf8.encode(`${utf8.decode(old)}@${fromVersion}`) }),
+    state.value('untouched'),
+    state.value('broken', {
+      migrate(fromVersion, old) {
+        throw new RangeError(`cannot read ${old.length} bytes`);
+      },
+    }),
+    state.value('wrong', { migrate: () => 'not bytes' }),
+  ],
+  open(ctx) {
+    this.total = ctx.valueState('total', codecs.u64);
+    this.tags = ctx.listState('tags', codecs.string);
+    this.perTag = ctx.mapState('per-tag', codecs.string, codecs.string);
+    this.untouched = ctx.valueState('untouched', codecs.string);
+  },
+  processElement(record, ctx) {
+    const tag = record.valueString();
+    this.total.set(ctx, (this.total.get(ctx) ?? 0n) + 1n);
+    this.tags.add(ctx, tag);
+    this.perTag.put(ctx, tag, tag);
+    this.untouched.set(ctx, tag);
+  },
+});
+
+test('migrate-state: a state with a migration gets its result', () => {
+  const h = Harness.open(upgraded);
+  assert.deepEqual(h.migrateState('total', '1.4.0', codecs.u32.encode(41)), codecs.u64.encode(41n));
+  assert.deepEqual(h.migrateState('tags', '1.0.0', 'red'), utf8.encode('RED'));
+  assert.deepEqual(h.migrateState('per-tag', '1.0.0', 'v'), utf8.encode('v@1.0.0'));
+  // The function sees the version: one already in the new encoding stays.
+  assert.deepEqual(h.migrateState('total', '2.0.0-rc1', codecs.u64.encode(7n)), codecs.u64.encode(7n));
+});
+
+test('migrate-state: states without a migration, and unknown ones, keep their bytes', () => {
+  const h = Harness.open(upgraded);
+  const old = b(0xff, 0x00, 0x61);
+  assert.deepEqual(h.migrateState('untouched', '1.0.0', old), old);
+  assert.deepEqual(h.migrateState('no-such-state', '1.0.0', old), old);
+  const plain = Harness.open(map({ map: (r) => r }));
+  assert.deepEqual(plain.migrateState('anything', '0.0.1', old), old);
+});
+
+test('migrate-state: a failing migration is an error naming the state and the version', () => {
+  const h = Harness.open(upgraded);
+  assert.throws(() => h.migrateState('broken', '1.2.3', b(1, 2)), {
+    message: 'migrating state `broken` from version 1.2.3: RangeError: cannot read 2 bytes',
+  });
+  assert.throws(() => h.migrateState('total', '1.0.0', b(1, 2)), {
+    message: 'migrating state `total` from version 1.0.0: cannot decode u32: expected 4 bytes, got 2',
+  });
+  assert.throws(() => h.migrateState('wrong', '1.0.0', b()), {
+    message: 'migrating state `wrong` from version 1.0.0: the migration returned string, not a Uint8Array',
+  });
+  assert.throws(() => state.value('x', { migrate: 'not a function' }), /migrate must be a function/);
+});
+
+test('migrate-state needs no open, and is what the component exports as `migration`', () => {
+  let opened = false;
+  const op = keyed({
+    states: [state.list('tags', { migrate: (v, old) => old.subarray(1) })],
+    open() {
+      opened = true;
+    },
+    processElement() {},
+  });
+  globalThis.__weirHost = { backend: 'test' }; // what build.sh's wrapper binds before any call
+  assert.deepEqual(op.migrateState('tags', '1.0.0', b(1, 2, 3)), b(2, 3));
+  assert.equal(opened, false);
+  // Errors are thrown as strings: the bindings map them to the contract's err.
+  assert.throws(() => op.migrateState('tags', '1.0.0', null), (e) => typeof e === 'string');
+});
+
+/** A harness whose state an operator 1.x left: `total` still a u32. */
+function seeded() {
+  const h = Harness.open(upgraded);
+  h.process([
+    { key: 'k', value: 'red' },
+    { key: 'k', value: 'blue' },
+  ]);
+  h.setRawValueState('total', 'k', codecs.u32.encode(5));
+  return h;
+}
+
+test('migrating stored state rewrites values, list elements and map values (not user keys)', () => {
+  const h = seeded();
+  h.migrateStoredState('1.0.0');
+  assert.equal(h.valueState('total', 'k', codecs.u64), 5n);
+  assert.deepEqual(h.listState('tags', 'k', codecs.string), ['RED', 'BLUE']);
+  assert.deepEqual(h.mapState('per-tag', 'k', codecs.string, codecs.string), [
+    ['blue', 'blue@1.0.0'],
+    ['red', 'red@1.0.0'],
+  ]);
+  assert.equal(h.valueState('untouched', 'k', codecs.string), 'blue');
+});
+
+test('a failed migration leaves stored state as it was; the same version migrates nothing', () => {
+  const h = seeded();
+  h.setRawValueState('broken', 'k', b(1));
+  assert.throws(() => h.migrateStoredState('1.0.0'), { message: /^migrating state `broken` from version 1.0.0: / });
+  assert.deepEqual(h.rawValueState('total', 'k'), codecs.u32.encode(5));
+  assert.deepEqual(h.listState('tags', 'k', codecs.string), ['red', 'blue']);
+  const same = seeded();
+  same.migrateStoredState('2.0.0');
+  assert.deepEqual(same.rawValueState('total', 'k'), codecs.u32.encode(5));
+});

@@ -295,10 +295,173 @@ class ValueStateCacheTest(unittest.TestCase):
         self.assertEqual(h.value_state("count", "a"), 100)
 
 
+def widen_total(from_version, old):
+    """1.x stored `total` as a u32; 2.0.0 stores a u64."""
+    if from_version.startswith("1."):
+        return U64.encode(U32.decode(old))
+    return old
+
+
+def refuse(from_version, old):
+    raise ValueError(f"cannot read {old!r}")
+
+
+class Upgraded(KeyedProcessFunction):
+    """Version 2 of an operator: every state kind, with and without a migration."""
+
+    VERSION = "2.0.0"
+    total = ValueState("total", U64, migrate=widen_total)
+    tags = ListState("tags", STR, migrate=lambda from_version, old: old.upper())
+    per_tag = MapState(
+        "per-tag", STR, STR, migrate=lambda from_version, old: old + b"@" + from_version.encode()
+    )
+    untouched = ValueState("untouched", STR)
+    broken = ValueState("broken", BYTES, migrate=refuse)
+    wrong = ValueState("wrong", BYTES, migrate=lambda from_version, old: "not bytes")
+
+    def process_element(self, record, ctx):
+        self.total.set(ctx, self.total.get(ctx, 0) + 1)
+        tag = record.value_str()
+        self.tags.add(ctx, tag)
+        self.per_tag.put(ctx, tag, tag)
+        self.untouched.set(ctx, tag)
+
+
+class MigrationTest(unittest.TestCase):
+    """The WIT `migrate-state` export: what `weir upgrade` calls once per stored value."""
+
+    def test_a_state_with_a_migration_gets_its_result(self):
+        h = Harness(Upgraded)
+        self.assertEqual(h.migrate_state("total", "1.4.0", U32.encode(41)), U64.encode(41))
+        self.assertEqual(h.migrate_state("tags", "1.0.0", b"red"), b"RED")
+        self.assertEqual(h.migrate_state("per-tag", "1.0.0", b"v"), b"v@1.0.0")
+        # The function sees the version: one already in the new encoding stays.
+        self.assertEqual(h.migrate_state("total", "2.0.0-rc1", U64.encode(7)), U64.encode(7))
+
+    def test_states_without_a_migration_and_unknown_states_keep_their_bytes(self):
+        h = Harness(Upgraded)
+        old = b"\xff\x00 as is"
+        self.assertEqual(h.migrate_state("untouched", "1.0.0", old), old)
+        self.assertEqual(h.migrate_state("no-such-state", "1.0.0", b"kept"), b"kept")
+        self.assertEqual(Harness(Counter).migrate_state("count", "0.0.1", b"\x01"), b"\x01")
+        self.assertEqual(Harness(shout).migrate_state("anything", "0.0.1", b"x"), b"x")
+
+    def test_a_failing_migration_is_an_error_naming_the_state_and_version(self):
+        h = Harness(Upgraded)
+        with self.assertRaises(OperatorFailed) as failed:
+            h.migrate_state("broken", "1.2.3", b"old")
+        self.assertEqual(failed.exception.call, "migrate-state")
+        message = failed.exception.message
+        self.assertTrue(
+            message.startswith(
+                "migrating state `broken` from version 1.2.3: ValueError: cannot read b'old' (at "
+            ),
+            message,
+        )
+        self.assertIn("in refuse", message)
+        with self.assertRaises(OperatorFailed) as failed:
+            h.migrate_state("total", "1.0.0", b"\x01\x02")  # not a u32
+        self.assertEqual(
+            failed.exception.message,
+            "migrating state `total` from version 1.0.0: "
+            "cannot decode u32: expected 4 bytes, got 2",
+        )
+        with self.assertRaises(OperatorFailed) as failed:
+            h.migrate_state("wrong", "1.0.0", b"")
+        self.assertEqual(
+            failed.exception.message,
+            "migrating state `wrong` from version 1.0.0: the migration returned str, not bytes",
+        )
+
+    def test_migrate_state_needs_no_open(self):
+        # The host calls migrate-state on a fresh instance, before `open`
+        # (whose config may be missing): the export must not need it.
+        class NeedsConfig(Upgraded):
+            def open(self, ctx):
+                raise Error("no config here")
+
+        operator = weir_sdk.export(NeedsConfig)()
+        self.assertEqual(operator.migrate_state("tags", "1.0.0", b"a"), b"A")
+
+    def seeded(self):
+        """A harness whose state an operator 1.x left: `total` still a u32."""
+        h = Harness(Upgraded)
+        h.process([("k", "red", 1), ("k", "blue", 2)])
+        h.set_state_bytes("total", "k", U32.encode(5))
+        return h
+
+    def test_migrating_stored_state_rewrites_values_list_elements_and_map_values(self):
+        h = self.seeded()
+        h.migrate_stored_state("1.0.0")
+        self.assertEqual(h.value_state("total", "k"), 5)
+        self.assertEqual(h.list_state("tags", "k"), ["RED", "BLUE"])
+        # Map values are migrated, their user keys are not.
+        self.assertEqual(h.map_state("per-tag", "k"), {"red": "red@1.0.0", "blue": "blue@1.0.0"})
+        self.assertEqual(h.value_state("untouched", "k"), "blue")
+
+    def test_a_failed_migration_leaves_stored_state_as_it_was(self):
+        h = self.seeded()
+        h.set_state_bytes("broken", "k", b"x")
+        with self.assertRaises(OperatorFailed) as failed:
+            h.migrate_stored_state("1.0.0")
+        self.assertIn(
+            "migrating state `broken` from version 1.0.0: ValueError", failed.exception.message
+        )
+        self.assertEqual(h.state_bytes("total", "k"), U32.encode(5))
+        self.assertEqual(h.list_state("tags", "k"), ["red", "blue"])
+
+    def test_the_same_version_migrates_nothing(self):
+        h = self.seeded()
+        h.migrate_stored_state("2.0.0")
+        self.assertEqual(h.state_bytes("total", "k"), U32.encode(5))
+        self.assertEqual(h.list_state("tags", "k"), ["red", "blue"])
+
+
+class ComponentExportsTest(unittest.TestCase):
+    """What build.sh's generated module binds for componentize-py."""
+
+    def module(self, **names):
+        import types
+
+        module = types.ModuleType("app")
+        module.__dict__.update(names)
+        return module
+
+    def test_the_operator_class_is_also_the_migration_export(self):
+        operator = weir_sdk.export(Upgraded)
+        exports = weir_sdk.operator.component_exports(self.module(Operator=operator))
+        self.assertEqual(exports, (operator, operator))
+        self.assertEqual(operator().migrate_state("tags", "1.0.0", b"a"), b"A")
+
+    def test_a_hand_written_operator_gets_a_migration_that_keeps_bytes(self):
+        class Operator:
+            pass
+
+        exported, migration = weir_sdk.operator.component_exports(self.module(Operator=Operator))
+        self.assertIs(exported, Operator)
+        self.assertEqual(migration().migrate_state("s", "1.0.0", b"as is"), b"as is")
+
+    def test_a_module_may_bind_its_own_migration(self):
+        class Migration:
+            pass
+
+        module = self.module(Operator=weir_sdk.export(Counter), Migration=Migration)
+        self.assertIs(weir_sdk.operator.component_exports(module)[1], Migration)
+
+    def test_a_module_without_operator_is_a_clear_error(self):
+        with self.assertRaises(Error) as e:
+            weir_sdk.operator.component_exports(self.module())
+        self.assertIn("binds no `Operator`", str(e.exception))
+
+
 class ExportTest(unittest.TestCase):
     def test_export_needs_a_function_class(self):
         with self.assertRaises(TypeError):
             weir_sdk.export(object)
+
+    def test_a_migration_must_be_a_function(self):
+        with self.assertRaises(TypeError):
+            ValueState("n", U64, migrate=b"not a function")
 
     def test_duplicate_state_names_are_refused(self):
         class Twice(KeyedProcessFunction):

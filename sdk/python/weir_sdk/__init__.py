@@ -51,12 +51,34 @@ An exception fails the call: the host fails the task with kind
 ``operator error`` and the message (``Type: message (at file:line in fn)``;
 an :class:`Error`'s message as it is).
 
+Migrating state on upgrade
+--------------------------
+
+When ``weir upgrade`` replaces an operator in place with one whose
+``VERSION`` differs, the host rewrites every stored value (value, list
+element, map value) of each state both versions declare through the WIT
+``migration`` export, before ``open``. Give a state a function that gets
+the old bytes and the old version and returns the new bytes::
+
+    def widen_count(from_version, old):         # 1.x stored the count as a u32
+        return U64.encode(U32.decode(old)) if from_version.startswith("1.") else old
+
+    class CountPerKey(KeyedProcessFunction):
+        VERSION = "2.0.0"
+        count = ValueState("count", U64, migrate=widen_count)
+
+A state without ``migrate`` keeps its bytes; an exception aborts the
+upgrade (the job goes back to its old modules) with ``migrating state
+`count` from version 1.0.0: ...``. ``Harness.migrate_state`` tests it.
+
 Layout
 ------
 
 - ``operator``: records, collectors, contexts, config, the function classes,
-  the decorators, and ``export`` with the runtime behind it.
-- ``state``: ``ValueState``, ``ListState``, ``MapState`` (declaration and handle).
+  the decorators, and ``export`` with the runtime behind it (the WIT
+  ``operator`` and ``migration`` exports).
+- ``state``: ``ValueState``, ``ListState``, ``MapState`` (declaration,
+  handle and migration).
 - ``codec``: the byte encoding of state values, shared by every Weir SDK.
 - ``log`` and ``metrics``: the host's log and metrics.
 - ``testing``: ``Harness``, the native test harness.

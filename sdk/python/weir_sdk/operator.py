@@ -5,9 +5,10 @@ batch columns built in bulk), :class:`KeyedContext`, :class:`Config`,
 :class:`OpenContext`, the function base classes (:class:`MapFunction`,
 :class:`FlatMapFunction`, :class:`FilterFunction`,
 :class:`KeyedProcessFunction`), the decorators ``map`` / ``flat_map`` /
-``filter`` for plain functions, :class:`Error`, and :func:`export`, which
+``filter`` for plain functions, :class:`Error`, :func:`export`, which
 turns a function into the class componentize-py exports as the WIT
-``operator`` interface.
+``operator`` and ``migration`` interfaces, and :func:`component_exports`,
+which the module built by ``build.sh`` uses to bind both.
 
 Invariants (the batch design of wit/operator.wit):
 
@@ -20,7 +21,10 @@ Invariants (the batch design of wit/operator.wit):
 - an exception fails the call: it becomes the WIT ``err`` with the
   exception's message and a traceback summary, so the host fails the task
   with kind ``operator error`` (never a trap);
-- a keyed function always runs with a key: a record without one is an error.
+- a keyed function always runs with a key: a record without one is an error;
+- ``migrate-state`` needs no ``open`` (the host calls it on a fresh
+  instance): it runs the state's ``migrate`` function, or returns the old
+  bytes as they are when the state has none or is not declared.
 
 Must not touch: the host imports (``_host`` is their only caller).
 """
@@ -28,6 +32,7 @@ Must not touch: the host imports (``_host`` is their only caller).
 import os
 
 from . import _host
+from .codec import DecodeError, EncodeError
 from .state import declared_states, discard_states, flush_states, wit_descriptors
 
 #: The largest timestamp: the host's final watermark at the end of bounded
@@ -592,6 +597,29 @@ class Runtime:
             fn.close(out)
         return self._end()
 
+    def migrate_state(self, name, from_version, old):
+        """The WIT ``migrate-state``: the new bytes of one stored value of
+        state ``name`` written by operator version ``from_version``. ``old``
+        as it is when the state declares no ``migrate`` (or is unknown); a
+        failing migration raises :class:`Error` naming the state."""
+        state = next((s for s in self.states if s.name == name), None)
+        if state is None or state.migrate is None:
+            return old
+        try:
+            new = state.migrate(from_version, bytes(old))
+        except BaseException as e:  # noqa: BLE001 (any failure aborts the upgrade, named)
+            # A codec's message says all (`cannot decode u32: ...`), as in the Rust SDK.
+            why = str(e) if isinstance(e, (DecodeError, EncodeError)) else failure_message(e)
+            raise Error(f"migrating state `{name}` from version {from_version}: {why}") from None
+        if isinstance(new, (bytearray, memoryview)):
+            new = bytes(new)
+        elif type(new) is not bytes:
+            raise Error(
+                f"migrating state `{name}` from version {from_version}: the migration returned "
+                f"{type(new).__name__}, not bytes"
+            )
+        return new
+
 
 _SDK_DIR = os.path.dirname(__file__)
 
@@ -637,15 +665,17 @@ def _short_path(path):
 
 
 def export(function_class):
-    """The class componentize-py exports as the WIT ``operator`` interface
-    for ``function_class`` (a function class, or a function decorated with
-    ``@map``/``@flat_map``/``@filter``). Bind it to ``Operator`` at the top
-    level of the module you build::
+    """The class componentize-py exports as the WIT ``operator`` and
+    ``migration`` interfaces for ``function_class`` (a function class, or a
+    function decorated with ``@map``/``@flat_map``/``@filter``). Bind it to
+    ``Operator`` at the top level of the module you build::
 
         Operator = weir_sdk.export(WordCount)
 
-    componentize-py creates an ``Operator`` per call, so the operator
-    instance lives in this closure: one per component, as the contract says.
+    (``build.sh`` binds ``Migration`` to the same class, see
+    :func:`component_exports`.) componentize-py creates an ``Operator`` per
+    call, so the operator instance lives in this closure: one per component,
+    as the contract says.
     """
     runtime = Runtime(function_class)
 
@@ -660,7 +690,7 @@ def export(function_class):
         return call
 
     class Operator:
-        """The WIT ``operator`` export of ``function_class``."""
+        """The WIT ``operator`` and ``migration`` exports of ``function_class``."""
 
         runtime_ = runtime
 
@@ -672,6 +702,36 @@ def export(function_class):
         on_timer = guarded("on_timer")
         on_watermark = guarded("on_watermark")
         close = guarded("close")
+        migrate_state = guarded("migrate_state")
 
     Operator.__qualname__ = Operator.__name__ = "Operator"
     return Operator
+
+
+class _KeepState:
+    """A ``migration`` export that keeps every stored value as it is: for an
+    ``Operator`` written by hand, without ``migrate_state``."""
+
+    def migrate_state(self, state, from_version, old):
+        return old
+
+
+def component_exports(module):
+    """``(Operator, Migration)``: the classes componentize-py exports for the
+    operator module ``module`` (world ``stream-operator-with-migration``).
+
+    ``Operator`` is what the module binds; ``Migration`` is what it binds
+    too, if it does, else that same ``Operator`` (an :func:`export` class
+    implements both interfaces), else a class keeping every stored value as
+    it is. ``build.sh`` builds a module that does only this, so an operator
+    module binds ``Operator`` alone, as it always did.
+    """
+    operator = getattr(module, "Operator", None)
+    if operator is None:
+        raise Error(
+            f"{module.__name__} binds no `Operator`: add `Operator = weir_sdk.export(YourFunction)`"
+        )
+    migration = getattr(module, "Migration", None)
+    if migration is None:
+        migration = operator if hasattr(operator, "migrate_state") else _KeepState
+    return operator, migration

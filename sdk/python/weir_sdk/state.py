@@ -15,6 +15,14 @@ record's key in ``process_element``, the timer's in ``on_timer``. Values go
 through the state's codec (``weir_sdk.codec``: the byte encoding every Weir
 SDK shares).
 
+A state may carry a **migration** (``migrate=``): a function
+``migrate(from_version, old) -> bytes`` that rewrites one stored value (a
+value state's value, a list element, a map value; never a map's user key)
+written by an older version of the operator, when ``weir upgrade`` replaces
+it in place. It gets and returns the *encoded* bytes, so it can read an old
+encoding the state's codec no longer does (``U64.encode(U32.decode(old))``);
+the runtime (``weir_sdk.operator``) calls it for the WIT ``migrate-state``.
+
 Invariants: list and map states make one host call per access
 (``ListState.update`` is a clear plus one add per element, as in the Rust
 SDK); value states make at most one read and one write per key and call
@@ -40,17 +48,25 @@ class StateError(Exception):
 
 
 class _State:
-    """What every handle has: a name, a kind, a TTL and, once its class is
-    defined, an id (its index among the class's declared states)."""
+    """What every handle has: a name, a kind, a TTL, an optional migration
+    and, once its class is defined, an id (its index among the class's
+    declared states)."""
 
-    __slots__ = ("name", "ttl_ms", "id")
+    __slots__ = ("name", "ttl_ms", "migrate", "id")
     kind = None
 
-    def __init__(self, name, ttl_ms=None):
+    def __init__(self, name, ttl_ms=None, migrate=None):
         if not isinstance(name, str) or not name:
             raise TypeError("a state needs a non-empty name (it addresses the state in savepoints)")
+        if migrate is not None and not callable(migrate):
+            raise TypeError(
+                f"state `{name}`: migrate must be a function "
+                "(from_version: str, old: bytes) -> bytes"
+            )
         self.name = name
         self.ttl_ms = ttl_ms
+        #: ``migrate(from_version, old) -> bytes`` or None (see the module docs).
+        self.migrate = migrate
         self.id = None
 
     def clear(self, ctx):
@@ -89,8 +105,8 @@ class ValueState(_State):
     __slots__ = ("codec", "_cache", "_dirty", "_pack", "_unpack")
     kind = _VALUE
 
-    def __init__(self, name, codec=BYTES, ttl_ms=None):
-        super().__init__(name, ttl_ms)
+    def __init__(self, name, codec=BYTES, ttl_ms=None, migrate=None):
+        super().__init__(name, ttl_ms, migrate)
         self.codec = codec
         fixed = getattr(codec, "struct", None) if isinstance(codec, FixedWidth) else None
         self._pack = fixed.pack if fixed else None
@@ -167,8 +183,8 @@ class ListState(_State):
     __slots__ = ("codec",)
     kind = _LIST
 
-    def __init__(self, name, codec=BYTES, ttl_ms=None):
-        super().__init__(name, ttl_ms)
+    def __init__(self, name, codec=BYTES, ttl_ms=None, migrate=None):
+        super().__init__(name, ttl_ms, migrate)
         self.codec = codec
 
     def get(self, ctx):
@@ -199,8 +215,8 @@ class MapState(_State):
     __slots__ = ("key_codec", "value_codec")
     kind = _MAP
 
-    def __init__(self, name, key_codec=BYTES, value_codec=BYTES, ttl_ms=None):
-        super().__init__(name, ttl_ms)
+    def __init__(self, name, key_codec=BYTES, value_codec=BYTES, ttl_ms=None, migrate=None):
+        super().__init__(name, ttl_ms, migrate)
         self.key_codec = key_codec
         self.value_codec = value_codec
 

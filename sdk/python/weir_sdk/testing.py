@@ -2,7 +2,9 @@
 
 Owns :class:`Harness`, which drives a function class through the very
 export a component uses (``weir_sdk.export``): ``open``, ``process`` with
-packed batches, ``on-timer``, ``on-watermark``, ``close``, against an
+packed batches, ``on-timer``, ``on-watermark``, ``close``, and
+``migrate-state`` (``migrate_state`` for one value, ``migrate_stored_state``
+for everything stored, as ``weir upgrade`` does), against an
 in-memory host (keyed state, timers, log, metrics); :class:`Output`, what
 each call emitted; and :class:`OperatorFailed`, what a failed call raises,
 carrying the message the host would report.
@@ -21,6 +23,7 @@ Example::
     out = h.process([Record(b"a", b"a", 1), Record(b"b", b"b", 2)])
     assert out.values() == ["a\\t1", "b\\t1"]
     assert h.value_state("count", "a") == 1
+    new_bytes = h.migrate_state("count", "1.0.0", old_bytes)  # as `weir upgrade` would
 """
 
 import json
@@ -195,6 +198,7 @@ class Harness:
         parallelism=1,
         max_parallelism=128,
     ):
+        self._function = function
         self._operator = export(function)()
         runtime = type(self._operator).runtime_
         self.info = self._operator.describe()
@@ -247,6 +251,46 @@ class Harness:
         out = self.advance_watermark(MAX_TIMESTAMP)
         out.extend(self.close())
         return out
+
+    # -- migrating state (weir upgrade) ---------------------------------------
+
+    def migrate_state(self, name, from_version, old):
+        """What the component's ``migrate-state`` export returns for ``old``
+        (bytes or str), one stored value of state ``name`` written by
+        operator version ``from_version``: the state's ``migrate`` result,
+        or ``old`` unchanged without one. Runs on a fresh, unopened instance,
+        as the host does. A failed migration raises :class:`OperatorFailed`
+        (call ``migrate-state``) with the message the upgrade would show."""
+        fresh = export(self._function)()
+        return self._call_on(fresh, "migrate_state", name, from_version, _key(old))
+
+    def migrate_stored_state(self, from_version):
+        """Migrates everything this harness stores, as ``weir upgrade`` does
+        when the old operator was at ``from_version``: every value, list
+        element and map value (not map user keys) of every declared state,
+        on a fresh instance; nothing when ``from_version`` is this
+        operator's version. Atomic: on a failure (:class:`OperatorFailed`)
+        the stored state is left as it was."""
+        if from_version == self.info.version:
+            return
+        migration = export(self._function)()
+
+        def migrate(name, old):
+            return self._call_on(migration, "migrate_state", name, from_version, old)
+
+        stores = list(self.host.stores)
+        for state in self._states.values():
+            store = stores[state.id]
+            if state.kind == "value":
+                store = {k: migrate(state.name, v) for k, v in store.items()}
+            elif state.kind == "list":
+                store = {k: [migrate(state.name, e) for e in es] for k, es in store.items()}
+            else:
+                store = {
+                    k: {uk: migrate(state.name, v) for uk, v in m.items()} for k, m in store.items()
+                }
+            stores[state.id] = store
+        self.host.stores = stores
 
     # -- inspecting and seeding state ----------------------------------------
 
@@ -318,9 +362,12 @@ class Harness:
     # -- plumbing -------------------------------------------------------------
 
     def _call(self, method, *args):
+        return self._call_on(self._operator, method, *args)
+
+    def _call_on(self, operator, method, *args):
         _host.install(self.host)
         try:
-            return getattr(self._operator, method)(*args)
+            return getattr(operator, method)(*args)
         except _host.HostError as e:
             raise OperatorFailed(method.replace("_", "-"), e.value) from None
 

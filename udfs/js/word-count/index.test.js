@@ -48,3 +48,10 @@ test('a bad emit mode fails open with the message', () => {
     message: 'config `emit`: expected `final` or `updates`, got `sometimes`',
   });
 });
+
+test('an upgrade keeps the stored counts', () => {
+  // `count` declares no migration: `weir upgrade` keeps its bytes as they are.
+  const h = Harness.open(operator);
+  const old = codecs.u64.encode(41n);
+  assert.deepEqual(h.migrateState('count', '0.0.1', old), old);
+});

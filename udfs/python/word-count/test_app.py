@@ -53,6 +53,12 @@ class WordCountTest(unittest.TestCase):
         self.assertEqual(out.values(), ["amen\t42"])
         self.assertEqual(h.state_bytes("count", "amen"), b"\x2a\0\0\0\0\0\0\0")
 
+    def test_an_upgrade_keeps_the_stored_counts(self):
+        # `count` declares no migration: `weir upgrade` keeps its bytes as they are.
+        h = Harness(WordCount)
+        old = (41).to_bytes(8, "little")
+        self.assertEqual(h.migrate_state("count", "0.0.1", old), old)
+
     def test_non_ascii_words_round_trip(self):
         h = Harness(WordCount, config={"emit": "updates"})
         out = h.process(words("οδυσσευς"))

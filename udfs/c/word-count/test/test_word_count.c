@@ -93,6 +93,17 @@ static void a_corrupt_count_fails_the_call(void) {
     weir_test_output_free(&out);
 }
 
+static void an_upgrade_keeps_the_stored_counts(void) {
+    /* `count` declares no migration: `weir upgrade` keeps its bytes as they are. */
+    uint8_t bytes[8];
+    weir_encode_u64(41, bytes);
+    weir_bytes_t old = {bytes, sizeof(bytes)};
+    weir_buf_t migrated = {NULL, 0};
+    WEIR_CHECK(weir_test_migrate_state("count", "0.0.1", old, &migrated));
+    WEIR_CHECK(weir_bytes_eq(weir_buf_bytes(&migrated), old));
+    weir_buf_free(&migrated);
+}
+
 int main(void) {
     final_counts_come_with_the_final_watermark();
     updates_emit_on_every_record();
@@ -100,5 +111,6 @@ int main(void) {
     unkeyed_record_is_an_error();
     count_state_uses_the_shared_encoding();
     a_corrupt_count_fails_the_call();
+    an_upgrade_keeps_the_stored_counts();
     return weir_test_summary();
 }
