@@ -2,8 +2,8 @@
 //! separate processes: refused before anything stops when the new module
 //! does not fit (a state changing kind, a state dropped, not a
 //! component); a word count upgraded mid-stream to a version that stores
-//! another layout and migrates the old one, its final counts equal to an
-//! independent count; a migration that fails for one key rolls the job
+//! another layout and migrates the old one, then rescaled, its final
+//! counts equal to an independent count; a migration that fails for one key rolls the job
 //! back to its old modules, its output exactly-once.
 
 use std::collections::HashMap;
@@ -129,7 +129,7 @@ fn a_word_count_upgraded_mid_stream_migrates_its_state_and_counts_exactly() {
     let text: String = std::fs::read_to_string(kjv())
         .unwrap()
         .lines()
-        .take(20_000)
+        .take(30_000)
         .map(|l| format!("{l}\n"))
         .collect();
     let input = dir.join("input.txt");
@@ -254,6 +254,20 @@ fn a_word_count_upgraded_mid_stream_migrates_its_state_and_counts_exactly() {
         stored.trim_end().ends_with(&"\\xff".repeat(8)),
         "(count, first seen = -1) expected: {stored}"
     );
+
+    // Rescaled (an upgrade changing only parallelism): the counter goes
+    // from 2 subtasks to 4, each taking its key groups' state.
+    let rescaled = cluster.weir(&["rescale", &id, "count=4"]);
+    assert!(rescaled.status.success(), "{}", describe(&rescaled));
+    let detail = job(&cluster, &id);
+    assert_eq!(detail["upgrades"][0]["status"], "completed", "{detail}");
+    let counter = detail["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == "count")
+        .unwrap();
+    assert_eq!(counter["parallelism"], 4, "{detail}");
 
     // The final counts are exactly an independent count of the input.
     let done = cluster.wait_job(&id, |s| s == "finished" || s == "failed");
