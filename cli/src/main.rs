@@ -744,7 +744,16 @@ fn inspect(args: InspectArgs) -> Result<(), Failure> {
         }
         match &i.contract {
             Ok(info) => {
-                println!("contract: fits weir:operator@0.1.0 (world stream-operator)");
+                let world = if i
+                    .exports
+                    .iter()
+                    .any(|e| e == weir_host::wasm::MIGRATION_INTERFACE)
+                {
+                    "stream-operator-with-migration: it can migrate state on upgrade"
+                } else {
+                    "stream-operator"
+                };
+                println!("contract: fits weir:operator@0.1.0 (world {world})");
                 println!("operator: {} {}", info.name, info.version);
                 println!("state:    {}", state_list(info));
             }

@@ -853,18 +853,9 @@ bool exports_weir_operator_operator_close(exports_weir_operator_operator_emitted
 /*
  * The WIT `migration` interface of the world `stream-operator-with-migration`.
  *
- * Stand-in for operator.h: the prototype below is the one wit-bindgen 0.60
- * writes into bindings/operator.h for `migrate-state: func(state: string,
- * from-version: string, old: list<u8>) -> result<list<u8>, string>` (its
- * conventions, as for the `operator` exports above). It is repeated here
- * because the committed bindings were generated for `stream-operator` and
- * do not declare it yet. Until they are regenerated (REGENERATE.md) the
- * component does not export `migration` and nothing in it calls this
- * function; weir_test.c does.
+ * Declared in bindings/operator.h (wit-bindgen 0.60, the conventions of
+ * the `operator` exports above).
  */
-bool exports_weir_operator_migration_migrate_state(operator_string_t *state, operator_string_t *from_version,
-                                                   operator_list_u8_t *old, operator_list_u8_t *ret,
-                                                   operator_string_t *err);
 
 /* The state's migration, or the bytes as they are: for a state without a
  * `migrate` function, or one this operator does not declare. Needs no

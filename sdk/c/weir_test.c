@@ -17,13 +17,6 @@
 
 #include "operator.h"
 
-/* Stand-in for operator.h: weir.c's `migration` export, which
- * bindings/operator.h declares once it is generated for the world
- * stream-operator-with-migration (REGENERATE.md). */
-bool exports_weir_operator_migration_migrate_state(operator_string_t *state, operator_string_t *from_version,
-                                                   operator_list_u8_t *old, operator_list_u8_t *ret,
-                                                   operator_string_t *err);
-
 int weir_test_passed, weir_test_failed;
 
 static void *xmalloc(size_t n) {

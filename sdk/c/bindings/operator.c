@@ -56,6 +56,32 @@ extern void __wasm_import_weir_operator_metrics_counter_add(uint8_t *, size_t, i
 __attribute__((__import_module__("weir:operator/metrics@0.1.0"), __import_name__("gauge-set")))
 extern void __wasm_import_weir_operator_metrics_gauge_set(uint8_t *, size_t, double);
 
+// Exported Functions from `weir:operator/migration@0.1.0`
+
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/migration@0.1.0#migrate-state")))
+void __wasm_export_exports_weir_operator_migration_migrate_state_post_return(uint8_t * arg0) {
+  switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
+    case 0: {
+      size_t len = *((size_t*) (arg0 + (2*sizeof(void*))));
+      if (len > 0) {
+        uint8_t *ptr = *((uint8_t **) (arg0 + sizeof(void*)));
+        for (size_t i = 0; i < len; i++) {
+          uint8_t *base = ptr + i * 1;
+          (void) base;
+        }
+        free(ptr);
+      }
+      break;
+    }
+    case 1: {
+      if ((*((size_t*) (arg0 + (2*sizeof(void*))))) > 0) {
+        free(*((uint8_t **) (arg0 + sizeof(void*))));
+      }
+      break;
+    }
+  }
+}
+
 // Exported Functions from `weir:operator/operator@0.1.0`
 
 __attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.0#describe")))
@@ -713,6 +739,14 @@ void weir_operator_timers_result_void_state_error_free(weir_operator_timers_resu
   }
 }
 
+void exports_weir_operator_migration_result_list_u8_string_free(exports_weir_operator_migration_result_list_u8_string_t *ptr) {
+  if (!ptr->is_err) {
+    operator_list_u8_free(&ptr->val.ok);
+  } else {
+    operator_string_free(&ptr->val.err);
+  }
+}
+
 void exports_weir_operator_operator_batch_free(exports_weir_operator_operator_batch_t *ptr) {
   weir_operator_types_batch_free(ptr);
 }
@@ -1315,6 +1349,34 @@ void weir_operator_metrics_counter_add(operator_string_t *name, uint64_t delta) 
 
 void weir_operator_metrics_gauge_set(operator_string_t *name, double value) {
   __wasm_import_weir_operator_metrics_gauge_set((uint8_t *) (*name).ptr, (*name).len, value);
+}
+
+__attribute__((__export_name__("weir:operator/migration@0.1.0#migrate-state")))
+uint8_t * __wasm_export_exports_weir_operator_migration_migrate_state(uint8_t * arg, size_t arg0, uint8_t * arg1, size_t arg2, uint8_t * arg3, size_t arg4) {
+  operator_string_t arg5 = (operator_string_t) { (uint8_t*)(arg), (arg0) };
+  operator_string_t arg6 = (operator_string_t) { (uint8_t*)(arg1), (arg2) };
+  operator_list_u8_t arg7 = (operator_list_u8_t) { (uint8_t*)(arg3), (arg4) };
+  exports_weir_operator_migration_result_list_u8_string_t ret;
+  operator_list_u8_t ok;
+  operator_string_t err;
+  ret.is_err = !exports_weir_operator_migration_migrate_state(&arg5, &arg6, &arg7, &ok, &err);
+  if (ret.is_err) {
+    ret.val.err = err;
+  }
+  if (!ret.is_err) {
+    ret.val.ok = ok;
+  }
+  uint8_t *ptr = (uint8_t *) &RET_AREA;
+  if ((ret).is_err) {
+    const operator_string_t *payload8 = &(ret).val.err;*((int8_t*)(ptr + 0)) = 1;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload8).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload8).ptr;
+  } else {
+    const operator_list_u8_t *payload = &(ret).val.ok;*((int8_t*)(ptr + 0)) = 0;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload).ptr;
+  }
+  return ptr;
 }
 
 __attribute__((__export_name__("weir:operator/operator@0.1.0#describe")))

@@ -247,6 +247,14 @@ typedef uint8_t weir_operator_log_level_t;
 #define WEIR_OPERATOR_LOG_LEVEL_WARN 3
 #define WEIR_OPERATOR_LOG_LEVEL_ERROR 4
 
+typedef struct {
+  bool is_err;
+  union {
+    operator_list_u8_t ok;
+    operator_string_t err;
+  } val;
+} exports_weir_operator_migration_result_list_u8_string_t;
+
 typedef weir_operator_types_batch_t exports_weir_operator_operator_batch_t;
 
 typedef weir_operator_types_emitted_t exports_weir_operator_operator_emitted_t;
@@ -310,6 +318,9 @@ extern void weir_operator_metrics_counter_add(operator_string_t *name, uint64_t 
 // Sets the gauge `name`.
 extern void weir_operator_metrics_gauge_set(operator_string_t *name, double value);
 
+// Exported Functions from `weir:operator/migration@0.1.0`
+bool exports_weir_operator_migration_migrate_state(operator_string_t *state, operator_string_t *from_version, operator_list_u8_t *old, operator_list_u8_t *ret, operator_string_t *err);
+
 // Exported Functions from `weir:operator/operator@0.1.0`
 void exports_weir_operator_operator_describe(exports_weir_operator_operator_operator_info_t *ret);
 bool exports_weir_operator_operator_open(exports_weir_operator_operator_open_context_t *ctx, operator_string_t *err);
@@ -371,6 +382,8 @@ void weir_operator_types_open_context_free(weir_operator_types_open_context_t *p
 void weir_operator_timers_state_error_free(weir_operator_timers_state_error_t *ptr);
 
 void weir_operator_timers_result_void_state_error_free(weir_operator_timers_result_void_state_error_t *ptr);
+
+void exports_weir_operator_migration_result_list_u8_string_free(exports_weir_operator_migration_result_list_u8_string_t *ptr);
 
 void exports_weir_operator_operator_batch_free(exports_weir_operator_operator_batch_t *ptr);
 
