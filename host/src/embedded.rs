@@ -124,11 +124,34 @@ impl EmbeddedCluster {
         graph: JobGraph,
         from: Option<FromSavepoint>,
     ) -> Result<EmbeddedJob, ApiError> {
+        let slots = self
+            .config
+            .slots
+            .unwrap_or_else(|| chain(&graph).iter().map(|t| t.parallelism).sum());
+        self.start_taskmanager(slots)?;
+        let (created, modules) = self.jobmanager.submit_graph(graph, from).await?;
+        Ok(EmbeddedJob {
+            id: created.id,
+            _modules: modules,
+        })
+    }
+
+    /// Submits a job spec as a cluster's REST API takes it (its modules
+    /// uploaded before, named `name@version`; file paths absolute): such a
+    /// job can be upgraded in place ([`JobManager::upgrade`]). The
+    /// TaskManager starts with `config.slots` slots (else 8).
+    pub async fn submit_spec(&mut self, spec: String) -> Result<EmbeddedJob, ApiError> {
+        self.start_taskmanager(self.config.slots.unwrap_or(8))?;
+        let created = self.jobmanager.submit(spec, None).await?;
+        Ok(EmbeddedJob {
+            id: created.id,
+            _modules: LoadedModules::default(),
+        })
+    }
+
+    /// Starts the TaskManager with `slots` slots unless it runs.
+    fn start_taskmanager(&mut self, slots: u32) -> Result<(), ApiError> {
         if self.taskmanager.is_none() {
-            let slots = self
-                .config
-                .slots
-                .unwrap_or_else(|| chain(&graph).iter().map(|t| t.parallelism).sum());
             let link = self.jobmanager.attach(TASKMANAGER_ID, slots.max(1));
             let taskmanager = InProcessTaskManager::start(
                 InProcessConfig {
@@ -145,11 +168,7 @@ impl EmbeddedCluster {
             .map_err(|e| ApiError::internal(e.to_string()))?;
             self.taskmanager = Some(taskmanager);
         }
-        let (created, modules) = self.jobmanager.submit_graph(graph, from).await?;
-        Ok(EmbeddedJob {
-            id: created.id,
-            _modules: modules,
-        })
+        Ok(())
     }
 
     /// Stops the job's sources: it drains, commits and finishes.
