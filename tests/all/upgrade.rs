@@ -3,8 +3,10 @@
 //! does not fit (a state changing kind, a state dropped, not a
 //! component); a word count upgraded mid-stream to a version that stores
 //! another layout and migrates the old one, then rescaled, its final
-//! counts equal to an independent count; a migration that fails for one key rolls the job
-//! back to its old modules, its output exactly-once.
+//! counts equal to an independent count; an upgrade whose savepoint
+//! cannot be written leaves the job on its old modules, and a migration
+//! that fails for one key rolls the job back to them, its output
+//! exactly-once through both.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -306,6 +308,27 @@ fn a_migration_that_fails_for_one_key_rolls_the_job_back_exactly_once() {
         seen.then_some(())
     });
 
+    // A savepoint that cannot be written (its folder is a file): the
+    // upgrade fails, and the job, stopped at the savepoint's checkpoint,
+    // goes on with its old modules from that checkpoint.
+    let upgrades = dir.join("jm/upgrades");
+    std::fs::write(&upgrades, b"in the way").unwrap();
+    let unwritable = upgrade(
+        &cluster,
+        &id,
+        &["--module", &format!("count={}", artifacts::MIGRATE_FAIL)],
+    );
+    assert!(!unwritable.status.success(), "{}", describe(&unwritable));
+    let err = String::from_utf8_lossy(&unwritable.stderr);
+    assert!(
+        err.contains("the savepoint failed") && err.contains("old modules"),
+        "{}",
+        describe(&unwritable)
+    );
+    let detail = cluster.wait_job(&id, |s| s == "running");
+    assert_eq!(detail["upgrades"][0]["status"], "failed", "{detail}");
+    std::fs::remove_file(&upgrades).unwrap();
+
     let failed = upgrade(
         &cluster,
         &id,
@@ -326,6 +349,7 @@ fn a_migration_that_fails_for_one_key_rolls_the_job_back_exactly_once() {
     }
     let detail = job(&cluster, &id);
     assert_eq!(detail["upgrades"][0]["status"], "rolled_back", "{detail}");
+    assert_eq!(detail["upgrades"][1]["status"], "failed", "{detail}");
     assert_eq!(
         detail["versions"].as_array().unwrap().len(),
         1,

@@ -33,7 +33,9 @@ use weir_host::wasm::{Runtime, RuntimeConfig};
 use weir_tests::artifacts;
 
 #[derive(Parser)]
-#[command(about = "Downtime of an in-place upgrade with RocksDB state, same parallelism and rescaled")]
+#[command(
+    about = "Downtime of an in-place upgrade with RocksDB state, same parallelism and rescaled"
+)]
 struct Cli {
     /// State to build before upgrading, MB (the latest checkpoint's full size).
     #[arg(long, default_value_t = 100)]
@@ -234,8 +236,12 @@ fn report(case: &str, samples: &[Sample]) {
     let pct = |p: f64| down[((down.len() as f64 - 1.0) * p).round() as usize];
     let mut total: Vec<f64> = samples.iter().map(|s| s.total.as_secs_f64()).collect();
     total.sort_by(f64::total_cmp);
-    let mb: f64 =
-        samples.iter().map(|s| s.savepoint_bytes as f64).sum::<f64>() / samples.len() as f64 / 1e6;
+    let mb: f64 = samples
+        .iter()
+        .map(|s| s.savepoint_bytes as f64)
+        .sum::<f64>()
+        / samples.len() as f64
+        / 1e6;
     let secs: f64 = samples.iter().map(|s| s.write_s).sum::<f64>() / samples.len() as f64;
     println!(
         "{case}: {} upgrades; downtime p50 {} ms, p99 {} ms, max {} ms; whole upgrade p50 {:.2} s; \

@@ -214,12 +214,20 @@ pub(crate) fn settle(taskmanagers: &TaskManagers, job: &mut Job, now: Instant) {
         return;
     }
 
-    // Stopped for an upgrade, or its new version failed before it
-    // checkpointed (rolled back): restarted at once from the upgrade's
-    // savepoint, on the version swapped in.
-    if (job.state == JobState::Upgrading || (job.state == JobState::Failing && rolls_back(job)))
-        && swap_in(job, now)
-    {
+    // Stopped for an upgrade: restarted once its savepoint is written, from
+    // it on the new version; or, if the savepoint failed or does not fit,
+    // on the old version from its latest checkpoint. A new version that
+    // failed before it checkpointed is rolled back: restarted from the
+    // upgrade's savepoint on the old version. Either at once.
+    let upgrading = job.state == JobState::Upgrading;
+    if upgrading && waits_for_savepoint(job) {
+        return;
+    }
+    if upgrading || (job.state == JobState::Failing && rolls_back(job)) {
+        if !swap_in(job, now) {
+            // The upgrade failed: the old version restarts as it was.
+            job.restart_at = Some(now);
+        }
         job.advance(Event::Stopped {
             all_finished: false,
             committers: 0,

@@ -517,7 +517,7 @@ pub(crate) fn savepoint_checkpoint_completed(
         );
         view.failure = Some(why.clone());
         let number = view.id;
-        upgrade_savepoint_written(job, number, Err(why), &jm.taskmanagers);
+        upgrade_savepoint_written(job, number, Err(why));
         return;
     }
     view.status = SavepointStatus::Writing;
@@ -527,6 +527,9 @@ pub(crate) fn savepoint_checkpoint_completed(
         let actions = c.coordinator.suspend("a savepoint is being written", now);
         job.deferred.extend(actions);
     }
+    // An upgrade stops the job now: what it would do until the savepoint
+    // is written is never published, and the writer gets the cores.
+    upgrade_checkpoint_taken(job, number, &jm.taskmanagers);
     let Some(me) = jm.me.upgrade() else { return };
     let parts: Vec<((u32, u32), SubtaskCheckpoint)> =
         done.acks.iter().map(|(k, v)| (*k, v.clone())).collect();
@@ -645,18 +648,16 @@ impl JobManager {
                     }
                 }
             }
-            let mut stopped_for_upgrade = false;
             if for_upgrade && let Some(outcome) = upgrade_outcome {
                 let outcome = match &outcome {
                     Ok((metadata, dir)) => Ok((metadata, dir.as_path())),
                     Err(why) => Err(why.clone()),
                 };
-                stopped_for_upgrade =
-                    upgrade_savepoint_written(job, number, outcome, &self.taskmanagers);
-            }
-            if stopped_for_upgrade {
-                // Canceled for the upgrade; restarted by `settle`.
-            } else if stop_now && running && !for_upgrade {
+                upgrade_savepoint_written(job, number, outcome);
+                // Restarts it (on the new version, or on its old one if
+                // the savepoint failed) once its subtasks have stopped.
+                settle(&self.taskmanagers, job, self.clock.now());
+            } else if stop_now && running {
                 // Stopped at the savepoint: its sinks published what it
                 // records; what they wrote since is never published.
                 job.advance(Event::Cancel);

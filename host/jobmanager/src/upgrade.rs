@@ -15,10 +15,14 @@
 //!    the states both versions declare. Refused: an error naming the
 //!    operator and the state, and the job runs on untouched.
 //! 2. **Stop with a savepoint** into `DATA_DIR/upgrades/<job>-<n>` (the
-//!    savepoint machinery of [`crate::savepoints`]). Once written, it is
-//!    checked against the new graph again, now with its entry counts; the
-//!    job moves to `upgrading` ([`Event::Upgrade`]) and its subtasks are
-//!    canceled. (If the savepoint fails, the job goes on untouched.)
+//!    savepoint machinery of [`crate::savepoints`]). The job stops (moves
+//!    to `upgrading`, [`Event::Upgrade`], its subtasks canceled) as soon
+//!    as the savepoint's checkpoint completes: its sinks published exactly
+//!    that checkpoint, and the savepoint is written from it meanwhile
+//!    ([`upgrade_checkpoint_taken`]). Once written, it is checked against
+//!    the new graph again, now with its entry counts. If it fails or does
+//!    not fit, the upgrade fails and the job restarts on its old version
+//!    from that checkpoint (still retained): nothing changed, nothing lost.
 //! 3. **Swap** ([`swap_in`]) once every subtask stopped: the job's graph,
 //!    tasks, modules and declared states become the new ones; the
 //!    coordinator is rescoped (the old retained checkpoints are discarded:
@@ -711,71 +715,86 @@ impl JobManager {
     }
 }
 
-/// The upgrade's savepoint `number` of `job` was written (`metadata`) or
-/// failed (`failure`). Returns whether the job stops for the upgrade (the
-/// caller then does not cancel it as a plain stop-with-savepoint).
-pub(crate) fn upgrade_savepoint_written(
-    job: &mut Job,
-    number: u32,
-    outcome: Result<(&SavepointMetadata, &std::path::Path), String>,
-    taskmanagers: &TaskManagers,
-) -> bool {
-    let Some(up) = job.upgrade.as_mut().filter(|u| u.savepoint == number) else {
-        return false;
-    };
-    let metadata = match outcome {
-        Ok((metadata, _)) if job.state != JobState::Running => {
-            let _ = metadata;
-            let why = format!(
-                "the job was {} before it could stop for the upgrade; nothing changed",
-                job.state.as_str()
-            );
-            job.end_upgrade(UpgradeStatus::Failed, Some(why));
-            return false;
-        }
-        Ok((metadata, dir)) => (metadata.clone(), dir.to_path_buf()),
-        Err(why) => {
-            job.end_upgrade(
-                UpgradeStatus::Failed,
-                Some(format!(
-                    "the savepoint failed: {why}; the job runs on, unchanged"
-                )),
-            );
-            return false;
-        }
-    };
-    let (metadata, dir) = metadata;
-    let new = up.new.as_ref().expect("swapped in only after the stop");
-    if let Err(why) = check_compatible(&metadata, &new.graph, &new.states, up.allow_non_restored) {
-        job.end_upgrade(
-            UpgradeStatus::Failed,
-            Some(format!(
-                "upgrade refused: {why}; the job runs on, unchanged"
-            )),
-        );
-        return false;
+/// The checkpoint of savepoint `number` of `job` completed: if it is an
+/// upgrade's, the job stops now (`upgrading`), while the savepoint is
+/// written from the completed checkpoint. Its sinks published exactly
+/// what the checkpoint holds; what it would do meanwhile is never
+/// published anyway, and the writer gets the cores.
+pub(crate) fn upgrade_checkpoint_taken(job: &mut Job, number: u32, taskmanagers: &TaskManagers) {
+    if job.upgrade.as_ref().is_none_or(|u| u.savepoint != number) {
+        return;
     }
-    up.deploy = Some(SavepointDeploy {
-        dir,
-        metadata: metadata.clone(),
-        migrations: up.migrations.clone(),
-    });
     let stopped_at = job
         .savepoints
         .iter()
         .find(|s| s.id == number)
         .map(|s| s.requested_at_ms);
     if let Some(view) = job.pending_view() {
-        view.status = UpgradeStatus::Restoring;
         view.stopped_at_ms = stopped_at;
+    }
+    if job.advance(Event::Upgrade) {
+        send_cancel(taskmanagers, job);
+        tracing::info!(job = %job.id, "stopped at the upgrade's checkpoint; writing its savepoint");
+    }
+}
+
+/// The upgrade's savepoint `number` of `job` was written (`metadata` in
+/// `dir`) or failed: checked against the new version, it is what the job
+/// restarts from ([`swap_in`]); if it failed or does not fit, the upgrade
+/// failed and the job restarts on its old version from the savepoint's
+/// checkpoint (retained: nothing was rescoped yet). The caller settles the
+/// job ([`settle`]) to carry either out once its subtasks stopped.
+pub(crate) fn upgrade_savepoint_written(
+    job: &mut Job,
+    number: u32,
+    outcome: Result<(&SavepointMetadata, &std::path::Path), String>,
+) {
+    let Some(up) = job.upgrade.as_mut().filter(|u| u.savepoint == number) else {
+        return;
+    };
+    let back = "the job goes on with its old modules from the savepoint's checkpoint";
+    let (metadata, dir) = match outcome {
+        Ok(_) if job.state != JobState::Upgrading => {
+            let why = format!(
+                "the job was {} before it could stop for the upgrade; nothing changed",
+                job.state.as_str()
+            );
+            job.end_upgrade(UpgradeStatus::Failed, Some(why));
+            return;
+        }
+        Ok((metadata, dir)) => (metadata.clone(), dir.to_path_buf()),
+        Err(why) => {
+            let why = format!("the savepoint failed: {why}; {back}");
+            job.end_upgrade(UpgradeStatus::Failed, Some(why));
+            return;
+        }
+    };
+    let new = up
+        .new
+        .as_ref()
+        .expect("swapped in only after the savepoint");
+    if let Err(why) = check_compatible(&metadata, &new.graph, &new.states, up.allow_non_restored) {
+        let why = format!("upgrade refused: {why}; {back}");
+        job.end_upgrade(UpgradeStatus::Failed, Some(why));
+        return;
+    }
+    up.deploy = Some(SavepointDeploy {
+        dir,
+        metadata: metadata.clone(),
+        migrations: up.migrations.clone(),
+    });
+    if let Some(view) = job.pending_view() {
+        view.status = UpgradeStatus::Restoring;
         for m in &mut view.migrated {
             m.entries = entries_of(&metadata, &m.operator, &m.state);
         }
     }
-    job.advance(Event::Upgrade);
-    send_cancel(taskmanagers, job);
-    tracing::info!(job = %job.id, "stopped at the savepoint for the upgrade");
-    true
+    tracing::info!(job = %job.id, "the upgrade's savepoint is written");
+}
+
+/// Whether an `upgrading` job still waits for its upgrade's savepoint.
+pub(crate) fn waits_for_savepoint(job: &Job) -> bool {
+    job.upgrade.as_ref().is_some_and(|u| u.deploy.is_none())
 }
 
 /// Entries of state `state` of operator `operator` in a savepoint.
