@@ -115,9 +115,11 @@ pub enum ClientCommand {
     /// its old modules from the same savepoint and this exits non-zero.
     /// Prints the downtime. The job needs `[job.checkpoints]`.
     Upgrade(UpgradeArgs),
-    /// Change keyed operators' parallelism: an upgrade with only
+    /// Change operators' parallelism (`weir rescale JOB count=4`, or
+    /// `--parallelism N` for every operator): an upgrade with only
     /// `--set operator.OP.parallelism=N` (stop with a savepoint, resume
-    /// rescaled). Sources and sinks keep theirs.
+    /// rescaled, each keyed subtask taking its key groups' state). Sources
+    /// and sinks keep theirs.
     Rescale(RescaleArgs),
 }
 

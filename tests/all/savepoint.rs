@@ -497,3 +497,100 @@ fn a_savepoint_leaves_the_job_running() {
         describe(&again)
     );
 }
+
+/// `weir stop --drain`: the sources send the final watermark before the
+/// savepoint's barrier, so every event-time timer fires and its output is
+/// committed with the savepoint. The word count emits a word's count only
+/// when its timer fires (at the final watermark): nothing is committed
+/// before the drain, and after it exactly the counts the savepoint holds.
+#[test]
+fn stop_with_drain_commits_what_every_timer_emits_with_the_savepoint() {
+    let cluster = Cluster::start(1, 4, &["--heartbeat-timeout-ms", "5000"]);
+    let dir = cluster.dir.path();
+    let text: String = std::fs::read_to_string(crate::util::kjv())
+        .unwrap()
+        .lines()
+        .take(30_000)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let input = dir.join("input.txt");
+    std::fs::write(&input, &text).unwrap();
+    let out = dir.join("out/counts.txt");
+    let spec = dir.join("job.toml");
+    let job = crate::upgrade::spec(&input, &out, artifacts::WORD_COUNT, "final", 1_500);
+    std::fs::write(&spec, job).unwrap();
+    let id = cluster.submit(&spec);
+    wait_for("a completed checkpoint", || {
+        let (_, job) = cluster.get(&format!("/v1/jobs/{id}"));
+        assert_eq!(job["state"], "running", "{job}");
+        (!completed_checkpoints(&cluster, &id).is_empty()).then_some(())
+    });
+    let committed = || {
+        if out.parent().unwrap().exists() {
+            committed_lines(&out)
+        } else {
+            Vec::new()
+        }
+    };
+    assert!(committed().is_empty(), "final counts before the end");
+
+    let savepoint = dir.join("drained");
+    let sp = savepoint.display().to_string();
+    let stopped = cluster.weir(&["stop", &id, "--savepoint", &sp, "--drain"]);
+    assert!(stopped.status.success(), "{}", describe(&stopped));
+    assert!(
+        String::from_utf8_lossy(&stopped.stdout).contains("drained and stopped"),
+        "{}",
+        describe(&stopped)
+    );
+    let job = cluster.wait_job(&id, |s| s == "canceled" || s == "failed");
+    assert_eq!(job["state"], "canceled", "{job}");
+    assert_eq!(job["savepoints"][0]["drain"], true, "{job}");
+
+    // Mid-stream: some words counted, not the whole input.
+    let counts = crate::upgrade::counts(&committed());
+    let total: u64 = counts.values().sum();
+    let all: u64 = crate::word_count::expected_counts(&text).values().sum();
+    assert!(total > 0 && total < all, "{total} of {all} words");
+    // Exactly the savepoint's state: one count per key it holds, each
+    // equal to the stored one.
+    let inspected = cluster.weir(&["savepoint", "inspect", "--json", &sp]);
+    let metadata: Value = serde_json::from_slice(&inspected.stdout).unwrap();
+    let keys: u64 = metadata["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["uid"] == "count")
+        .unwrap()["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["state"]["entries"][0].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(
+        keys,
+        counts.len() as u64,
+        "a count committed per stored key"
+    );
+    for word in ["the", "and", "god"] {
+        let stored = cluster.weir(&[
+            "savepoint",
+            "query",
+            &sp,
+            "--operator",
+            "count",
+            "--state",
+            "count",
+            "--key",
+            word,
+            "--codec",
+            "u64",
+        ]);
+        assert!(stored.status.success(), "{}", describe(&stored));
+        assert_eq!(
+            String::from_utf8_lossy(&stored.stdout).trim(),
+            counts[word].to_string(),
+            "{word}"
+        );
+    }
+}

@@ -677,6 +677,7 @@ fn id_chain(g: Generated) -> anyhow::Result<CaseResult> {
         batch_size: g.batch_size as usize,
         metrics: Arc::new(JobMetrics::new(3)),
         stop: Arc::new(AtomicBool::new(false)),
+        drain: Arc::new(AtomicBool::new(false)),
         abort: Abort::new(),
         handle: rt.handle().clone(),
         checkpointing: None,

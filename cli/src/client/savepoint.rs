@@ -116,6 +116,14 @@ pub struct StopArgs {
     #[arg(long, value_name = "DIR", required = true)]
     pub savepoint: PathBuf,
 
+    /// Drain first, as Flink's `stop --drain`: the sources send the final
+    /// watermark, so every event-time timer fires (windows and final
+    /// results are emitted and committed with the savepoint), and read
+    /// nothing more. For a job that ends for good; one resumed from the
+    /// savepoint starts with every timer fired.
+    #[arg(long)]
+    pub drain: bool,
+
     #[command(flatten)]
     pub connect: ConnectArgs,
 }
@@ -135,15 +143,21 @@ pub(super) fn savepoint(args: SavepointArgs) -> Result<(), Failure> {
     let (Some(job), Some(dir)) = (args.job, args.dir) else {
         return Err(Failure::refused(anyhow!("give a job id and a directory")));
     };
-    take(&args.connect, &job, &dir, false)
+    take(&args.connect, &job, &dir, false, false)
 }
 
 pub(super) fn stop(args: StopArgs) -> Result<(), Failure> {
-    take(&args.connect, &args.job, &args.savepoint, true)
+    take(&args.connect, &args.job, &args.savepoint, true, args.drain)
 }
 
 /// Triggers a savepoint and waits for it.
-fn take(connect: &ConnectArgs, job: &str, dir: &Path, stop: bool) -> Result<(), Failure> {
+fn take(
+    connect: &ConnectArgs,
+    job: &str,
+    dir: &Path,
+    stop: bool,
+    drain: bool,
+) -> Result<(), Failure> {
     let rest = connect.rest()?;
     let dir = std::path::absolute(dir)
         .with_context(|| format!("savepoint directory {}", dir.display()))
@@ -151,7 +165,7 @@ fn take(connect: &ConnectArgs, job: &str, dir: &Path, stop: bool) -> Result<(), 
     let started = std::time::Instant::now();
     let v = rest.post_json(
         &format!("/v1/jobs/{}/savepoints", path_segment(job)),
-        &serde_json::json!({ "dir": dir, "stop": stop }),
+        &serde_json::json!({ "dir": dir, "stop": stop, "drain": drain }),
     )?;
     let view: SavepointView = decode(v, "answer")?;
     let view = wait(&rest, job, view.id, !connect.json)?;
@@ -167,7 +181,11 @@ fn take(connect: &ConnectArgs, job: &str, dir: &Path, stop: bool) -> Result<(), 
                     human_bytes(view.bytes),
                     view.checkpoint.unwrap_or(0),
                     started.elapsed().as_secs_f64(),
-                    if stop { "; the job stopped at it" } else { "" }
+                    match (stop, drain) {
+                        (true, true) => "; the job was drained and stopped at it",
+                        (true, false) => "; the job stopped at it",
+                        _ => "",
+                    }
                 );
             }
             Ok(())

@@ -43,9 +43,18 @@ pub struct RescaleArgs {
     /// The job's id.
     pub job: String,
 
-    /// A keyed operator's new parallelism, `OP=N`; repeat for several.
-    #[arg(required = true, value_name = "OP=N", value_parser = parse_parallelism)]
-    pub parallelism: Vec<(String, u32)>,
+    /// An operator's new parallelism, `OP=N`; repeat for several.
+    #[arg(value_name = "OP=N", value_parser = parse_parallelism)]
+    pub operators: Vec<(String, u32)>,
+
+    /// Every operator's new parallelism (sources and sinks keep theirs).
+    #[arg(long, value_name = "N", conflicts_with = "operators")]
+    pub parallelism: Option<u32>,
+
+    /// Any other change, as `weir upgrade --set` takes it
+    /// (`operator.count.parallelism=4`).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 
     #[command(flatten)]
     pub connect: ConnectArgs,
@@ -99,11 +108,32 @@ pub(super) fn upgrade(args: UpgradeArgs) -> Result<(), Failure> {
 
 pub(super) fn rescale(args: RescaleArgs) -> Result<(), Failure> {
     let rest = args.connect.rest()?;
-    let set: Vec<String> = args
-        .parallelism
+    let mut operators = args.operators.clone();
+    if let Some(n) = args.parallelism {
+        if n == 0 {
+            return Err(Failure::refused(anyhow!(
+                "--parallelism must be at least 1"
+            )));
+        }
+        let v = rest.get(&format!("/v1/jobs/{}", path_segment(&args.job)))?;
+        let job: JobDetail = decode(v, "job")?;
+        operators.extend(
+            job.vertices
+                .iter()
+                .filter(|v| v.role == "operator")
+                .map(|v| (v.id.clone(), n)),
+        );
+    }
+    let mut set: Vec<String> = operators
         .iter()
         .map(|(op, n)| format!("operator.{op}.parallelism={n}"))
         .collect();
+    set.extend(args.set.iter().cloned());
+    if set.is_empty() {
+        return Err(Failure::refused(anyhow!(
+            "nothing to rescale: give OP=N, --parallelism N or --set operator.OP.parallelism=N"
+        )));
+    }
     let request = serde_json::json!({ "set": set });
     run_upgrade(&rest, &args.job, &request, args.connect.json)
 }

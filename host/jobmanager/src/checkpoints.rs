@@ -150,7 +150,7 @@ pub(crate) fn checkpoint_actions(
             }
             Action::Abort { id, reason, acked } => {
                 tracing::info!(job = %job.id, checkpoint = id, "checkpoint aborted: {reason}");
-                savepoint_checkpoint_aborted(job, id, &reason);
+                savepoint_checkpoint_aborted(taskmanagers, job, id, &reason);
                 tell(taskmanagers, job, |job, attempt| {
                     ToTaskManager::CheckpointAborted {
                         job,

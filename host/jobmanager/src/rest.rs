@@ -596,6 +596,10 @@ struct SavepointBody {
     /// Cancel the job once the savepoint is taken.
     #[serde(default)]
     stop: bool,
+    /// With `stop`: drain the sources first (the final watermark fires
+    /// every event-time timer; nothing more is read).
+    #[serde(default)]
+    drain: bool,
 }
 
 async fn trigger_savepoint(
@@ -605,10 +609,11 @@ async fn trigger_savepoint(
 ) -> Result<Response, ApiError> {
     let jm2 = jm.clone();
     // The directory checks touch the file system: off the async threads.
-    let view =
-        tokio::task::spawn_blocking(move || jm2.trigger_savepoint(&id, &body.dir, body.stop))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))??;
+    let view = tokio::task::spawn_blocking(move || {
+        jm2.trigger_savepoint_draining(&id, &body.dir, body.stop, body.drain)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
     Ok((StatusCode::ACCEPTED, Json(view)).into_response())
 }
 

@@ -52,6 +52,9 @@ pub struct SavepointView {
     pub dir: String,
     /// Whether the job stops at it.
     pub stop: bool,
+    /// Whether the job's sources were drained first (final watermark).
+    #[serde(default)]
+    pub drain: bool,
     /// Where it stands.
     pub status: SavepointStatus,
     /// The checkpoint it rides on.
@@ -144,6 +147,27 @@ impl JobManager {
         dir: &std::path::Path,
         stop: bool,
     ) -> Result<SavepointView, ApiError> {
+        self.trigger_savepoint_draining(id, dir, stop, false)
+    }
+
+    /// [`JobManager::trigger_savepoint`]; with `drain` (and `stop`), the
+    /// sources first send the final watermark, firing every event-time
+    /// timer, and read nothing more: the savepoint holds the state after
+    /// that, and the sinks commit what the timers emitted (Flink's
+    /// `stop --drain`). If the savepoint fails, the sources read again.
+    pub fn trigger_savepoint_draining(
+        &self,
+        id: &str,
+        dir: &std::path::Path,
+        stop: bool,
+        drain: bool,
+    ) -> Result<SavepointView, ApiError> {
+        if drain && !stop {
+            return Err(ApiError::bad_request(
+                "drain applies to a stop with a savepoint (`weir stop --drain`): a drained job \
+                 reads nothing more",
+            ));
+        }
         let dir = self.checked_savepoint_dir(dir)?;
         if std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()) {
             return Err(ApiError::conflict(format!(
@@ -151,7 +175,7 @@ impl JobManager {
                 dir.display()
             )));
         }
-        let result = self.trigger_savepoint_locked(id, dir, stop);
+        let result = self.trigger_savepoint_locked(id, dir, stop, drain);
         self.changed();
         result
     }
@@ -161,6 +185,7 @@ impl JobManager {
         id: &str,
         dir: PathBuf,
         stop: bool,
+        drain: bool,
     ) -> Result<SavepointView, ApiError> {
         let cell = self.job_cell(id)?;
         let mut guard = self.lock_job(&cell);
@@ -170,7 +195,7 @@ impl JobManager {
                 guard.name
             )));
         }
-        self.trigger_savepoint_locked_in(&mut guard, dir, stop)
+        self.trigger_savepoint_locked_in(&mut guard, dir, stop, drain)
     }
 
     /// Triggers a savepoint of `job` (locked) into `dir`.
@@ -179,6 +204,7 @@ impl JobManager {
         job: &mut Job,
         dir: PathBuf,
         stop: bool,
+        drain: bool,
     ) -> Result<SavepointView, ApiError> {
         let id = job.id.clone();
         if job.state != JobState::Running {
@@ -225,6 +251,7 @@ impl JobManager {
             id: job.savepoints.last().map_or(1, |s| s.id + 1),
             dir: dir.display().to_string(),
             stop,
+            drain,
             status: SavepointStatus::Pending,
             checkpoint: Some(checkpoint),
             requested_at_ms: now_ms(),
@@ -238,7 +265,12 @@ impl JobManager {
         if job.savepoints.len() > MAX_SAVEPOINT_HISTORY {
             job.savepoints.remove(0);
         }
-        tracing::info!(job = %job.id, checkpoint, stop, dir = %view.dir, "savepoint triggered");
+        tracing::info!(job = %job.id, checkpoint, stop, drain, dir = %view.dir, "savepoint triggered");
+        if drain {
+            // Before the trigger on every TaskManager's queue: the final
+            // watermark precedes the savepoint's barrier.
+            drain_sources(&self.taskmanagers, job, true);
+        }
         checkpoint_actions(&self.taskmanagers, job, self, actions);
         Ok(view)
     }
@@ -565,8 +597,23 @@ pub(crate) fn savepoint_checkpoint_completed(
     });
 }
 
+/// Tells the job's TaskManagers to drain its sources (or to let them read
+/// again): [`ToTaskManager::Drain`].
+fn drain_sources(taskmanagers: &TaskManagers, job: &Job, drain: bool) {
+    tell(taskmanagers, job, |job, attempt| ToTaskManager::Drain {
+        job,
+        attempt,
+        drain,
+    });
+}
+
 /// A checkpoint was aborted: a savepoint riding on it fails (the job goes on).
-pub(crate) fn savepoint_checkpoint_aborted(job: &mut Job, checkpoint: u64, reason: &str) {
+pub(crate) fn savepoint_checkpoint_aborted(
+    taskmanagers: &TaskManagers,
+    job: &mut Job,
+    checkpoint: u64,
+    reason: &str,
+) {
     if let Some(view) = job
         .savepoints
         .iter_mut()
@@ -576,7 +623,11 @@ pub(crate) fn savepoint_checkpoint_aborted(job: &mut Job, checkpoint: u64, reaso
         view.ended_at_ms = Some(now_ms());
         let why = format!("its checkpoint {checkpoint} was aborted: {reason}");
         view.failure = Some(why.clone());
-        let number = view.id;
+        let (number, drained) = (view.id, view.drain);
+        if drained && job.state == JobState::Running {
+            // The job goes on: its sources read again.
+            drain_sources(taskmanagers, job, false);
+        }
         tracing::warn!(job = %job.id, checkpoint, "savepoint failed: {reason}");
         if let Some(up) = job.upgrade.as_ref().filter(|u| u.savepoint() == number) {
             let _ = up;
@@ -617,6 +668,7 @@ impl JobManager {
                 .as_ref()
                 .is_some_and(|u| u.savepoint() == number);
             let mut upgrade_outcome = None;
+            let mut undrain = false;
             if let Some(view) = job.savepoints.iter_mut().find(|s| s.id == number) {
                 view.ended_at_ms = Some(now_ms());
                 match outcome {
@@ -630,6 +682,7 @@ impl JobManager {
                     Err(why) => {
                         tracing::warn!(job = %job.id, dir = %view.dir, "savepoint failed: {why}");
                         upgrade_outcome = Some(Err(why.clone()));
+                        undrain = view.drain && running;
                         view.status = SavepointStatus::Failed;
                         view.failure = Some(match view.checkpoint.filter(|_| view.stop) {
                             Some(_) if running => format!("{why}; the job goes on"),
@@ -647,6 +700,10 @@ impl JobManager {
                         });
                     }
                 }
+            }
+            if undrain {
+                // The job goes on: its sources read again.
+                drain_sources(&self.taskmanagers, job, false);
             }
             if for_upgrade && let Some(outcome) = upgrade_outcome {
                 let outcome = match &outcome {

@@ -391,8 +391,10 @@ impl Sim {
             }
             // A lost notification changes nothing here: commits are the
             // TaskManagers' business, and the next completion subsumes it.
+            // Savepoints are not simulated: nothing drains.
             ToTaskManager::CheckpointComplete { .. }
             | ToTaskManager::CheckpointAborted { .. }
+            | ToTaskManager::Drain { .. }
             | ToTaskManager::Registered { .. }
             | ToTaskManager::Rejected { .. } => {}
         }

@@ -658,7 +658,7 @@ impl JobManager {
         if dir.exists() {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        let savepoint = self.trigger_savepoint_locked_in(job, dir.clone(), true)?;
+        let savepoint = self.trigger_savepoint_locked_in(job, dir.clone(), true, false)?;
         let view = UpgradeView {
             id: number,
             status: UpgradeStatus::Stopping,

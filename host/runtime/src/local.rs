@@ -277,6 +277,7 @@ impl LocalCluster {
         };
         let metrics = Arc::new(JobMetrics::new(graph.vertices.len()));
         let stop = Arc::new(AtomicBool::new(false));
+        let drain = Arc::new(AtomicBool::new(false));
         let mut subtasks = Vec::new();
         let mut triggers = HashMap::new();
         for (t, task) in tasks.iter().enumerate() {
@@ -467,6 +468,7 @@ impl LocalCluster {
                         batch_size,
                         metrics: metrics.clone(),
                         stop: stop.clone(),
+                        drain: drain.clone(),
                         abort: abort.clone(),
                         handle: self.handle.clone(),
                         checkpointing: options.checkpoints.as_ref().map(|c| {
@@ -511,6 +513,7 @@ impl LocalCluster {
             started,
             metrics,
             stop,
+            drain,
             abort,
             subtasks,
             tasks,
@@ -545,6 +548,9 @@ pub struct Deployed {
     pub metrics: Arc<JobMetrics>,
     /// Stops the sources gracefully.
     pub stop: Arc<AtomicBool>,
+    /// Drains the sources: the final watermark, then nothing more until
+    /// cleared (see [`crate::rpc::ToTaskManager::Drain`]).
+    pub drain: Arc<AtomicBool>,
     /// Aborts every local subtask.
     pub abort: Abort,
     /// The local subtasks.

@@ -185,6 +185,18 @@ pub enum ToTaskManager {
         /// The deployment attempt.
         attempt: u32,
     },
+    /// Drain the job's sources (`weir stop --drain`): each sends the
+    /// final watermark (firing every event-time timer downstream) and then
+    /// reads nothing more, waiting for the savepoint's barrier; `false`
+    /// lets them read again (the savepoint failed).
+    Drain {
+        /// Job id.
+        job: String,
+        /// The deployment attempt.
+        attempt: u32,
+        /// Drain, or read again.
+        drain: bool,
+    },
 }
 
 pub use crate::checkpoint::snapshot::SubtaskCheckpoint;

@@ -327,6 +327,8 @@ pub(crate) async fn run_job(
             abort: deployed.abort.clone(),
             canceled: canceled.clone(),
             stop: deployed.stop.clone(),
+            drain: deployed.drain.clone(),
+            attempt,
             metrics: deployed.metrics.clone(),
             started: deployed.started,
             heads: heads.into_iter().collect(),

@@ -76,6 +76,10 @@ pub(crate) struct LocalJob {
     pub(crate) canceled: Arc<AtomicBool>,
     /// Stops the local sources gracefully (the job drains and finishes).
     pub(crate) stop: Arc<AtomicBool>,
+    /// Drains the local sources: final watermark, then idle.
+    pub(crate) drain: Arc<AtomicBool>,
+    /// The deployment attempt.
+    pub(crate) attempt: u32,
     pub(crate) metrics: Arc<JobMetrics>,
     pub(crate) started: Instant,
     /// Head vertex of each task with local subtasks → how many run here.
@@ -226,6 +230,16 @@ impl Inner {
         for job in jobs {
             self.cancel(&job);
         }
+    }
+
+    /// Drains (or, with `drain` false, resumes) the sources of attempt
+    /// `attempt` of `job` here (`ToTaskManager::Drain`).
+    pub(crate) fn drain_sources(&self, job: &str, attempt: u32, drain: bool) {
+        self.for_each_attempt(job, |j| {
+            if j.attempt == attempt {
+                j.drain.store(drain, Ordering::SeqCst);
+            }
+        });
     }
 
     /// Stops the sources of `job` here: it drains and finishes.

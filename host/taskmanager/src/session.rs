@@ -387,6 +387,13 @@ pub(crate) fn dispatch(inner: &Arc<Inner>, upstream: &Upstream, message: ToTaskM
             tokio::spawn(async move { run_job(inner, upstream, *deployment, events_rx).await });
         }
         ToTaskManager::Cancel { job } => inner.cancel(&job),
+        // Set here, before any later trigger reaches the sources: the
+        // barrier of the savepoint follows the final watermark.
+        ToTaskManager::Drain {
+            job,
+            attempt,
+            drain,
+        } => inner.drain_sources(&job, attempt, drain),
         ToTaskManager::TriggerCheckpoint {
             job,
             attempt,

@@ -67,6 +67,10 @@ use crate::wasm::{OperatorError, OperatorInstance};
 /// later at worst; the end of input always sends the final watermark.
 pub const WATERMARK_INTERVAL: Duration = Duration::from_millis(200);
 
+/// How often a drained source looks for the savepoint's barrier, the
+/// cancel after it, or the end of the drain.
+const DRAINED_POLL: Duration = Duration::from_millis(2);
+
 /// Why a subtask failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
@@ -323,6 +327,9 @@ pub struct Subtask {
     pub metrics: Arc<JobMetrics>,
     /// Set to stop sources gracefully (Ctrl-C).
     pub stop: Arc<AtomicBool>,
+    /// Set to drain sources (`weir stop --drain`): the final watermark,
+    /// then idle until the savepoint's barrier (and the cancel after it).
+    pub drain: Arc<AtomicBool>,
     /// The job-wide abort signal.
     pub abort: Abort,
     /// Tokio handle, to wait on channels from this blocking thread.
@@ -365,17 +372,36 @@ impl Subtask {
                 let mut emitted = i64::MIN;
                 let mut emitted_at: Option<Instant> = None;
                 let mut barrier = 0u64;
+                let mut drained = false;
                 while !self.stop.load(Ordering::Relaxed) {
                     if self.abort.is_set() {
                         return Err(TaskError::Aborted);
                     }
-                    if let Some(c) = &self.checkpointing {
-                        let requested = c.requested.load(Ordering::Acquire);
-                        if requested > barrier {
-                            barrier = requested;
-                            let position = Some(source.position());
-                            self.checkpoint(barrier, position, Duration::ZERO)?;
-                        }
+                    // Read before `drain`: a trigger seen here was sent
+                    // after a drain that must precede its barrier.
+                    let requested = self
+                        .checkpointing
+                        .as_ref()
+                        .map_or(0, |c| c.requested.load(Ordering::Acquire));
+                    let draining = self.drain.load(Ordering::SeqCst);
+                    if draining && !drained {
+                        // Every event-time timer downstream fires before
+                        // the savepoint's barrier arrives behind this.
+                        drained = true;
+                        watermark = i64::MAX;
+                        emitted = i64::MAX;
+                        self.watermark(i64::MAX)?;
+                    }
+                    if requested > barrier {
+                        barrier = requested;
+                        let position = Some(source.position());
+                        self.checkpoint(barrier, position, Duration::ZERO)?;
+                    }
+                    if draining {
+                        // Nothing more is read: waiting for the barrier,
+                        // then the cancel (or to read again).
+                        std::thread::sleep(DRAINED_POLL);
+                        continue;
                     }
                     let batch = source.next_batch(self.batch_size).map_err(|source| {
                         TaskError::Connector {
