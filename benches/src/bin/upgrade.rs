@@ -236,6 +236,19 @@ fn report(case: &str, samples: &[Sample]) {
     let pct = |p: f64| down[((down.len() as f64 - 1.0) * p).round() as usize];
     let mut total: Vec<f64> = samples.iter().map(|s| s.total.as_secs_f64()).collect();
     total.sort_by(f64::total_cmp);
+    // The downtime's parts: barrier → savepoint written → deployment sent
+    // → every subtask running.
+    let part = |from: fn(&UpgradeView) -> Option<u64>, to: fn(&UpgradeView) -> Option<u64>| {
+        let mut ms: Vec<u64> = samples
+            .iter()
+            .filter_map(|s| Some(to(&s.view)?.saturating_sub(from(&s.view)?)))
+            .collect();
+        ms.sort_unstable();
+        ms.get(ms.len() / 2).copied().unwrap_or(0)
+    };
+    let written = part(|v| v.stopped_at_ms, |v| v.written_at_ms);
+    let deployed = part(|v| v.written_at_ms, |v| v.deployed_at_ms);
+    let running = part(|v| v.deployed_at_ms, |v| v.resumed_at_ms);
     let mb: f64 = samples
         .iter()
         .map(|s| s.savepoint_bytes as f64)
@@ -252,5 +265,9 @@ fn report(case: &str, samples: &[Sample]) {
         down.last().copied().unwrap_or(0),
         total[total.len() / 2],
         mb / secs.max(1e-9)
+    );
+    println!(
+        "  downtime p50 by part: barrier → savepoint written {written} ms, → deployment sent \
+         {deployed} ms, → every subtask running {running} ms"
     );
 }

@@ -177,6 +177,12 @@ pub struct UpgradeView {
     /// barrier (Unix ms).
     #[serde(default)]
     pub stopped_at_ms: Option<u64>,
+    /// When the savepoint was written (Unix ms).
+    #[serde(default)]
+    pub written_at_ms: Option<u64>,
+    /// When the new version's deployment was sent (Unix ms).
+    #[serde(default)]
+    pub deployed_at_ms: Option<u64>,
     /// When every subtask of the new version was running (Unix ms).
     #[serde(default)]
     pub resumed_at_ms: Option<u64>,
@@ -667,6 +673,8 @@ impl JobManager {
             savepoint: dir.display().to_string(),
             requested_at_ms: now_ms(),
             stopped_at_ms: None,
+            written_at_ms: None,
+            deployed_at_ms: None,
             resumed_at_ms: None,
             downtime_ms: None,
             ended_at_ms: None,
@@ -785,6 +793,7 @@ pub(crate) fn upgrade_savepoint_written(
     });
     if let Some(view) = job.pending_view() {
         view.status = UpgradeStatus::Restoring;
+        view.written_at_ms = Some(now_ms());
         for m in &mut view.migrated {
             m.entries = entries_of(&metadata, &m.operator, &m.state);
         }
@@ -908,6 +917,9 @@ pub(crate) fn redeployed(job: &mut Job) {
         .or(job.rollback_of.take());
     if let (Some(id), Some(c)) = (mark, job.checkpoints.as_mut()) {
         c.coordinator.mark_upgrade(id);
+    }
+    if let Some(view) = job.pending_view() {
+        view.deployed_at_ms = Some(now_ms());
     }
 }
 

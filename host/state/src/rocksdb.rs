@@ -62,7 +62,8 @@ use std::path::Path;
 
 use ::rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType,
-    DBPinnableSlice, MergeOperands, Options, ReadOptions, WriteBatch, WriteOptions,
+    DBPinnableSlice, IngestExternalFileOptions, MergeOperands, Options, ReadOptions, SstFileWriter,
+    WriteBatch, WriteOptions,
 };
 
 use super::fast_hash::FastHashMap;
@@ -117,9 +118,10 @@ pub const DB_WRITE_BUFFER_BYTES: usize = 64 << 20;
 pub const L0_COMPACTION_TRIGGER: i32 = 20;
 
 /// Bytes of imported entries ([`KeyedStateBackend::import`], a restore
-/// from a savepoint) written to RocksDB in one batch: one write per few
-/// megabytes instead of one per entry.
-pub const IMPORT_BATCH_BYTES: usize = 4 << 20;
+/// from a savepoint) gathered before they are written, sorted, into one
+/// SST file per state and ingested: no memtable, no flush, no compaction
+/// of what a restore writes once.
+pub const IMPORT_BATCH_BYTES: usize = 32 << 20;
 
 /// The column family of state `name`.
 pub fn cf_name(name: &str) -> String {
@@ -252,9 +254,14 @@ pub struct RocksDbBackend {
     buffer_limit: usize,
     /// Scratch for the stored key of the current call.
     key_buf: Vec<u8>,
-    /// Imported entries not written yet (see [`IMPORT_BATCH_BYTES`]);
-    /// written by [`KeyedStateBackend::flush`] at the latest.
-    imports: WriteBatch,
+    /// Imported entries not written yet, per state (see
+    /// [`IMPORT_BATCH_BYTES`]); written by [`KeyedStateBackend::flush`] at
+    /// the latest.
+    imports: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// Bytes of keys and values in `imports`.
+    import_bytes: usize,
+    /// SST files ingested so far (names the next one).
+    ingested: u64,
 }
 
 impl RocksDbBackend {
@@ -311,20 +318,57 @@ impl RocksDbBackend {
             write_back_limit: WRITE_BACK_LIMIT_BYTES,
             buffer_limit: BUFFER_LIMIT_BYTES,
             key_buf: Vec::with_capacity(64),
-            imports: WriteBatch::default(),
+            imports: vec![Vec::new(); states.len()],
+            import_bytes: 0,
+            ingested: 0,
         })
     }
 
-    /// Writes the imported entries batched so far.
+    /// Writes the imported entries gathered so far: per state, sorted (the
+    /// last of equal keys wins, as later writes would) into an SST file
+    /// beside the database, which RocksDB then takes in (moving the file).
     fn write_imports(&mut self) -> Result<(), StateError> {
-        if self.imports.is_empty() {
+        if self.import_bytes == 0 {
             return Ok(());
         }
-        let batch = std::mem::take(&mut self.imports);
-        self.store
-            .db
-            .write_opt(batch, &self.store.write_opts)
-            .map_err(backend_err)
+        self.import_bytes = 0;
+        let mut ingest = IngestExternalFileOptions::default();
+        ingest.set_move_files(true);
+        for state in 0..self.imports.len() {
+            let mut entries = mem::take(&mut self.imports[state]);
+            if entries.is_empty() {
+                continue;
+            }
+            // Stable, and linear for entries already in order (a savepoint
+            // file's are): equal keys keep their import order.
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            let path = self
+                .store
+                .db
+                .path()
+                .join(format!("import-{}.sst", self.ingested));
+            self.ingested += 1;
+            let mut opts = Options::default();
+            opts.set_compression_type(DBCompressionType::Lz4);
+            let mut writer = SstFileWriter::create(&opts);
+            writer.open(&path).map_err(backend_err)?;
+            for (i, (key, value)) in entries.iter().enumerate() {
+                if entries.get(i + 1).is_some_and(|next| next.0 == *key) {
+                    continue;
+                }
+                writer.put(key, value).map_err(backend_err)?;
+            }
+            writer.finish().map_err(backend_err)?;
+            let cf = self.store.cf(state)?;
+            self.store
+                .db
+                .ingest_external_file_cf_opts(cf, &ingest, vec![&path])
+                .map_err(|e| {
+                    let _ = std::fs::remove_file(&path);
+                    backend_err(e)
+                })?;
+        }
+        Ok(())
     }
 
     /// The same backend with other buffer bounds, so that tests reach them.
@@ -619,9 +663,9 @@ impl KeyedStateBackend for RocksDbBackend {
             self.flush()?;
             self.buffer.clear();
         }
-        let cf = self.store.cf(state as usize)?;
-        self.imports.put_cf(cf, stored_key, stored_value);
-        if self.imports.size_in_bytes() >= IMPORT_BATCH_BYTES {
+        self.import_bytes += stored_key.len() + stored_value.len();
+        self.imports[state as usize].push((stored_key.to_vec(), stored_value.to_vec()));
+        if self.import_bytes >= IMPORT_BATCH_BYTES {
             self.write_imports()?;
         }
         Ok(())

@@ -808,4 +808,5 @@ suite!(
     export_imports_into_either_backend_unchanged,
     import_splits_by_key_group,
     import_refuses_malformed_entries,
+    import_in_any_order_keeps_the_last_value_of_a_key,
 );
