@@ -152,6 +152,11 @@ pub struct ConnectArgs {
     #[arg(long, value_name = "FILE", env = "WEIR_REST_TOKEN_FILE")]
     pub rest_token_file: Option<PathBuf>,
 
+    /// The cluster's CA certificate (`ca.pem` of `weir cluster init`),
+    /// trusted for an https JobManager (`weir jobmanager --rest-tls`).
+    #[arg(long, value_name = "FILE", env = "WEIR_CA")]
+    pub ca: Option<PathBuf>,
+
     /// Print the server's JSON response (pretty) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -159,7 +164,18 @@ pub struct ConnectArgs {
 
 impl ConnectArgs {
     fn rest(&self) -> Result<Rest, Failure> {
-        Ok(Rest::new(&self.jobmanager).with_token(self.token()?))
+        let ca = match &self.ca {
+            Some(file) => Some((
+                file.as_path(),
+                std::fs::read(file)
+                    .with_context(|| format!("cannot read --ca {}", file.display()))
+                    .map_err(Failure::refused)?,
+            )),
+            None => None,
+        };
+        Rest::new(&self.jobmanager)
+            .with_token(self.token()?)
+            .with_ca(ca.as_ref().map(|(f, pem)| (*f, pem.as_slice())))
     }
 
     /// The token to send, if any (see the module docs for the order).

@@ -59,6 +59,13 @@ pub struct JobManagerArgs {
     #[command(flatten)]
     rest_auth: RestAuthArgs,
 
+    /// Serve the REST API over TLS (https) with the JobManager's
+    /// certificate from --certs, which names localhost, 127.0.0.1, ::1 and
+    /// any `weir cluster init --rest-name HOST`. Clients trust the
+    /// cluster's ca.pem (`weir --ca FILE`, or WEIR_CA).
+    #[arg(long)]
+    rest_tls: bool,
+
     /// How long a REST client may take to send a request's header, or
     /// stall in its body, before the connection is closed (or the request
     /// answered 408), in milliseconds.
@@ -307,6 +314,12 @@ pub struct ClusterRotateArgs {
     /// Days the new certificates are valid.
     #[arg(long, value_name = "DAYS", default_value_t = weir_host::net::tls::DEFAULT_VALID_DAYS)]
     valid_days: u32,
+
+    /// A host name or IP address the JobManager's REST API is reached at
+    /// over TLS (`weir jobmanager --rest-tls`), written into its
+    /// certificate beside localhost, 127.0.0.1 and ::1. Repeatable.
+    #[arg(long = "rest-name", value_name = "HOST")]
+    rest_names: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -323,6 +336,12 @@ pub struct ClusterInitArgs {
     /// Days the JobManager's and TaskManagers' certificates are valid.
     #[arg(long, value_name = "DAYS", default_value_t = weir_host::net::tls::DEFAULT_VALID_DAYS)]
     valid_days: u32,
+
+    /// A host name or IP address the JobManager's REST API is reached at
+    /// over TLS (`weir jobmanager --rest-tls`), written into its
+    /// certificate beside localhost, 127.0.0.1 and ::1. Repeatable.
+    #[arg(long = "rest-name", value_name = "HOST")]
+    rest_names: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -342,6 +361,12 @@ pub struct ClusterIssueArgs {
     /// Days the new certificates are valid.
     #[arg(long, value_name = "DAYS", default_value_t = weir_host::net::tls::DEFAULT_VALID_DAYS)]
     valid_days: u32,
+
+    /// A host name or IP address the JobManager's REST API is reached at
+    /// over TLS (`weir jobmanager --rest-tls`), written into its
+    /// certificate beside localhost, 127.0.0.1 and ::1. Repeatable.
+    #[arg(long = "rest-name", value_name = "HOST")]
+    rest_names: Vec<String>,
 }
 
 /// Where a daemon keeps its data when not told (`--data-dir`).
@@ -458,6 +483,7 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
         config.rest_auth = auth.clone();
         config.rest_read_timeout = Duration::from_millis(args.rest_read_timeout_ms);
         config.rest_upload_timeout = Duration::from_millis(args.rest_upload_timeout_ms);
+        config.rest_tls = args.rest_tls;
         config.checkpoint_dir = args
             .checkpoint_dir
             .map(|d| std::path::absolute(&d).unwrap_or(d));
@@ -467,8 +493,9 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
             .map_err(start_failure)?;
         announce_token(&jm);
         ready(format!(
-            "jobmanager ready: rpc {} rest http://{} {}",
+            "jobmanager ready: rpc {} rest {}://{} {}",
             jm.rpc_address,
+            if args.rest_tls { "https" } else { "http" },
             jm.rest_address,
             token_words(&jm, &auth)
         ));
@@ -655,8 +682,13 @@ fn private_temp_dir() -> Result<tempfile::TempDir, Failure> {
 pub fn cluster(command: ClusterCommand) -> Result<(), Failure> {
     match command {
         ClusterCommand::Init(args) => {
-            let files = init_cluster_dir(&args.dir, &args.taskmanagers, args.valid_days)
-                .map_err(bad_input)?;
+            let files = init_cluster_dir(
+                &args.dir,
+                &args.taskmanagers,
+                args.valid_days,
+                &args.rest_names,
+            )
+            .map_err(bad_input)?;
             for f in &files {
                 println!("wrote {}", f.display());
             }
@@ -678,6 +710,7 @@ pub fn cluster(command: ClusterCommand) -> Result<(), Failure> {
                 args.jobmanager,
                 &args.taskmanagers,
                 args.valid_days,
+                &args.rest_names,
             )
             .map_err(bad_input)?;
             for f in &files {
@@ -687,7 +720,8 @@ pub fn cluster(command: ClusterCommand) -> Result<(), Failure> {
             Ok(())
         }
         ClusterCommand::Rotate(args) => {
-            let files = rotate_cluster_dir(&args.dir, args.valid_days).map_err(bad_input)?;
+            let files = rotate_cluster_dir(&args.dir, args.valid_days, &args.rest_names)
+                .map_err(bad_input)?;
             for f in &files {
                 println!("wrote {}", f.display());
             }

@@ -20,6 +20,7 @@ mod fraud;
 mod polyglot;
 mod rest;
 mod rest_auth;
+mod rest_tls;
 mod sandbox;
 mod savepoint;
 mod side_output;

@@ -84,6 +84,52 @@ impl Rest {
         }
     }
 
+    /// The same client trusting, for an `https` JobManager
+    /// (`weir jobmanager --rest-tls`), the certificates in PEM `ca` (the
+    /// cluster's `ca.pem`), and nothing else. An https URL without one is
+    /// refused: Weir carries no web roots, the JobManager's certificate is
+    /// the cluster CA's.
+    pub fn with_ca(mut self, ca: Option<(&Path, &[u8])>) -> Result<Rest, Failure> {
+        let https = self.base.starts_with("https://");
+        let Some((file, pem)) = ca else {
+            if https {
+                return Err(Failure::refused(anyhow!(
+                    "{} is https: give the cluster's CA certificate with --ca FILE (or \
+                     WEIR_CA), the ca.pem of `weir cluster init`",
+                    self.base
+                )));
+            }
+            return Ok(self);
+        };
+        let certs = ureq::tls::parse_pem(pem)
+            .filter_map(|item| match item {
+                Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect::<Vec<_>>();
+        if certs.is_empty() {
+            return Err(Failure::refused(anyhow!(
+                "--ca {}: no PEM certificate in it",
+                file.display()
+            )));
+        }
+        let tls = ureq::tls::TlsConfig::builder()
+            .provider(ureq::tls::TlsProvider::Rustls)
+            .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+            .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .build();
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .timeout_recv_response(Some(RESPONSE_TIMEOUT))
+            .tls_config(tls)
+            .build();
+        self.agent = config.into();
+        Ok(self)
+    }
+
     /// Sends `Authorization: Bearer <token>` with every request.
     pub fn with_token(mut self, token: Option<String>) -> Rest {
         self.token = token.filter(|t| !t.is_empty());

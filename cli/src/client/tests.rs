@@ -401,6 +401,7 @@ fn the_token_comes_from_the_option_else_the_file() {
         jobmanager: DEFAULT_JOBMANAGER.into(),
         rest_token: token.map(str::to_owned),
         rest_token_file: file.map(Path::to_path_buf),
+        ca: None,
         json: false,
     };
     assert_eq!(

@@ -39,6 +39,10 @@ pub struct JobManagerConfig {
     /// default. A job naming a file elsewhere is refused at submit (and its
     /// TaskManagers check again with their own roots).
     pub allowed_roots: AllowedRoots,
+    /// Serve REST over TLS with the JobManager's certificate (its
+    /// `identity`, which names localhost, the loopback addresses and any
+    /// `weir cluster init --rest-name`); clients trust the cluster CA.
+    pub rest_tls: bool,
 }
 
 impl JobManagerConfig {
@@ -63,6 +67,7 @@ impl JobManagerConfig {
             rest_upload_timeout: rest::DEFAULT_UPLOAD_TIMEOUT,
             checkpoint_dir: None,
             allowed_roots: AllowedRoots::none(),
+            rest_tls: false,
         }
     }
 }

@@ -281,11 +281,17 @@ async fn guard_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
 }
 
 /// Serves `router` over HTTP/1.1 on `listener` until this future is
-/// dropped. A connection that does not send a complete request header
-/// within `read_timeout` (counted from its start, or from its previous
-/// response when kept alive) is closed: half-sent requests do not pile up
-/// (`axum::serve` sets no timer, so hyper's header timeout would be off).
-pub async fn serve(listener: tokio::net::TcpListener, router: Router, read_timeout: Duration) {
+/// dropped; with `tls`, over TLS (`--rest-tls`). A connection that does
+/// not send a complete request header within `read_timeout` (counted from
+/// its start, or from its previous response when kept alive) is closed:
+/// half-sent requests do not pile up (`axum::serve` sets no timer, so
+/// hyper's header timeout would be off); a TLS handshake gets as long.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    read_timeout: Duration,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -296,12 +302,34 @@ pub async fn serve(listener: tokio::net::TcpListener, router: Router, read_timeo
             }
         };
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let tls = tls.clone();
         tokio::spawn(async move {
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(read_timeout);
-            let io = hyper_util::rt::TokioIo::new(stream);
-            if let Err(e) = http.serve_connection(io, service).await {
+            let served = match tls {
+                None => {
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    http.serve_connection(io, service).await
+                }
+                Some(tls) => {
+                    let stream = match tokio::time::timeout(read_timeout, tls.accept(stream)).await
+                    {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            tracing::debug!("REST TLS handshake failed: {e}");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!("REST TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    http.serve_connection(io, service).await
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!("REST connection closed: {e}");
             }
         });

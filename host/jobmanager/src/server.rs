@@ -152,10 +152,18 @@ pub async fn serve(
             upload_timeout: config.rest_upload_timeout,
         },
     );
+    let tls = if config.rest_tls {
+        let server = weir_runtime::net::tls::rest_server_config(&config.identity)
+            .map_err(|e| StartError::Identity(format!("REST over TLS: {e}")))?;
+        Some(tokio_rustls::TlsAcceptor::from(server))
+    } else {
+        None
+    };
     tasks.push(tokio::spawn(rest::serve(
         listener,
         router,
         config.rest_read_timeout,
+        tls,
     )));
     let accept = endpoint.clone();
     let server = jm.clone();

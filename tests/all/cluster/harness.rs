@@ -351,6 +351,7 @@ pub fn client_command(dir: &Path) -> Command {
     cmd.env_remove("RUST_LOG")
         .env_remove("WEIR_REST_TOKEN")
         .env_remove("WEIR_REST_TOKEN_FILE")
+        .env_remove("WEIR_CA")
         .env("XDG_DATA_HOME", dir.join("xdg-data"));
     cmd
 }
@@ -374,7 +375,7 @@ pub fn word_after(line: &str, key: &str) -> Option<String> {
 
 /// `jobmanager ready: rpc ADDR rest URL [token-file FILE]` → (ADDR, URL,
 /// FILE).
-fn parse_ready(line: &str) -> (String, String, Option<PathBuf>) {
+pub fn parse_ready(line: &str) -> (String, String, Option<PathBuf>) {
     let words: Vec<&str> = line.split_whitespace().collect();
     let at = |key: &str| {
         words

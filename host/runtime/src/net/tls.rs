@@ -328,6 +328,19 @@ impl ClusterCa {
     /// JobManager's is a server certificate only, a TaskManager's is
     /// server and client (it opens data channels and accepts them).
     pub fn issue(&self, role: &Role, days: u32) -> Result<NodeIdentity, NetError> {
+        self.issue_with_rest_names(role, days, &[])
+    }
+
+    /// [`ClusterCa::issue`]; the JobManager's certificate also names the
+    /// hosts its REST API is reached at over TLS (`weir jobmanager
+    /// --rest-tls`): [`DEFAULT_REST_NAMES`] and `rest_names` (DNS names or
+    /// IP addresses). None of them is a Weir name, so they give no role.
+    pub fn issue_with_rest_names(
+        &self,
+        role: &Role,
+        days: u32,
+        rest_names: &[String],
+    ) -> Result<NodeIdentity, NetError> {
         if let Role::TaskManager(id) = role {
             check_taskmanager_id(id)?;
         }
@@ -339,7 +352,21 @@ impl ClusterCa {
         let ca_key = KeyPair::from_pem(&self.key_pem).map_err(cert_error)?;
         let issuer = Issuer::new(ca_params(&ca_key), ca_key);
         let name = role.server_name();
-        let mut params = CertificateParams::new(vec![name.clone()]).map_err(cert_error)?;
+        let mut names = vec![name.clone()];
+        if *role == Role::JobManager {
+            for rest in DEFAULT_REST_NAMES
+                .iter()
+                .copied()
+                .chain(rest_names.iter().map(String::as_str))
+            {
+                check_rest_name(rest)?;
+                if !names.iter().any(|n| n == rest) {
+                    names.push(rest.to_owned());
+                }
+            }
+        }
+        // An IP address becomes an IP SAN, anything else a DNS name.
+        let mut params = CertificateParams::new(names).map_err(cert_error)?;
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, name);
         params.is_ca = IsCa::ExplicitNoCa;
@@ -432,6 +459,7 @@ pub fn init_cluster_dir(
     dir: &Path,
     taskmanagers: &[String],
     days: u32,
+    rest_names: &[String],
 ) -> Result<Vec<PathBuf>, NetError> {
     let ca_key = dir.join("ca.key");
     if ca_key.exists() {
@@ -441,7 +469,7 @@ pub fn init_cluster_dir(
     // Issue everything before writing anything: a bad id leaves no
     // half-initialised directory behind.
     let ca = ClusterCa::generate()?;
-    let identities = issue_all(&ca, &roles, days)?;
+    let identities = issue_all(&ca, &roles, days, rest_names)?;
     ca.write(dir)?;
     let mut written = vec![dir.join("ca.pem"), ca_key];
     written.extend(write_all(dir, identities)?);
@@ -457,10 +485,11 @@ pub fn issue_in_cluster_dir(
     jobmanager: bool,
     taskmanagers: &[String],
     days: u32,
+    rest_names: &[String],
 ) -> Result<Vec<PathBuf>, NetError> {
     let ca = ClusterCa::load(dir)?;
     let roles = roles(jobmanager, taskmanagers)?;
-    let identities = issue_all(&ca, &roles, days)?;
+    let identities = issue_all(&ca, &roles, days, rest_names)?;
     write_all(dir, identities)
 }
 
@@ -469,7 +498,11 @@ pub fn issue_in_cluster_dir(
 /// new keys, valid `days` days from now. Files of other names (such as a
 /// shared `taskmanager.pem` from an older `weir cluster init`) are left
 /// alone. Returns the files written.
-pub fn rotate_cluster_dir(dir: &Path, days: u32) -> Result<Vec<PathBuf>, NetError> {
+pub fn rotate_cluster_dir(
+    dir: &Path,
+    days: u32,
+    rest_names: &[String],
+) -> Result<Vec<PathBuf>, NetError> {
     let entries = fs::read_dir(dir).map_err(|source| NetError::Io {
         path: dir.to_path_buf(),
         source,
@@ -489,7 +522,7 @@ pub fn rotate_cluster_dir(dir: &Path, days: u32) -> Result<Vec<PathBuf>, NetErro
             taskmanagers.push(id.to_string());
         }
     }
-    issue_in_cluster_dir(dir, jobmanager, &taskmanagers, days)
+    issue_in_cluster_dir(dir, jobmanager, &taskmanagers, days, rest_names)
 }
 
 /// The roles to issue, by file name (a BTreeMap: each once, in order).
@@ -510,11 +543,60 @@ fn issue_all(
     ca: &ClusterCa,
     roles: &BTreeMap<String, Role>,
     days: u32,
+    rest_names: &[String],
 ) -> Result<Vec<(String, NodeIdentity)>, NetError> {
     roles
         .iter()
-        .map(|(file, role)| Ok((file.clone(), ca.issue(role, days)?)))
+        .map(|(file, role)| {
+            Ok((
+                file.clone(),
+                ca.issue_with_rest_names(role, days, rest_names)?,
+            ))
+        })
         .collect()
+}
+
+/// The names every JobManager certificate carries for its REST API over
+/// TLS, so that `https://localhost:…` and the loopback addresses verify.
+pub const DEFAULT_REST_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
+
+/// A REST host name for a certificate: an IP address, or a DNS name that
+/// is not a Weir name (which would make the certificate claim a role).
+fn check_rest_name(name: &str) -> Result<(), NetError> {
+    let bad = |why: &str| Err(NetError::Certificate(format!("REST name `{name}`: {why}")));
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    if name.is_empty() || name.len() > 253 {
+        return bad("expected a host name or an IP address");
+    }
+    if !name.split('.').all(|l| {
+        !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    }) {
+        return bad("expected a host name (letters, digits, `-`, dot-separated) or an IP address");
+    }
+    let lower = name.to_ascii_lowercase();
+    if lower == JOBMANAGER_NAME || lower.ends_with(TASKMANAGER_SUFFIX) {
+        return bad("it is a Weir name, which names a cluster role");
+    }
+    Ok(())
+}
+
+/// A rustls server configuration presenting `id` for the REST API over
+/// TLS (`weir jobmanager --rest-tls`): TLS 1.3, no client certificate
+/// (REST clients authenticate with the token), HTTP/1.1.
+pub fn rest_server_config(id: &NodeIdentity) -> Result<Arc<ServerConfig>, NetError> {
+    let tls = |e: rustls::Error| NetError::Tls(e.to_string());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = parse_key(&id.key_pem).map_err(NetError::Tls)?;
+    let mut server = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(tls)?
+        .with_no_client_auth()
+        .with_single_cert(id.chain.clone(), key)
+        .map_err(tls)?;
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(server))
 }
 
 fn write_all(

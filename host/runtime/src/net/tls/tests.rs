@@ -9,7 +9,7 @@ fn tm(id: &str) -> Role {
 #[test]
 fn init_then_load_round_trips() {
     let dir = tempfile::tempdir().unwrap();
-    let written = init_cluster_dir(dir.path(), &["edge-1".to_string()], 30).unwrap();
+    let written = init_cluster_dir(dir.path(), &["edge-1".to_string()], 30, &[]).unwrap();
     let names: Vec<_> = written
         .iter()
         .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
@@ -53,8 +53,8 @@ fn init_then_load_round_trips() {
 #[test]
 fn init_refuses_to_overwrite_a_ca() {
     let dir = tempfile::tempdir().unwrap();
-    init_cluster_dir(dir.path(), &[], 1).unwrap();
-    let err = init_cluster_dir(dir.path(), &[], 1)
+    init_cluster_dir(dir.path(), &[], 1, &[]).unwrap();
+    let err = init_cluster_dir(dir.path(), &[], 1, &[])
         .unwrap_err()
         .to_string();
     assert!(err.contains("ca.key"), "{err}");
@@ -63,10 +63,10 @@ fn init_refuses_to_overwrite_a_ca() {
 #[test]
 fn issue_adds_and_renews_nodes_from_the_same_ca() {
     let dir = tempfile::tempdir().unwrap();
-    init_cluster_dir(dir.path(), &["tm-1".to_string()], 1).unwrap();
+    init_cluster_dir(dir.path(), &["tm-1".to_string()], 1, &[]).unwrap();
     let before = fs::read_to_string(dir.path().join("taskmanager-tm-1.pem")).unwrap();
     let written =
-        issue_in_cluster_dir(dir.path(), false, &["tm-1".into(), "tm-2".into()], 90).unwrap();
+        issue_in_cluster_dir(dir.path(), false, &["tm-1".into(), "tm-2".into()], 90, &[]).unwrap();
     assert_eq!(written.len(), 4, "{written:?}");
     let after = fs::read_to_string(dir.path().join("taskmanager-tm-1.pem")).unwrap();
     assert_ne!(before, after, "renewed");
@@ -77,7 +77,7 @@ fn issue_adds_and_renews_nodes_from_the_same_ca() {
         fs::read_to_string(dir.path().join("ca.pem")).unwrap()
     );
     let empty = tempfile::tempdir().unwrap();
-    let err = issue_in_cluster_dir(empty.path(), true, &[], 1)
+    let err = issue_in_cluster_dir(empty.path(), true, &[], 1, &[])
         .unwrap_err()
         .to_string();
     assert!(err.contains("ca.pem"), "{err}");
@@ -86,7 +86,7 @@ fn issue_adds_and_renews_nodes_from_the_same_ca() {
 #[test]
 fn rotate_reissues_every_node_with_new_keys() {
     let dir = tempfile::tempdir().unwrap();
-    init_cluster_dir(dir.path(), &["tm-1".into(), "tm-2".into()], 1).unwrap();
+    init_cluster_dir(dir.path(), &["tm-1".into(), "tm-2".into()], 1, &[]).unwrap();
     fs::write(dir.path().join("notes.pem"), "left alone").unwrap();
     let read = |f: &str| fs::read_to_string(dir.path().join(f)).unwrap();
     let keys = [
@@ -96,7 +96,7 @@ fn rotate_reissues_every_node_with_new_keys() {
     ];
     let before: Vec<String> = keys.iter().map(|k| read(k)).collect();
     let ca_before = (read("ca.pem"), read("ca.key"));
-    let written = rotate_cluster_dir(dir.path(), 30).unwrap();
+    let written = rotate_cluster_dir(dir.path(), 30, &[]).unwrap();
     assert_eq!(written.len(), 6, "{written:?}");
     for (key, old) in keys.iter().zip(before) {
         assert_ne!(read(key), old, "{key} is new");
@@ -136,7 +136,7 @@ fn certificates_expire() {
 #[test]
 fn load_names_the_missing_or_bad_file() {
     let dir = tempfile::tempdir().unwrap();
-    init_cluster_dir(dir.path(), &["tm-1".into()], 1).unwrap();
+    init_cluster_dir(dir.path(), &["tm-1".into()], 1, &[]).unwrap();
     let err = NodeIdentity::load(dir.path(), "nobody")
         .unwrap_err()
         .to_string();
@@ -163,7 +163,7 @@ fn taskmanager_ids_must_be_dns_labels() {
         assert!(ca.issue_taskmanager(bad).is_err(), "{bad:?}");
     }
     let dir = tempfile::tempdir().unwrap();
-    assert!(init_cluster_dir(dir.path(), &["x/y".to_string()], 1).is_err());
+    assert!(init_cluster_dir(dir.path(), &["x/y".to_string()], 1, &[]).is_err());
     assert!(!dir.path().join("ca.key").exists());
 }
 
@@ -182,4 +182,43 @@ fn roles_are_read_back_from_certificates() {
         .signed_by(&KeyPair::generate().unwrap(), &issuer)
         .unwrap();
     assert_eq!(role_of(old.der()), None);
+}
+
+#[test]
+fn the_jobmanagers_certificate_names_its_rest_hosts_and_keeps_its_role() {
+    let ca = ClusterCa::generate().unwrap();
+    let id = ca
+        .issue_with_rest_names(
+            &Role::JobManager,
+            1,
+            &["weir.example.org".into(), "10.1.2.3".into()],
+        )
+        .unwrap();
+    let cert = webpki::EndEntityCert::try_from(&id.chain[0]).unwrap();
+    let names: Vec<&str> = cert.valid_dns_names().collect();
+    for name in [JOBMANAGER_NAME, "localhost", "weir.example.org"] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    for ip in ["127.0.0.1", "10.1.2.3"] {
+        let ip = rustls::pki_types::ServerName::try_from(ip).unwrap();
+        let rustls::pki_types::ServerName::IpAddress(ip) = ip else {
+            panic!("not an IP");
+        };
+        cert.verify_is_valid_for_subject_name(&rustls::pki_types::ServerName::IpAddress(ip))
+            .unwrap();
+    }
+    assert_eq!(id.role(), Some(Role::JobManager));
+    rest_server_config(&id).unwrap();
+    // A Weir name would make the certificate claim another role.
+    let err = ca
+        .issue_with_rest_names(&Role::JobManager, 1, &[taskmanager_name("tm-1")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Weir name"), "{err}");
+    // TaskManagers' certificates carry no REST names.
+    let tm = ca
+        .issue_with_rest_names(&Role::TaskManager("tm-1".into()), 1, &["x.example".into()])
+        .unwrap();
+    let cert = webpki::EndEntityCert::try_from(&tm.chain[0]).unwrap();
+    assert_eq!(cert.valid_dns_names().count(), 1);
 }
