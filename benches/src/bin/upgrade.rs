@@ -270,4 +270,24 @@ fn report(case: &str, samples: &[Sample]) {
         "  downtime p50 by part: barrier → savepoint written {written} ms, → deployment sent \
          {deployed} ms, → every subtask running {running} ms"
     );
+    // Each upgrade's parts, to see what a slow one spent its time on.
+    let parts: Vec<String> = samples
+        .iter()
+        .map(|s| {
+            let v = &s.view;
+            let d =
+                |a: Option<u64>, b: Option<u64>| b.zip(a).map_or(0, |(b, a)| b.saturating_sub(a));
+            format!(
+                "{}={}+{}+{}",
+                v.downtime_ms.unwrap_or(0),
+                d(v.stopped_at_ms, v.written_at_ms),
+                d(v.written_at_ms, v.deployed_at_ms),
+                d(v.deployed_at_ms, v.resumed_at_ms)
+            )
+        })
+        .collect();
+    println!(
+        "  each (ms = savepoint + restart + restore): {}",
+        parts.join(" ")
+    );
 }
