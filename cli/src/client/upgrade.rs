@@ -22,7 +22,7 @@ pub struct UpgradeArgs {
     #[arg(long = "module", value_name = "OP=MODULE", value_parser = parse_module_change)]
     pub modules: Vec<(String, String)>,
 
-    /// A change to the job's spec, as `weir submit --set` takes it
+    /// A change to the job's spec, as `weir run --set` takes it
     /// (`operator.count.parallelism=4`, `operator.count.config.emit=updates`).
     /// Sources and sinks keep their parallelism.
     #[arg(long, value_name = "KEY=VALUE")]
