@@ -362,6 +362,13 @@ pub(crate) fn check_upgrade(
     new_states: &HashMap<usize, Vec<StateDescriptor>>,
     allow_non_restored: bool,
 ) -> Result<(), String> {
+    if new_graph.settings.checkpoints.is_none() {
+        return Err(
+            "the new version takes no checkpoints ([job.checkpoints] removed): an upgraded \
+             job keeps them (they restore it, and carry its next upgrades)"
+                .into(),
+        );
+    }
     if old_graph.settings.max_parallelism != new_graph.settings.max_parallelism {
         return Err(format!(
             "job.max_parallelism changes from {} to {}: the key groups of the job's state \
@@ -880,7 +887,14 @@ pub(crate) fn swap_in(job: &mut Job, now: Instant) -> bool {
         .flat_map(|(t, spec)| (0..spec.parallelism).map(move |s| (t as u32, s)))
         .collect();
     if let Some(c) = job.checkpoints.as_mut() {
-        let actions = c.coordinator.rescope(subtasks, now);
+        // `check_upgrade` refuses a version without checkpoints.
+        let config = job
+            .graph
+            .settings
+            .checkpoints
+            .clone()
+            .unwrap_or_else(|| c.coordinator.config().clone());
+        let actions = c.coordinator.rescope(subtasks, config, now);
         c.unrestorable.clear();
         job.deferred.extend(actions);
     }
@@ -994,6 +1008,9 @@ mod tests {
 name = "j"
 max_parallelism = {max_parallelism}
 
+[job.checkpoints]
+interval_ms = 1000
+
 [[source]]
 id = "src"
 type = "generator"
@@ -1070,6 +1087,10 @@ to = "out"
         assert!(err.contains("source `src`"), "{err}");
         let err = check(graph(2, 2, 64), &same, false).unwrap_err();
         assert!(err.contains("max_parallelism"), "{err}");
+        let mut without = graph(2, 2, 128);
+        without.settings.checkpoints = None;
+        let err = check(without, &same, false).unwrap_err();
+        assert!(err.contains("takes no checkpoints"), "{err}");
     }
 
     #[test]

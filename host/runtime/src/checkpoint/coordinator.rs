@@ -351,12 +351,18 @@ impl<A: Clone + std::fmt::Debug> Coordinator<A> {
         }
     }
 
-    /// Starts over with another set of subtasks (a job upgraded to another
-    /// graph, or back): every pending checkpoint is aborted and every
-    /// retained one discarded — they belong to the graph the job no longer
-    /// runs, which a savepoint now stands for. Ids go on; the history and
-    /// the restore history stay. Stays suspended (or not) as it was.
-    pub fn rescope(&mut self, subtasks: Vec<SubtaskId>, now: Instant) -> Vec<Action<A>> {
+    /// Starts over with another set of subtasks and `config` (a job
+    /// upgraded to another graph, or back): every pending checkpoint is
+    /// aborted and every retained one discarded — they belong to the graph
+    /// the job no longer runs, which a savepoint now stands for. Ids go on;
+    /// the history and the restore history stay. Stays suspended (or not)
+    /// as it was.
+    pub fn rescope(
+        &mut self,
+        subtasks: Vec<SubtaskId>,
+        config: CheckpointConfig,
+        now: Instant,
+    ) -> Vec<Action<A>> {
         let mut actions = Vec::new();
         let ids: Vec<u64> = self.pending.keys().copied().collect();
         for id in ids {
@@ -364,6 +370,7 @@ impl<A: Clone + std::fmt::Debug> Coordinator<A> {
         }
         actions.extend(self.retained.drain(..).map(Action::Discard));
         self.subtasks = subtasks.into_iter().collect();
+        self.config = config;
         actions
     }
 

@@ -865,9 +865,10 @@ fn rescoping_discards_the_retained_checkpoints_and_keeps_the_history() {
     assert_eq!(completed(&ack_all(&mut c, id, TWO, sim.at(20))), vec![id]);
     c.record_restore(None, 10, 1);
     let three = [(0, 0), (1, 0), (1, 1)];
-    let actions = c.rescope(three.to_vec(), sim.at(30));
+    let actions = c.rescope(three.to_vec(), config(50), sim.at(30));
     assert_eq!(discarded(&actions), vec![id]);
     assert!(c.latest().is_none());
+    assert_eq!(c.config().interval, Duration::from_millis(50));
     assert_eq!(c.history().len(), 1, "the history stays");
     c.mark_upgrade(1);
     assert_eq!(c.restores()[0].upgrade, Some(1));
