@@ -261,6 +261,13 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub allow_non_restored_state: bool,
 
+    /// Change the spec: `key=value`, as `weir run --set` takes it
+    /// (`operator.count.parallelism=4`, `job.checkpoints.interval_ms=1000`).
+    /// Applied by the JobManager and kept with the job (its upgrades apply
+    /// them too); a module named here is not uploaded: give `name@version`.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = weir_host::job::parse_override)]
+    pub set: Vec<(String, String)>,
+
     #[command(flatten)]
     pub connect: ConnectArgs,
 }
@@ -363,7 +370,8 @@ fn submit(args: SubmitArgs) -> Result<(), Failure> {
         Ok(format!("{}@{}", m.name, m.version))
     })
     .map_err(|f| f.context(format!("{}", args.job.display())))?;
-    let mut body = serde_json::json!({ "spec": spec });
+    let set: Vec<String> = args.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut body = serde_json::json!({ "spec": spec, "set": set });
     for (field, from) in [
         ("from_savepoint", &args.from_savepoint),
         ("from_checkpoint", &args.from_checkpoint),

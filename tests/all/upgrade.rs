@@ -294,12 +294,23 @@ fn a_migration_that_fails_for_one_key_rolls_the_job_back_exactly_once() {
     std::fs::write(&input, &text).unwrap();
     let out = dir.join("out/updates.txt");
     let job_spec = dir.join("job.toml");
+    // Written to emit final counts; submitted to emit every update: the
+    // `--set` is the JobManager's to apply, and stays with the job.
     std::fs::write(
         &job_spec,
-        spec(&input, &out, artifacts::WORD_COUNT, "updates", 1_500),
+        spec(&input, &out, artifacts::WORD_COUNT, "final", 1_500),
     )
     .unwrap();
-    let id = cluster.submit(&job_spec);
+    let submitted = cluster.weir(&[
+        "submit",
+        "--json",
+        &job_spec.display().to_string(),
+        "--set",
+        "operator.count.config.emit=updates",
+    ]);
+    assert!(submitted.status.success(), "{}", describe(&submitted));
+    let created: Value = serde_json::from_slice(&submitted.stdout).unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
     // `seven` reached 7 before the savepoint: its update is committed.
     wait_for("seven counted to 7", || {
         assert_eq!(job(&cluster, &id)["state"], "running");

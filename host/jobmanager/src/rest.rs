@@ -553,6 +553,9 @@ struct SubmitBody {
     /// Start from this retained checkpoint (`path` is its `chk-<n>`).
     #[serde(default)]
     from_checkpoint: Option<FromSavepoint>,
+    /// Changes to the spec, `key=value` as `weir run --set` takes them.
+    #[serde(default)]
+    set: Vec<String>,
 }
 
 async fn submit_job(
@@ -595,7 +598,12 @@ async fn submit_job(
         }
         (from, None) => from,
     };
-    let created = jm.submit(body.spec, from).await?;
+    let overrides = body
+        .set
+        .iter()
+        .map(|s| weir_runtime::job::parse_override(s).map_err(ApiError::bad_request))
+        .collect::<Result<Vec<_>, _>>()?;
+    let created = jm.submit_with(body.spec, overrides, from).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 

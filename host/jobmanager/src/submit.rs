@@ -115,16 +115,34 @@ impl JobManager {
         spec: String,
         from: Option<FromSavepoint>,
     ) -> Result<JobCreated, ApiError> {
+        self.submit_with(spec, Vec::new(), from).await
+    }
+
+    /// [`JobManager::submit`] with `--set` overrides applied to the spec
+    /// (kept with the job: its upgrades apply them too).
+    pub async fn submit_with(
+        self: &Arc<Self>,
+        spec: String,
+        overrides: Vec<(String, String)>,
+        from: Option<FromSavepoint>,
+    ) -> Result<JobCreated, ApiError> {
         let this = self.clone();
         let spec_text = spec.clone();
+        let kept = overrides.clone();
         let (graph, modules, loaded, savepoint) = tokio::task::spawn_blocking(move || {
-            let (graph, modules, loaded) = this.prepare(&spec)?;
+            let (graph, modules, loaded) = this.prepare_with(&spec, &overrides)?;
             let savepoint = this.savepoint_for(&graph, &loaded, from.as_ref())?;
             Ok::<_, ApiError>((graph, modules, loaded, savepoint))
         })
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
-        self.admit(graph, modules, &loaded, savepoint, Some(spec_text))
+        let created = self.admit(graph, modules, &loaded, savepoint, Some(spec_text))?;
+        if !kept.is_empty()
+            && let Ok(cell) = self.job_cell(&created.id)
+        {
+            self.lock_job(&cell).overrides = kept;
+        }
+        Ok(created)
     }
 
     /// The savepoint `from` names, checked against `graph` (blocking I/O).
@@ -262,12 +280,8 @@ impl JobManager {
         Ok(created)
     }
 
-    /// Parses and checks a spec; resolves its modules to hashes.
-    pub(crate) fn prepare(&self, spec: &str) -> Result<Prepared, ApiError> {
-        self.prepare_with(spec, &[])
-    }
-
-    /// [`JobManager::prepare`] with `--set` overrides applied to the spec.
+    /// Parses and checks a spec with `--set` overrides applied to it;
+    /// resolves its modules to hashes.
     pub(crate) fn prepare_with(
         &self,
         spec: &str,
