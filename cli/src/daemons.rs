@@ -304,6 +304,24 @@ pub enum ClusterCommand {
     /// Re-issue every node certificate in DIR (jobmanager, taskmanager-ID)
     /// with new keys from the same CA; restart the daemons afterwards.
     Rotate(ClusterRotateArgs),
+    /// Revoke TaskManagers' current certificates (a stolen key): writes
+    /// DIR/crl.pem, signed by the CA, listing every revocation so far.
+    /// Copy crl.pem into every node's --certs folder and restart the
+    /// daemons: both ends of every handshake then refuse the revoked
+    /// certificates. `weir cluster issue DIR --taskmanager ID` gives a
+    /// revoked TaskManager a new one.
+    Revoke(ClusterRevokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterRevokeArgs {
+    /// Directory made by `weir cluster init` (holding ca.pem and ca.key).
+    dir: PathBuf,
+
+    /// The TaskManager whose current certificate (DIR/taskmanager-ID.pem)
+    /// is revoked. Repeatable.
+    #[arg(long = "taskmanager", value_name = "ID", required = true)]
+    taskmanagers: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -717,6 +735,19 @@ pub fn cluster(command: ClusterCommand) -> Result<(), Failure> {
                 println!("wrote {}", f.display());
             }
             println!("restart the daemons whose certificates were replaced");
+            Ok(())
+        }
+        ClusterCommand::Revoke(args) => {
+            let files = weir_host::net::tls::revoke_in_cluster_dir(&args.dir, &args.taskmanagers)
+                .map_err(bad_input)?;
+            for f in &files {
+                println!("wrote {}", f.display());
+            }
+            println!(
+                "copy crl.pem into every node's certificate folder and restart the daemons; \
+                 issue new certificates with `weir cluster issue {} --taskmanager ID`",
+                args.dir.display()
+            );
             Ok(())
         }
         ClusterCommand::Rotate(args) => {

@@ -640,3 +640,54 @@ async fn channels_connect_only_to_the_named_taskmanager() {
     assert!(rx.try_recv().is_err());
     assert_eq!(b.stats().bytes_received, 0);
 }
+
+/// `weir cluster revoke`: with the cluster's `crl.pem` loaded, a revoked
+/// TaskManager certificate opens no channel; the one issued after it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_certificate_opens_no_channel_and_its_reissue_does() {
+    use super::tls::{init_cluster_dir, issue_in_cluster_dir, revoke_in_cluster_dir};
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["tm-b".to_string(), "tm-x".to_string()];
+    init_cluster_dir(dir.path(), &names, 1, &[]).unwrap();
+    // The key that leaks, as it was before the revocation.
+    let stolen = NodeIdentity::load(dir.path(), "taskmanager-tm-x").unwrap();
+    revoke_in_cluster_dir(dir.path(), &["tm-x".into()]).unwrap();
+    let b = plane(
+        &NodeIdentity::load(dir.path(), "taskmanager-tm-b").unwrap(),
+        NetConfig::default(),
+    );
+    let (input, mut rx) = mpsc::channel(4);
+    let from_x = Input {
+        tx: input,
+        channels: 8,
+        senders: Arc::new(["tm-x".to_string()].into()),
+    };
+    b.register_input(key("j", 0), from_x);
+
+    let thief = plane(&stolen, NetConfig::default());
+    let abort = Abort::new();
+    let (tx, task) = thief.open_channel_with_handle(
+        to(&b),
+        key("j", 0),
+        opts(Duration::from_millis(1)),
+        abort.clone(),
+    );
+    let _ = tx.send(Message::End { channel: 0 }).await;
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(err.to_string().contains("Revoked"), "{err}");
+    assert!(rx.try_recv().is_err());
+
+    issue_in_cluster_dir(dir.path(), false, &["tm-x".into()], 1, &[]).unwrap();
+    let reissued = plane(
+        &NodeIdentity::load(dir.path(), "taskmanager-tm-x").unwrap(),
+        NetConfig::default(),
+    );
+    let (tx, _task) = reissued.open_channel_with_handle(
+        to(&b),
+        key("j", 0),
+        opts(Duration::from_millis(1)),
+        Abort::new(),
+    );
+    tx.send(Message::End { channel: 0 }).await.unwrap();
+    assert!(matches!(recv(&mut rx).await, Message::End { .. }));
+}

@@ -31,8 +31,11 @@
 //!   (or what `weir cluster init --valid-days` says), the CA after
 //!   [`CA_VALID_DAYS`]. `weir cluster issue` ([`issue_in_cluster_dir`])
 //!   adds or renews node certificates from the same CA, `weir cluster
-//!   rotate` ([`rotate_cluster_dir`]) renews all of them with new keys. There is no revocation list: a stolen key is
-//!   retired by a new CA (`weir cluster init` into a new folder).
+//!   rotate` ([`rotate_cluster_dir`]) renews all of them with new keys.
+//! - A stolen TaskManager key is revoked with `weir cluster revoke`
+//!   ([`revoke_in_cluster_dir`], module `revoke`): a CRL signed by the CA,
+//!   `crl.pem`, which every daemon loads from its certificate folder and
+//!   checks at both ends of every handshake.
 //! - Certificates from an older `weir cluster init` (one shared
 //!   `taskmanager.pem` named `weir.cluster`) carry no role: daemons refuse
 //!   to start with them and say to issue new ones.
@@ -72,12 +75,17 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
+use rustls::client::WebPkiServerVerifier;
+use rustls::pki_types::CertificateRevocationListDer;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use super::NetError;
+
+mod revoke;
+pub use revoke::{CRL_FILE, REVOKED_FILE, Revoked, load_crls, revoke_in_cluster_dir};
 
 /// The DNS name of the JobManager's certificate: the name TaskManagers
 /// connect to it with.
@@ -238,6 +246,9 @@ pub struct NodeIdentity {
     key_pem: String,
     ca_pem: String,
     ca: CertificateDer<'static>,
+    /// Revoked certificates ([`CRL_FILE`] in the certificate folder):
+    /// refused at both ends of every handshake.
+    crls: Vec<CertificateRevocationListDer<'static>>,
 }
 
 impl std::fmt::Debug for NodeIdentity {
@@ -388,6 +399,7 @@ impl ClusterCa {
             key_pem: key.serialize_pem(),
             ca_pem: self.cert_pem.clone(),
             ca: self.cert.clone(),
+            crls: Vec::new(),
         })
     }
 
@@ -420,6 +432,7 @@ impl NodeIdentity {
             key_pem,
             ca_pem,
             ca: ca.remove(0),
+            crls: load_crls(dir)?,
         })
     }
 
@@ -635,6 +648,11 @@ pub fn quic_configs(
     let key = parse_key(&id.key_pem).map_err(NetError::Tls)?;
 
     let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+        .with_crls(id.crls.clone())
+        .build()
+        .map_err(|e| NetError::Tls(e.to_string()))?;
+    let server_verifier = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+        .with_crls(id.crls.clone())
         .build()
         .map_err(|e| NetError::Tls(e.to_string()))?;
     let mut server = ServerConfig::builder_with_provider(provider.clone())
@@ -648,7 +666,7 @@ pub fn quic_configs(
     let mut client = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(tls)?
-        .with_root_certificates(roots)
+        .with_webpki_verifier(server_verifier)
         .with_client_auth_cert(id.chain.clone(), key)
         .map_err(tls)?;
     client.alpn_protocols = vec![ALPN.to_vec()];

@@ -222,3 +222,29 @@ fn the_jobmanagers_certificate_names_its_rest_hosts_and_keeps_its_role() {
     let cert = webpki::EndEntityCert::try_from(&tm.chain[0]).unwrap();
     assert_eq!(cert.valid_dns_names().count(), 1);
 }
+
+#[test]
+fn revoking_records_the_serial_and_writes_a_crl_every_node_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    init_cluster_dir(dir.path(), &["tm-1".into(), "tm-2".into()], 1, &[]).unwrap();
+    let before = NodeIdentity::load(dir.path(), "taskmanager-tm-1").unwrap();
+    assert!(before.crls.is_empty(), "no crl.pem yet");
+    let serial = revoke::serial_of(&before.chain[0]).unwrap().to_vec();
+    assert!(!serial.is_empty());
+    let written = revoke_in_cluster_dir(dir.path(), &["tm-1".into()]).unwrap();
+    assert_eq!(written.len(), 2);
+    // Revoking again adds nothing; another TaskManager joins the list.
+    revoke_in_cluster_dir(dir.path(), &["tm-1".into(), "tm-2".into()]).unwrap();
+    let record: Vec<Revoked> =
+        serde_json::from_slice(&std::fs::read(dir.path().join(REVOKED_FILE)).unwrap()).unwrap();
+    assert_eq!(record.len(), 2);
+    let hex: String = serial.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(record[0].taskmanager, "tm-1");
+    assert_eq!(record[0].serial, hex);
+    let loaded = NodeIdentity::load(dir.path(), "jobmanager").unwrap();
+    assert_eq!(loaded.crls.len(), 1);
+    // The CRL verifies against the CA: a client verifier takes it.
+    quic_configs(&loaded).unwrap();
+    let err = revoke_in_cluster_dir(dir.path(), &["nobody".into()]).unwrap_err();
+    assert!(err.to_string().contains("taskmanager-nobody.pem"), "{err}");
+}
