@@ -103,6 +103,12 @@ pub struct JobManagerArgs {
     #[arg(long, value_name = "MIB", default_value_t = 256)]
     max_module_mb: usize,
 
+    /// The most keyed state one job may hold, in MiB, as its checkpoints
+    /// measure it (the sum of its subtasks' state files): a job whose
+    /// checkpoint holds more fails and is not restarted [default: no limit].
+    #[arg(long, value_name = "MIB")]
+    max_job_state_mb: Option<u64>,
+
     /// Checkpoint storage: a directory every TaskManager can reach at the
     /// same path (local disk for one machine, else a shared filesystem)
     /// [default: DATA_DIR/checkpoints].
@@ -502,6 +508,7 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
         config.rest_read_timeout = Duration::from_millis(args.rest_read_timeout_ms);
         config.rest_upload_timeout = Duration::from_millis(args.rest_upload_timeout_ms);
         config.rest_tls = args.rest_tls;
+        config.max_job_state_bytes = args.max_job_state_mb.map(|mb| mb << 20);
         config.checkpoint_dir = args
             .checkpoint_dir
             .map(|d| std::path::absolute(&d).unwrap_or(d));

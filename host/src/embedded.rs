@@ -97,6 +97,7 @@ impl EmbeddedCluster {
                 allowed_roots: config.allowed_roots.clone(),
                 clock: crate::jobmanager::Clock::Real,
                 storage_io: crate::jobmanager::StorageIo::Background,
+                max_job_state_bytes: None,
             },
             runtime.clone(),
             store,

@@ -89,6 +89,7 @@ pub(crate) fn checkpoint_actions(
                 };
                 let full: u64 = handles().map(|h| h.full_size).sum();
                 let incremental: u64 = handles().map(|h| h.incremental_size).sum();
+                let over_quota = jm.max_job_state_bytes.filter(|max| full > *max);
                 c.coordinator.set_sizes(done.id, full, incremental);
                 c.registry
                     .register(done.id, handles().flat_map(|h| h.shared_paths().cloned()));
@@ -131,6 +132,18 @@ pub(crate) fn checkpoint_actions(
                 });
                 upgrade_checkpointed(job);
                 savepoint_checkpoint_completed(job, jm, &done);
+                if let Some(max) = over_quota {
+                    // Committed all the same (it is consistent); the job
+                    // stops here: a restart would grow past it again.
+                    job.fatal = true;
+                    let reason = format!(
+                        "checkpoint {} holds {} bytes of state, over the cluster's limit of {} \
+                         bytes per job (weir jobmanager --max-job-state-mb); not restarted",
+                        done.id, full, max
+                    );
+                    tracing::warn!(job = %job.id, "{reason}");
+                    fail(taskmanagers, job, reason, true, jm.clock.now());
+                }
             }
             Action::Discard(old) => {
                 let Some(c) = job.checkpoints.as_mut() else {

@@ -43,6 +43,8 @@ pub struct JobManagerConfig {
     /// `identity`, which names localhost, the loopback addresses and any
     /// `weir cluster init --rest-name`); clients trust the cluster CA.
     pub rest_tls: bool,
+    /// See [`CoreConfig::max_job_state_bytes`] (`--max-job-state-mb`).
+    pub max_job_state_bytes: Option<u64>,
 }
 
 impl JobManagerConfig {
@@ -68,6 +70,7 @@ impl JobManagerConfig {
             checkpoint_dir: None,
             allowed_roots: AllowedRoots::none(),
             rest_tls: false,
+            max_job_state_bytes: None,
         }
     }
 }
@@ -86,6 +89,7 @@ impl JobManagerConfig {
             allowed_roots: self.allowed_roots.clone(),
             clock: Clock::Real,
             storage_io: StorageIo::Background,
+            max_job_state_bytes: self.max_job_state_bytes,
         }
     }
 }
@@ -119,6 +123,10 @@ pub struct CoreConfig {
     pub clock: Clock,
     /// Who runs its checkpoint storage commands.
     pub storage_io: StorageIo,
+    /// The most state one job's checkpoint may hold (the sum of its
+    /// subtasks' state files); a job whose checkpoint holds more fails,
+    /// without restarting. `None`: no limit.
+    pub max_job_state_bytes: Option<u64>,
 }
 
 /// Who runs the JobManager's checkpoint storage commands (see the module

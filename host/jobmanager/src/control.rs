@@ -276,6 +276,8 @@ pub(crate) fn settle(taskmanagers: &TaskManagers, job: &mut Job, now: Instant) {
             }
         }
         JobState::Canceling => {}
+        // Over the cluster's state quota: a restart would not help.
+        _ if job.fatal => {}
         // The attempt failed: the restart strategy decides (and counts).
         _ => match job.restarts.on_failure(now) {
             Ok(delay) => {

@@ -265,6 +265,9 @@ struct Job {
     versions_pending: Option<Vec<RunningModule>>,
     /// The upgrade whose rollback the next deployment restores.
     rollback_of: Option<u32>,
+    /// Failed for a reason a restart cannot fix (over the cluster's state
+    /// quota): it ends `failed` whatever its restart strategy says.
+    fatal: bool,
 }
 
 impl Job {
@@ -432,6 +435,8 @@ pub struct JobManager {
     restored_dir: PathBuf,
     /// Where upgrades' savepoints go: `DATA_DIR/upgrades`.
     upgrades_dir: PathBuf,
+    /// See [`CoreConfig::max_job_state_bytes`].
+    max_job_state_bytes: Option<u64>,
     /// Used only by drain tasks, off the job's lock ([`storage_io`]).
     storage: Arc<dyn CheckpointStorage>,
     /// Bumped after anything may have changed a job.
@@ -497,6 +502,7 @@ impl JobManager {
             checkpoint_root,
             restored_dir: config.data_dir.join("restored"),
             upgrades_dir: config.data_dir.join("upgrades"),
+            max_job_state_bytes: config.max_job_state_bytes,
             changes: tokio::sync::watch::Sender::new(0),
             clock: config.clock,
             storage_io: config.storage_io,

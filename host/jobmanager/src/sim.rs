@@ -599,6 +599,7 @@ fn start(seed: u64, runtime: &Arc<Runtime>, dir: &Path, rt: &tokio::runtime::Run
             allowed_roots: AllowedRoots::none(),
             clock,
             storage_io: StorageIo::Stepped,
+            max_job_state_bytes: None,
         },
         runtime.clone(),
         ModuleStore::open(&dir.join("modules")).unwrap(),

@@ -260,6 +260,7 @@ impl JobManager {
             upgrade: None,
             versions_pending: None,
             rollback_of: None,
+            fatal: false,
         };
         deploy(
             &self.taskmanagers,

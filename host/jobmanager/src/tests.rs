@@ -139,6 +139,7 @@ impl Cluster {
                 checkpoint_storage: Some(storage.clone()),
                 clock: super::Clock::Real,
                 storage_io: super::StorageIo::Background,
+                max_job_state_bytes: None,
                 allowed_roots: AllowedRoots::new([dir]).unwrap(),
             },
             runtime.clone(),

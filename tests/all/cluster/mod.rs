@@ -505,3 +505,67 @@ fn weir_local_runs_a_submitted_job() {
     );
     local.terminate();
 }
+
+/// `weir jobmanager --max-job-state-mb`: a job whose checkpoint holds more
+/// keyed state than the cluster allows fails, naming the limit, and is not
+/// restarted although its restart strategy would.
+#[test]
+fn a_job_over_the_clusters_state_quota_fails_without_restarting() {
+    let cluster = Cluster::start(1, 2, &["--max-job-state-mb", "1"]);
+    let spec = cluster.dir.path().join("growing.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"
+[job]
+name = "growing"
+
+[job.checkpoints]
+interval_ms = 300
+
+[job.restart]
+strategy = "fixed-delay"
+attempts = 5
+delay_ms = 100
+
+[[source]]
+id = "words"
+type = "generator"
+kind = "words"
+vocabulary = 1000000
+
+[[operator]]
+id = "count"
+module = {count}
+key_by = "value"
+config = {{ emit = "updates" }}
+
+[[sink]]
+id = "out"
+type = "blackhole"
+
+[[edge]]
+from = "words"
+to = "count"
+
+[[edge]]
+from = "count"
+to = "out"
+"#,
+            count = toml_path(Path::new(artifacts::WORD_COUNT)),
+        ),
+    )
+    .unwrap();
+    let id = cluster.submit(&spec);
+    let job = cluster.wait_job(&id, |s| s == "failed" || s == "finished" || s == "canceled");
+    assert_eq!(job["state"], "failed", "{job}");
+    let failure = job["failure"].as_str().unwrap_or_default();
+    assert!(
+        failure.contains("over the cluster's limit") && failure.contains("--max-job-state-mb"),
+        "{job}"
+    );
+    assert_eq!(
+        job["attempt"], 0,
+        "restarted although over the quota: {job}"
+    );
+}
