@@ -498,12 +498,7 @@ fn a_python_counter_upgraded_to_the_rust_one_counts_on_exactly() {
     let cluster =
         crate::cluster::harness::Cluster::start(1, 4, &["--heartbeat-timeout-ms", "10000"]);
     let dir = cluster.dir.path();
-    let text: String = std::fs::read_to_string(kjv())
-        .unwrap()
-        .lines()
-        .take(15_000)
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let text = crate::util::kjv_head(15_000);
     let input = dir.join("input.txt");
     std::fs::write(&input, &text).unwrap();
     let out = dir.join("out/counts.txt");

@@ -507,12 +507,7 @@ fn a_savepoint_leaves_the_job_running() {
 fn stop_with_drain_commits_what_every_timer_emits_with_the_savepoint() {
     let cluster = Cluster::start(1, 4, &["--heartbeat-timeout-ms", "5000"]);
     let dir = cluster.dir.path();
-    let text: String = std::fs::read_to_string(crate::util::kjv())
-        .unwrap()
-        .lines()
-        .take(30_000)
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let text = crate::util::kjv_head(30_000);
     let input = dir.join("input.txt");
     std::fs::write(&input, &text).unwrap();
     let out = dir.join("out/counts.txt");

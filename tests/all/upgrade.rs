@@ -16,7 +16,7 @@ use weir_tests::artifacts;
 
 use crate::cluster::harness::{Cluster, wait_for};
 use crate::exactly_once::{committed_lines, completed_checkpoints};
-use crate::util::{describe, kjv, toml_path};
+use crate::util::{describe, kjv_head, toml_path};
 use crate::word_count::expected_counts;
 
 /// Lines of `input` (at `rate` lines/s) → tokenize → the counter `counter`
@@ -128,12 +128,7 @@ pub(crate) fn counts(lines: &[String]) -> HashMap<String, u64> {
 fn a_word_count_upgraded_mid_stream_migrates_its_state_and_counts_exactly() {
     let cluster = Cluster::start(2, 2, &["--heartbeat-timeout-ms", "5000"]);
     let dir = cluster.dir.path();
-    let text: String = std::fs::read_to_string(kjv())
-        .unwrap()
-        .lines()
-        .take(30_000)
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let text = kjv_head(30_000);
     let input = dir.join("input.txt");
     std::fs::write(&input, &text).unwrap();
     let out = dir.join("out/counts.txt");

@@ -9,6 +9,17 @@ pub fn kjv() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../udfs/data/kjv.txt")
 }
 
+/// The first `lines` lines of [`kjv`], each ending in a newline: an input
+/// that runs for a while at a source's `rate`.
+pub fn kjv_head(lines: usize) -> String {
+    std::fs::read_to_string(kjv())
+        .unwrap()
+        .lines()
+        .take(lines)
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// The repository's root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
