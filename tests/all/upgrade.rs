@@ -176,6 +176,25 @@ fn a_word_count_upgraded_mid_stream_migrates_its_state_and_counts_exactly() {
         &["no operator `nope`"],
     );
 
+    // A dry run says what would happen and stops nothing.
+    let planned = upgrade(
+        &cluster,
+        &id,
+        &["--dry-run", "--module", &module(artifacts::WORD_COUNT_V2)],
+    );
+    assert!(planned.status.success(), "{}", describe(&planned));
+    let plan = String::from_utf8_lossy(&planned.stdout);
+    assert!(
+        plan.contains(
+            "operator `count` state `count`: would be migrated from version 0.1.0 to 2.0.0"
+        ),
+        "{plan}"
+    );
+    let detail = job(&cluster, &id);
+    assert_eq!(detail["attempt"], 0, "{detail}");
+    assert_eq!(detail["upgrades"], Value::Array(Vec::new()), "{detail}");
+    assert_eq!(detail["savepoints"], Value::Array(Vec::new()), "{detail}");
+
     // The upgrade: version 2 stores (count, first seen) and migrates
     // version 1's counts.
     let upgraded = upgrade(

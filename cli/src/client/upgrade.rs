@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use weir_host::jobmanager::{UpgradeStatus, UpgradeView};
+use weir_host::jobmanager::{UpgradePlan, UpgradeStatus, UpgradeView};
 
 /// `weir upgrade`.
 #[derive(Debug, Args)]
@@ -32,6 +32,12 @@ pub struct UpgradeArgs {
     /// one holds (it is dropped).
     #[arg(long)]
     pub allow_non_restored_state: bool,
+
+    /// Only check: print what would change and be migrated (exit 0), or
+    /// why it would be refused (exit 2); the job is not stopped. Modules
+    /// given as files are uploaded all the same.
+    #[arg(long)]
+    pub dry_run: bool,
 
     #[command(flatten)]
     pub connect: ConnectArgs,
@@ -102,7 +108,30 @@ pub(super) fn upgrade(args: UpgradeArgs) -> Result<(), Failure> {
         "modules": modules,
         "set": args.set,
         "allow_non_restored_state": args.allow_non_restored_state,
+        "dry_run": args.dry_run,
     });
+    if args.dry_run {
+        let v = rest.post_json(
+            &format!("/v1/jobs/{}/upgrades", path_segment(&args.job)),
+            &request,
+        )?;
+        if args.connect.json {
+            print_json(&v);
+            return Ok(());
+        }
+        let plan: UpgradePlan = decode(v, "answer")?;
+        println!("upgrade of job {} checked: it would go through", args.job);
+        for change in &plan.changes {
+            println!("{change}");
+        }
+        for m in &plan.migrated {
+            println!(
+                "operator `{}` state `{}`: would be migrated from version {} to {}",
+                m.operator, m.state, m.from_version, m.to_version
+            );
+        }
+        return Ok(());
+    }
     run_upgrade(&rest, &args.job, &request, args.connect.json)
 }
 

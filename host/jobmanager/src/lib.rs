@@ -192,7 +192,8 @@ pub use savepoints::{FromSavepoint, SavepointStatus, SavepointView};
 pub use server::{RunningJobManager, Sockets, bind, serve, start};
 use upgrade::*;
 pub use upgrade::{
-    MigratedState, RunningModule, UpgradeRequest, UpgradeStatus, UpgradeView, VersionView,
+    MigratedState, RunningModule, UpgradePlan, UpgradeRequest, UpgradeStatus, UpgradeView,
+    VersionView,
 };
 
 struct Tm {

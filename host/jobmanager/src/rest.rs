@@ -666,6 +666,10 @@ async fn upgrade_job(
     Path(id): Path<String>,
     Json(body): Json<UpgradeRequest>,
 ) -> Result<Response, ApiError> {
+    if body.dry_run {
+        let plan = jm.plan_upgrade(&id, body).await?;
+        return Ok(Json(plan).into_response());
+    }
     let view = jm.upgrade(&id, body).await?;
     Ok((StatusCode::ACCEPTED, Json(view)).into_response())
 }

@@ -67,6 +67,22 @@ pub struct UpgradeRequest {
     /// Upgrade even if the new version drops state the old one holds.
     #[serde(default)]
     pub allow_non_restored_state: bool,
+    /// Only check: answer what would change and be migrated, stop nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// What a dry run (`weir upgrade --dry-run`) answers: the upgrade as it
+/// would go, checked, with nothing stopped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpgradePlan {
+    /// What changes, one line each.
+    #[serde(default)]
+    pub changes: Vec<String>,
+    /// The states the new modules would migrate (`entries` 0: the
+    /// savepoint is not taken).
+    #[serde(default)]
+    pub migrated: Vec<MigratedState>,
 }
 
 /// Where an upgrade stands.
@@ -448,12 +464,52 @@ impl JobManager {
     /// Upgrades running job `id` as `request` says: checks the new version
     /// first (refused: the job runs on untouched), then stops the job at a
     /// savepoint and restarts it on the new version. Returns once the
-    /// savepoint is triggered; `upgrades` shows the rest.
+    /// savepoint is triggered; `upgrades` shows the rest. (A `dry_run`
+    /// request is refused here: [`JobManager::plan_upgrade`] answers it.)
     pub async fn upgrade(
         self: &Arc<Self>,
         id: &str,
         request: UpgradeRequest,
     ) -> Result<UpgradeView, ApiError> {
+        if request.dry_run {
+            return Err(ApiError::bad_request(
+                "a dry run only checks: ask for its plan (POST with dry_run answers one)",
+            ));
+        }
+        let (new, changes, migrated, migrations) = self.checked_upgrade(id, &request).await?;
+        let result = self.start_upgrade(id, new, changes, migrated, migrations, &request);
+        self.changed();
+        result
+    }
+
+    /// What upgrading job `id` as `request` says would change and migrate,
+    /// checked exactly as [`JobManager::upgrade`] checks it; nothing stops
+    /// (`weir upgrade --dry-run`).
+    pub async fn plan_upgrade(
+        self: &Arc<Self>,
+        id: &str,
+        request: UpgradeRequest,
+    ) -> Result<UpgradePlan, ApiError> {
+        let (_, changes, migrated, _) = self.checked_upgrade(id, &request).await?;
+        Ok(UpgradePlan { changes, migrated })
+    }
+
+    /// The new version of running job `id` with `request` applied, checked
+    /// against what runs (off the async threads: it loads modules).
+    #[allow(clippy::type_complexity)]
+    async fn checked_upgrade(
+        self: &Arc<Self>,
+        id: &str,
+        request: &UpgradeRequest,
+    ) -> Result<
+        (
+            Version,
+            Vec<String>,
+            Vec<MigratedState>,
+            BTreeMap<String, MigrationDeploy>,
+        ),
+        ApiError,
+    > {
         let (spec, old) = {
             let cell = self.job_cell(id)?;
             let job = self.lock_job(&cell);
@@ -468,15 +524,10 @@ impl JobManager {
             (spec, job.version())
         };
         let this = self.clone();
-        let (new, changes, migrated, migrations) = {
-            let request = request.clone();
-            tokio::task::spawn_blocking(move || this.prepare_upgrade(&spec, &old, &request))
-                .await
-                .map_err(|e| ApiError::internal(e.to_string()))??
-        };
-        let result = self.start_upgrade(id, new, changes, migrated, migrations, &request);
-        self.changed();
-        result
+        let request = request.clone();
+        tokio::task::spawn_blocking(move || this.prepare_upgrade(&spec, &old, &request))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
     }
 
     /// Why job `job` cannot be upgraded now, if it cannot.
@@ -599,6 +650,11 @@ impl JobManager {
         let mut changes = Vec::new();
         for m in &running {
             match old.running.iter().find(|o| o.operator == m.operator) {
+                Some(o) if o.hash != m.hash && o.version == m.version => changes.push(format!(
+                    "operator `{}`: {} → {}, both version {}: its state is kept as it is \
+                     (a module migrates state only from another version)",
+                    m.operator, o.module, m.module, m.version
+                )),
                 Some(o) if o.hash != m.hash => changes.push(format!(
                     "operator `{}`: {} (version {}) → {} (version {})",
                     m.operator, o.module, o.version, m.module, m.version
