@@ -213,9 +213,27 @@ pub struct UpgradeView {
     pub failure: Option<String>,
 }
 
+/// An upgrade checked against what runs ([`JobManager::checked_upgrade`]).
+pub(crate) struct Checked {
+    /// The version to swap in.
+    new: Version,
+    /// What changes, one line each.
+    changes: Vec<String>,
+    /// The states migrated.
+    migrated: Vec<MigratedState>,
+    /// How, per operator.
+    migrations: BTreeMap<String, MigrationDeploy>,
+    /// What ran when it was checked (see [`Version::basis`]).
+    basis: (usize, Option<u32>),
+}
+
 /// A job's graph and what goes with it: what an upgrade swaps.
 #[derive(Clone)]
 pub(crate) struct Version {
+    /// Which version of the job this is: its versions and its last
+    /// upgrade when it was taken. An upgrade checked against one basis
+    /// does not start on another (the job changed meanwhile).
+    basis: (usize, Option<u32>),
     graph: JobGraph,
     tasks: Vec<TaskSpec>,
     modules: HashSet<String>,
@@ -268,8 +286,14 @@ impl Job {
     }
 
     /// This job as a [`Version`] (what runs now).
+    /// See [`Version::basis`].
+    fn basis(&self) -> (usize, Option<u32>) {
+        (self.versions.len(), self.upgrades.last().map(|u| u.id))
+    }
+
     fn version(&self) -> Version {
         Version {
+            basis: self.basis(),
             graph: self.graph.clone(),
             tasks: self.tasks.clone(),
             modules: self.modules.clone(),
@@ -476,8 +500,8 @@ impl JobManager {
                 "a dry run only checks: ask for its plan (POST with dry_run answers one)",
             ));
         }
-        let (new, changes, migrated, migrations) = self.checked_upgrade(id, &request).await?;
-        let result = self.start_upgrade(id, new, changes, migrated, migrations, &request);
+        let checked = self.checked_upgrade(id, &request).await?;
+        let result = self.start_upgrade(id, checked, &request);
         self.changed();
         result
     }
@@ -490,26 +514,20 @@ impl JobManager {
         id: &str,
         request: UpgradeRequest,
     ) -> Result<UpgradePlan, ApiError> {
-        let (_, changes, migrated, _) = self.checked_upgrade(id, &request).await?;
-        Ok(UpgradePlan { changes, migrated })
+        let checked = self.checked_upgrade(id, &request).await?;
+        Ok(UpgradePlan {
+            changes: checked.changes,
+            migrated: checked.migrated,
+        })
     }
 
     /// The new version of running job `id` with `request` applied, checked
     /// against what runs (off the async threads: it loads modules).
-    #[allow(clippy::type_complexity)]
     async fn checked_upgrade(
         self: &Arc<Self>,
         id: &str,
         request: &UpgradeRequest,
-    ) -> Result<
-        (
-            Version,
-            Vec<String>,
-            Vec<MigratedState>,
-            BTreeMap<String, MigrationDeploy>,
-        ),
-        ApiError,
-    > {
+    ) -> Result<Checked, ApiError> {
         let (spec, old) = {
             let cell = self.job_cell(id)?;
             let job = self.lock_job(&cell);
@@ -559,21 +577,12 @@ impl JobManager {
     /// The new version of a job running `old` (spec `spec`) with `request`
     /// applied, checked against it; what changes and what is migrated.
     /// Blocking: loads modules.
-    #[allow(clippy::type_complexity)]
     fn prepare_upgrade(
         &self,
         spec: &str,
         old: &Version,
         request: &UpgradeRequest,
-    ) -> Result<
-        (
-            Version,
-            Vec<String>,
-            Vec<MigratedState>,
-            BTreeMap<String, MigrationDeploy>,
-        ),
-        ApiError,
-    > {
+    ) -> Result<Checked, ApiError> {
         let refused = |m: String| ApiError::bad_request(format!("upgrade refused: {m}"));
         if request.modules.is_empty() && request.set.is_empty() {
             return Err(refused(
@@ -696,6 +705,7 @@ impl JobManager {
             .collect();
         let tasks = chain(&graph);
         let new = Version {
+            basis: old.basis,
             graph,
             tasks,
             modules,
@@ -703,7 +713,13 @@ impl JobManager {
             overrides,
             running,
         };
-        Ok((new, changes, migrated, migrations))
+        Ok(Checked {
+            new,
+            changes,
+            migrated,
+            migrations,
+            basis: old.basis,
+        })
     }
 
     /// Registers the upgrade of job `id` to `new` and triggers its
@@ -711,17 +727,28 @@ impl JobManager {
     fn start_upgrade(
         &self,
         id: &str,
-        new: Version,
-        changes: Vec<String>,
-        migrated: Vec<MigratedState>,
-        migrations: BTreeMap<String, MigrationDeploy>,
+        checked: Checked,
         request: &UpgradeRequest,
     ) -> Result<UpgradeView, ApiError> {
+        let Checked {
+            new,
+            changes,
+            migrated,
+            migrations,
+            basis,
+        } = checked;
         let cell = self.job_cell(id)?;
         let mut guard = self.lock_job(&cell);
         let job = &mut *guard;
         // Checked again: it may have changed while the modules loaded.
         self.check_upgradable(job)?;
+        if job.basis() != basis {
+            return Err(ApiError::conflict(format!(
+                "job {id} ({}) was upgraded while this upgrade was being checked; check \
+                 it again against what runs now",
+                job.name
+            )));
+        }
         let number = job.upgrades.last().map_or(1, |u| u.id + 1);
         let dir = self.upgrades_dir.join(format!("{}-{number}", job.id));
         if dir.exists() {
@@ -917,6 +944,7 @@ pub(crate) fn swap_in(job: &mut Job, now: Instant) -> bool {
         up.old = Some(previous);
     }
     let Version {
+        basis: _,
         graph,
         tasks,
         modules,
