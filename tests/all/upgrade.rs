@@ -9,7 +9,7 @@
 //! exactly-once through both.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use weir_tests::artifacts;
@@ -284,6 +284,14 @@ fn a_word_count_upgraded_mid_stream_migrates_its_state_and_counts_exactly() {
         .find(|v| v["id"] == "count")
         .unwrap();
     assert_eq!(counter["parallelism"], 4, "{detail}");
+    // The first upgrade's savepoint is deleted once the second completed
+    // (the job restores from its own checkpoints, or the newest one).
+    let savepoint_of =
+        |i: usize| PathBuf::from(detail["upgrades"][i]["savepoint"].as_str().unwrap());
+    assert!(savepoint_of(0).join("_savepoint").exists(), "{detail}");
+    wait_for("the first upgrade's savepoint deleted", || {
+        (!savepoint_of(1).exists()).then_some(())
+    });
 
     // The final counts are exactly an independent count of the input.
     let done = cluster.wait_job(&id, |s| s == "finished" || s == "failed");

@@ -130,7 +130,16 @@ pub(crate) fn checkpoint_actions(
                         checkpoint: done.id,
                     }
                 });
-                upgrade_checkpointed(job);
+                let stale = upgrade_checkpointed(job);
+                if !stale.is_empty() {
+                    jm.handle.spawn_blocking(move || {
+                        for dir in stale {
+                            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                                tracing::warn!("cannot delete {}: {e}", dir.display());
+                            }
+                        }
+                    });
+                }
                 savepoint_checkpoint_completed(job, jm, &done);
                 if let Some(max) = over_quota {
                     // Committed all the same (it is consistent); the job

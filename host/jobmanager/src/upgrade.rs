@@ -1046,13 +1046,16 @@ pub(crate) fn upgrade_progress(job: &mut Job) {
 }
 
 /// A checkpoint of `job` completed: an upgrade whose new version runs is
-/// done, and the new version enters the version history.
-pub(crate) fn upgrade_checkpointed(job: &mut Job) {
+/// done, and the new version enters the version history. Returns the
+/// savepoints of the job's earlier upgrades, which nothing restores from
+/// any more (the caller deletes them, off the lock): each holds a copy of
+/// the job's whole state.
+pub(crate) fn upgrade_checkpointed(job: &mut Job) -> Vec<PathBuf> {
     let done = job
         .pending_view()
         .is_some_and(|v| v.status == UpgradeStatus::Running);
     if !done {
-        return;
+        return Vec::new();
     }
     let id = job.upgrade.as_ref().map_or(0, |u| u.id);
     let modules = job.versions_pending.take().unwrap_or_default();
@@ -1069,6 +1072,13 @@ pub(crate) fn upgrade_checkpointed(job: &mut Job) {
     });
     job.end_upgrade(UpgradeStatus::Completed, None);
     tracing::info!(job = %job.id, upgrade = id, version, "upgrade completed");
+    let kept = job.from_savepoint.as_ref().map(|s| s.dir.clone());
+    job.upgrades
+        .iter()
+        .filter(|u| u.id < id)
+        .map(|u| PathBuf::from(&u.savepoint))
+        .filter(|dir| Some(dir) != kept.as_ref() && dir.exists())
+        .collect()
 }
 
 /// Whether a failure of `job` now rolls back its upgrade: the new version
