@@ -438,6 +438,10 @@ pub struct JobManager {
     upgrades_dir: PathBuf,
     /// See [`CoreConfig::max_job_state_bytes`].
     max_job_state_bytes: Option<u64>,
+    /// Turns for checking a job (submission or upgrade): loading its
+    /// modules instantiates each within its memory cap, so this bounds
+    /// what concurrent checks can make resident ([`MAX_CONCURRENT_CHECKS`]).
+    checks: tokio::sync::Semaphore,
     /// Used only by drain tasks, off the job's lock ([`storage_io`]).
     storage: Arc<dyn CheckpointStorage>,
     /// Bumped after anything may have changed a job.
@@ -463,6 +467,12 @@ fn now_ms() -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
+
+/// Jobs checked (submitted or upgraded: their modules loaded and
+/// instantiated) at once; more wait their turn. As module uploads (two at
+/// a time, `rest`), so that many submissions at once raise the
+/// JobManager's memory by two jobs' checks, not by all of them.
+pub const MAX_CONCURRENT_CHECKS: usize = 2;
 
 /// A random 64-bit value (std's per-process random hasher keys, no extra crate).
 fn random_u64() -> u64 {
@@ -504,6 +514,7 @@ impl JobManager {
             restored_dir: config.data_dir.join("restored"),
             upgrades_dir: config.data_dir.join("upgrades"),
             max_job_state_bytes: config.max_job_state_bytes,
+            checks: tokio::sync::Semaphore::new(MAX_CONCURRENT_CHECKS),
             changes: tokio::sync::watch::Sender::new(0),
             clock: config.clock,
             storage_io: config.storage_io,

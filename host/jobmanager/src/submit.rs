@@ -129,6 +129,7 @@ impl JobManager {
         let this = self.clone();
         let spec_text = spec.clone();
         let kept = overrides.clone();
+        let turn = self.check_turn().await?;
         let (graph, modules, loaded, savepoint) = tokio::task::spawn_blocking(move || {
             let (graph, modules, loaded) = this.prepare_with(&spec, &overrides)?;
             let savepoint = this.savepoint_for(&graph, &loaded, from.as_ref())?;
@@ -136,6 +137,7 @@ impl JobManager {
         })
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
+        drop(turn);
         let created = self.admit(graph, modules, &loaded, savepoint, Some(spec_text))?;
         if !kept.is_empty()
             && let Ok(cell) = self.job_cell(&created.id)
@@ -143,6 +145,14 @@ impl JobManager {
             self.lock_job(&cell).overrides = kept;
         }
         Ok(created)
+    }
+
+    /// A turn to check a job ([`MAX_CONCURRENT_CHECKS`] at once), waited for.
+    pub(crate) async fn check_turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
+        self.checks
+            .acquire()
+            .await
+            .map_err(|_| ApiError::internal("the JobManager is stopping"))
     }
 
     /// The savepoint `from` names, checked against `graph` (blocking I/O).
@@ -167,6 +177,7 @@ impl JobManager {
         from: Option<FromSavepoint>,
     ) -> Result<(JobCreated, LoadedModules), ApiError> {
         let this = self.clone();
+        let turn = self.check_turn().await?;
         let (graph, modules, loaded, savepoint) = tokio::task::spawn_blocking(move || {
             let (graph, modules, loaded) = this.prepare_graph(graph, true)?;
             let savepoint = this.savepoint_for(&graph, &loaded, from.as_ref())?;
@@ -174,6 +185,7 @@ impl JobManager {
         })
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
+        drop(turn);
         Ok((
             self.admit(graph, modules, &loaded, savepoint, None)?,
             loaded,

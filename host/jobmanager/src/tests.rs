@@ -481,3 +481,35 @@ fn a_stop_whose_savepoint_cannot_be_written_leaves_the_job_running() {
         .unwrap();
     assert_eq!(ended.summary.state, JobState::Finished, "{ended:?}");
 }
+
+/// Jobs are checked (their modules loaded and instantiated) in turns, at
+/// most `MAX_CONCURRENT_CHECKS` at once: with every turn taken, a
+/// submission waits, and goes through once one is free.
+#[test]
+fn submissions_are_checked_in_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(dir.path());
+    cluster.storage.open();
+    let jm = cluster.jm.clone();
+    let taken = cluster
+        .rt()
+        .block_on(jm.checks.acquire_many(super::MAX_CONCURRENT_CHECKS as u32))
+        .unwrap();
+    let mut submit = cluster.rt().spawn({
+        let jm = jm.clone();
+        async move { jm.submit_graph(graph(PLAIN), None).await.map(|(c, _)| c) }
+    });
+    // Nothing can make it go through while every turn is taken: it is
+    // still waiting however long this looks (a bound, not a timing).
+    let waited = cluster
+        .rt()
+        .block_on(async { tokio::time::timeout(Duration::from_millis(300), &mut submit).await });
+    assert!(waited.is_err(), "checked without a turn");
+    assert!(jm.jobs().is_empty());
+    drop(taken);
+    let created = cluster.rt().block_on(submit).unwrap().unwrap();
+    cluster
+        .rt()
+        .block_on(jm.wait_until_ended(&created.id))
+        .unwrap();
+}

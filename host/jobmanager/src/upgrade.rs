@@ -543,6 +543,7 @@ impl JobManager {
         };
         let this = self.clone();
         let request = request.clone();
+        let _turn = self.check_turn().await?;
         tokio::task::spawn_blocking(move || this.prepare_upgrade(&spec, &old, &request))
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?
