@@ -135,7 +135,7 @@ fn a_word_count_upgraded_mid_stream_migrates_its_state_and_counts_exactly() {
     let job_spec = dir.join("job.toml");
     std::fs::write(
         &job_spec,
-        spec(&input, &out, artifacts::WORD_COUNT, "final", 1_500),
+        spec(&input, &out, artifacts::WORD_COUNT, "final", 1_000),
     )
     .unwrap();
     let id = cluster.submit(&job_spec);
@@ -309,7 +309,7 @@ fn a_migration_that_fails_for_one_key_rolls_the_job_back_exactly_once() {
     // `seven` 7 times first (the count the new module's migration
     // refuses), then words seen once each.
     let mut text = "seven\n".repeat(7);
-    for i in 0..15_000 {
+    for i in 0..25_000 {
         text.push_str(&format!("w{i}\n"));
     }
     let input = dir.join("input.txt");
@@ -395,7 +395,7 @@ fn a_migration_that_fails_for_one_key_rolls_the_job_back_exactly_once() {
     let mut got = committed_lines(&out);
     got.sort();
     let mut expected: Vec<String> = (1..=7).map(|n| format!("seven\t{n}")).collect();
-    expected.extend((0..15_000).map(|i| format!("w{i}\t1")));
+    expected.extend((0..25_000).map(|i| format!("w{i}\t1")));
     expected.sort();
     assert_eq!(got.len(), expected.len(), "lost or repeated updates");
     assert!(got == expected, "the committed updates differ");
