@@ -630,3 +630,61 @@ fn rest_token_from_the_environment() {
     );
     let _ = child.0.kill();
 }
+
+/// A client that asks for a large answer and reads none of it does not
+/// hold its connection: once nothing was read for the read timeout, the
+/// server gives up writing and closes it (it would otherwise hold the
+/// answer, and the connection, forever).
+#[test]
+fn rest_closes_a_connection_whose_client_reads_nothing_of_its_answer() {
+    let cluster = Cluster::start(0, 1, &["--rest-read-timeout-ms", "500"]);
+    let addr = authority(&cluster.rest);
+    let token = cluster.token.clone().unwrap();
+    // A valid component made 32 MiB large by a custom section (id 0:
+    // name, then payload): more than the sockets buffer between the two.
+    let mut big = artifact(artifacts::WORD_COUNT);
+    let leb = |mut n: usize, out: &mut Vec<u8>| loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            break;
+        }
+        out.push(byte | 0x80);
+    };
+    let mut section = Vec::new();
+    leb(7, &mut section);
+    section.extend_from_slice(b"padding");
+    section.resize(section.len() + (32 << 20), 0);
+    big.push(0);
+    leb(section.len(), &mut big);
+    big.extend_from_slice(&section);
+    let up = Api::of(&cluster).upload(Some("big"), Some("1"), &big);
+    assert_eq!(up.status, 201, "a padded component is still one");
+
+    let mut s = TcpStream::connect(&addr).expect("connect");
+    let request = format!(
+        "GET /v1/modules/big@1/content HTTP/1.1\r\nHost: {addr}\r\n\
+         Authorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(request.as_bytes()).expect("send");
+    // Read nothing for six times the server's timeout: there is no signal
+    // of its giving up to wait for instead.
+    std::thread::sleep(Duration::from_secs(3));
+    s.set_read_timeout(Some(READY_TIMEOUT)).unwrap();
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("the connection is still open after {READY_TIMEOUT:?}: {e}"),
+    }
+    assert!(
+        got.len() < big.len(),
+        "the whole answer ({} of {} bytes) was still being sent",
+        got.len(),
+        big.len()
+    );
+    // The server goes on serving.
+    let (status, body) = get_with_host(&addr, &addr, Some(&token));
+    assert_eq!(status, 200, "{body}");
+}

@@ -309,7 +309,7 @@ pub async fn serve(
                 .header_read_timeout(read_timeout);
             let served = match tls {
                 None => {
-                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let io = hyper_util::rt::TokioIo::new(WriteTimeout::new(stream, read_timeout));
                     http.serve_connection(io, service).await
                 }
                 Some(tls) => {
@@ -325,7 +325,7 @@ pub async fn serve(
                             return;
                         }
                     };
-                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let io = hyper_util::rt::TokioIo::new(WriteTimeout::new(stream, read_timeout));
                     http.serve_connection(io, service).await
                 }
             };
@@ -333,6 +333,106 @@ pub async fn serve(
                 tracing::debug!("REST connection closed: {e}");
             }
         });
+    }
+}
+
+/// A connection whose writes fail with `TimedOut` once the client has
+/// accepted no byte for `timeout`: a client that never reads its answer
+/// does not hold the connection (and the answer's memory) forever. Reads
+/// pass through (hyper's header timeout and the body timeouts bound them).
+struct WriteTimeout<S> {
+    inner: S,
+    timeout: Duration,
+    /// Armed while a write waits for the client; re-armed on progress.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteTimeout<S> {
+    fn new(inner: S, timeout: Duration) -> Self {
+        WriteTimeout {
+            inner,
+            timeout,
+            stalled: None,
+        }
+    }
+
+    /// `poll`'s result, with the stall timer armed while it is pending and
+    /// disarmed once it makes progress.
+    fn watch<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        poll: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::task::Poll;
+        match poll {
+            Poll::Pending => {
+                let timeout = self.timeout;
+                let stalled = self
+                    .stalled
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                if stalled.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("the client read nothing of its answer for {timeout:?}"),
+                    )));
+                }
+                Poll::Pending
+            }
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteTimeout<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteTimeout<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(cx, poll)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.watch(cx, poll)
     }
 }
 
