@@ -261,9 +261,6 @@ struct Job {
     upgrades: Vec<UpgradeView>,
     /// The upgrade under way.
     upgrade: Option<Box<PendingUpgrade>>,
-    /// The modules of the version an upgrade swapped in, entering
-    /// `versions` once it checkpointed.
-    versions_pending: Option<Vec<RunningModule>>,
     /// The upgrade whose rollback the next deployment restores.
     rollback_of: Option<u32>,
     /// Failed for a reason a restart cannot fix (over the cluster's state
@@ -568,17 +565,25 @@ impl JobManager {
     /// left has run (metadata written, discarded checkpoints deleted);
     /// returns it then.
     pub async fn wait_until_ended(&self, id: &str) -> Result<JobDetail, ApiError> {
-        // Subscribed before the first look: no change is missed.
+        self.watch(|| {
+            let cell = self.job_cell(id)?;
+            let job = self.lock_job(&cell);
+            let settled = job.deferred.is_empty() && job.storage.is_idle();
+            Ok((job.state.is_terminal() && settled).then(|| job_detail(&job)))
+        })
+        .await
+    }
+
+    /// Calls `look` now and after every change until it answers something.
+    /// Subscribed before the first look: no change is missed.
+    pub(crate) async fn watch<T>(
+        &self,
+        mut look: impl FnMut() -> Result<Option<T>, ApiError>,
+    ) -> Result<T, ApiError> {
         let mut changes = self.changes.subscribe();
         loop {
-            let (job, settled) = {
-                let cell = self.job_cell(id)?;
-                let job = self.lock_job(&cell);
-                let settled = job.deferred.is_empty() && job.storage.is_idle();
-                (job_detail(&job), settled)
-            };
-            if job.summary.state.is_terminal() && settled {
-                return Ok(job);
+            if let Some(found) = look()? {
+                return Ok(found);
             }
             if changes.changed().await.is_err() {
                 return Err(ApiError::internal("the JobManager stopped"));

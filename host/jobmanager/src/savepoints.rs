@@ -278,21 +278,15 @@ impl JobManager {
     /// Waits until savepoint `number` of job `id` is completed or failed;
     /// returns it then.
     pub async fn wait_savepoint(&self, id: &str, number: u32) -> Result<SavepointView, ApiError> {
-        // Subscribed before the first look: no change is missed.
-        let mut changes = self.changes.subscribe();
-        loop {
+        self.watch(|| {
             let view = self
                 .savepoints(id)?
                 .into_iter()
                 .find(|s| s.id == number)
                 .ok_or_else(|| ApiError::not_found(format!("no savepoint {number} of job {id}")))?;
-            if !view.is_running() {
-                return Ok(view);
-            }
-            if changes.changed().await.is_err() {
-                return Err(ApiError::internal("the JobManager stopped"));
-            }
-        }
+            Ok((!view.is_running()).then_some(view))
+        })
+        .await
     }
 
     /// Job `id`'s savepoints, newest first.
@@ -485,10 +479,7 @@ pub(crate) fn check_compatible(
                     return Err(format!(
                         "operator `{}` state `{}` was saved as {} state and is now \
                          declared as {} state (a state whose layout changes needs a migration)",
-                        vertex.uid,
-                        state.name,
-                        kind_name(state),
-                        kind_name(&SavedState::of(d))
+                        vertex.uid, state.name, state.kind, d.kind
                     ));
                 }
                 Some(_) => {}
@@ -509,14 +500,6 @@ pub(crate) fn check_compatible(
         ));
     }
     Ok(())
-}
-
-fn kind_name(state: &SavedState) -> &'static str {
-    match state.kind {
-        weir_runtime::state::StateKind::Value => "value",
-        weir_runtime::state::StateKind::List => "list",
-        weir_runtime::state::StateKind::Map => "map",
-    }
 }
 
 /// A savepoint's checkpoint completed (`done`): its files are written in
@@ -629,8 +612,11 @@ pub(crate) fn savepoint_checkpoint_aborted(
             drain_sources(taskmanagers, job, false);
         }
         tracing::warn!(job = %job.id, checkpoint, "savepoint failed: {reason}");
-        if let Some(up) = job.upgrade.as_ref().filter(|u| u.savepoint() == number) {
-            let _ = up;
+        if job
+            .upgrade
+            .as_ref()
+            .is_some_and(|u| u.savepoint() == number)
+        {
             job.end_upgrade(
                 crate::UpgradeStatus::Failed,
                 Some(format!("the savepoint failed: {why}; nothing changed")),
@@ -729,7 +715,7 @@ impl JobManager {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use weir_runtime::checkpoint::savepoint::directory::{
         SavedFile, SavedStateFile, SavedSubtask, SavedVertex,
@@ -738,10 +724,20 @@ mod tests {
     use weir_runtime::state::StateKind;
 
     fn graph(sources: u32, counters: u32) -> JobGraph {
+        graph_with(sources, counters, 128)
+    }
+
+    /// Sources → a keyed counter → a blackhole, with checkpoints (the
+    /// upgrade tests use it too).
+    pub(crate) fn graph_with(sources: u32, counters: u32, max_parallelism: u32) -> JobGraph {
         let spec = format!(
             r#"
 [job]
 name = "j"
+max_parallelism = {max_parallelism}
+
+[job.checkpoints]
+interval_ms = 1000
 
 [[source]]
 id = "src"

@@ -270,7 +270,6 @@ impl JobManager {
             }],
             upgrades: Vec::new(),
             upgrade: None,
-            versions_pending: None,
             rollback_of: None,
             fatal: false,
         };

@@ -45,7 +45,6 @@
 use super::*;
 
 use crate::submit::keyed_states;
-use weir_runtime::checkpoint::savepoint::SavedState;
 use weir_runtime::checkpoint::savepoint::directory::SavepointMetadata;
 use weir_runtime::rpc::{MigrationDeploy, SavepointDeploy};
 use weir_runtime::state::StateDescriptor;
@@ -59,6 +58,15 @@ pub use views::*;
 /// Upgrades a job remembers (`GET /v1/jobs/{id}/upgrades`), newest.
 const MAX_UPGRADE_HISTORY: usize = 100;
 
+/// What [`JobManager::prepare_upgrade`] makes of a request: the version
+/// to swap in, what changes, what is migrated and how.
+type PreparedUpgrade = (
+    Version,
+    Vec<String>,
+    Vec<MigratedState>,
+    BTreeMap<String, MigrationDeploy>,
+);
+
 /// An upgrade checked against what runs ([`JobManager::checked_upgrade`]).
 pub(crate) struct Checked {
     /// The version to swap in.
@@ -69,17 +77,13 @@ pub(crate) struct Checked {
     migrated: Vec<MigratedState>,
     /// How, per operator.
     migrations: BTreeMap<String, MigrationDeploy>,
-    /// What ran when it was checked (see [`Version::basis`]).
+    /// What ran when it was checked (see [`Job::basis`]).
     basis: (usize, Option<u32>),
 }
 
 /// A job's graph and what goes with it: what an upgrade swaps.
 #[derive(Clone)]
 pub(crate) struct Version {
-    /// Which version of the job this is: its versions and its last
-    /// upgrade when it was taken. An upgrade checked against one basis
-    /// does not start on another (the job changed meanwhile).
-    basis: (usize, Option<u32>),
     graph: JobGraph,
     tasks: Vec<TaskSpec>,
     modules: HashSet<String>,
@@ -101,6 +105,9 @@ pub(crate) struct PendingUpgrade {
     /// The savepoint, once written.
     deploy: Option<SavepointDeploy>,
     migrations: BTreeMap<String, MigrationDeploy>,
+    /// The modules of the version swapped in, entering the job's version
+    /// history once it checkpointed.
+    swapped_in: Option<Vec<RunningModule>>,
 }
 
 impl PendingUpgrade {
@@ -131,15 +138,16 @@ impl Job {
         self.upgrade = None;
     }
 
-    /// This job as a [`Version`] (what runs now).
-    /// See [`Version::basis`].
+    /// Which version of the job runs: its versions and its last upgrade.
+    /// An upgrade checked against one basis does not start on another (the
+    /// job changed meanwhile).
     fn basis(&self) -> (usize, Option<u32>) {
         (self.versions.len(), self.upgrades.last().map(|u| u.id))
     }
 
+    /// This job as a [`Version`] (what runs now).
     fn version(&self) -> Version {
         Version {
-            basis: self.basis(),
             graph: self.graph.clone(),
             tasks: self.tasks.clone(),
             modules: self.modules.clone(),
@@ -160,6 +168,7 @@ pub(crate) fn running_modules(
     loaded: &LoadedModules,
     store: &ModuleStore,
 ) -> Vec<RunningModule> {
+    let stored = store.list();
     graph
         .vertices
         .iter()
@@ -169,9 +178,8 @@ pub(crate) fn running_modules(
                 return None;
             };
             let hash = op.module.to_string();
-            let module = store
-                .list()
-                .into_iter()
+            let module = stored
+                .iter()
                 .rev()
                 .find(|m| m.hash == hash)
                 .map_or_else(|| hash.clone(), |m| format!("{}@{}", m.name, m.version));
@@ -295,10 +303,7 @@ pub(crate) fn check_upgrade(
                         "operator `{}` state `{}` is {} state and the new module declares it \
                          as {} state: a state keeps its kind across an upgrade (a migration \
                          rewrites values, not kinds); declare a new state under another name",
-                        old.id,
-                        state.name,
-                        kind_name(state),
-                        kind_name(d)
+                        old.id, state.name, state.kind, d.kind
                     ));
                 }
                 Some(_) => {}
@@ -320,14 +325,6 @@ pub(crate) fn check_upgrade(
         ));
     }
     Ok(())
-}
-
-fn kind_name(d: &StateDescriptor) -> &'static str {
-    match SavedState::of(d).kind {
-        weir_runtime::state::StateKind::Value => "value",
-        weir_runtime::state::StateKind::List => "list",
-        weir_runtime::state::StateKind::Map => "map",
-    }
 }
 
 impl JobManager {
@@ -374,7 +371,7 @@ impl JobManager {
         id: &str,
         request: &UpgradeRequest,
     ) -> Result<Checked, ApiError> {
-        let (spec, old) = {
+        let (spec, old, basis) = {
             let cell = self.job_cell(id)?;
             let job = self.lock_job(&cell);
             self.check_upgradable(&job)?;
@@ -385,14 +382,22 @@ impl JobManager {
                     job.name
                 ))
             })?;
-            (spec, job.version())
+            (spec, job.version(), job.basis())
         };
         let this = self.clone();
         let request = request.clone();
         let _turn = self.check_turn().await?;
-        tokio::task::spawn_blocking(move || this.prepare_upgrade(&spec, &old, &request))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
+        let (new, changes, migrated, migrations) =
+            tokio::task::spawn_blocking(move || this.prepare_upgrade(&spec, &old, &request))
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))??;
+        Ok(Checked {
+            new,
+            changes,
+            migrated,
+            migrations,
+            basis,
+        })
     }
 
     /// Why job `job` cannot be upgraded now, if it cannot.
@@ -429,7 +434,7 @@ impl JobManager {
         spec: &str,
         old: &Version,
         request: &UpgradeRequest,
-    ) -> Result<Checked, ApiError> {
+    ) -> Result<PreparedUpgrade, ApiError> {
         let refused = |m: String| ApiError::bad_request(format!("upgrade refused: {m}"));
         if request.modules.is_empty() && request.set.is_empty() {
             return Err(refused(
@@ -552,7 +557,6 @@ impl JobManager {
             .collect();
         let tasks = chain(&graph);
         let new = Version {
-            basis: old.basis,
             graph,
             tasks,
             modules,
@@ -560,13 +564,7 @@ impl JobManager {
             overrides,
             running,
         };
-        Ok(Checked {
-            new,
-            changes,
-            migrated,
-            migrations,
-            basis: old.basis,
-        })
+        Ok((new, changes, migrated, migrations))
     }
 
     /// Registers the upgrade of job `id` to `new` and triggers its
@@ -598,8 +596,11 @@ impl JobManager {
         }
         let number = job.upgrades.last().map_or(1, |u| u.id + 1);
         let dir = self.upgrades_dir.join(format!("{}-{number}", job.id));
+        // Left by an earlier JobManager on this data dir (job ids are
+        // random, so hardly ever): a savepoint never writes over files.
         if dir.exists() {
-            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| ApiError::internal(format!("cannot clear {}: {e}", dir.display())))?;
         }
         let savepoint = self.trigger_savepoint_locked_in(job, dir.clone(), true, false)?;
         let view = UpgradeView {
@@ -629,6 +630,7 @@ impl JobManager {
             old: None,
             deploy: None,
             migrations,
+            swapped_in: None,
         }));
         tracing::info!(job = %job.id, upgrade = number, "upgrade started");
         Ok(view)
@@ -643,20 +645,15 @@ impl JobManager {
 
     /// Waits until upgrade `number` of job `id` has ended; returns it then.
     pub async fn wait_upgrade(&self, id: &str, number: u32) -> Result<UpgradeView, ApiError> {
-        let mut changes = self.changes.subscribe();
-        loop {
+        self.watch(|| {
             let view = self
                 .upgrades(id)?
                 .into_iter()
                 .find(|u| u.id == number)
                 .ok_or_else(|| ApiError::not_found(format!("no upgrade {number} of job {id}")))?;
-            if view.status.is_final() {
-                return Ok(view);
-            }
-            if changes.changed().await.is_err() {
-                return Err(ApiError::internal("the JobManager stopped"));
-            }
-        }
+            Ok(view.status.is_final().then_some(view))
+        })
+        .await
     }
 }
 

@@ -110,7 +110,6 @@ fn entries_of(metadata: &SavepointMetadata, operator: &str, state: &str) -> u64 
 /// the job from the upgrade's savepoint at once. Returns false when the
 /// job has no upgrade to carry out (then it settles as usual).
 pub(crate) fn swap_in(job: &mut Job, now: Instant) -> bool {
-    let previous = job.version();
     let Some(up) = job.upgrade.as_mut() else {
         return false;
     };
@@ -133,11 +132,7 @@ pub(crate) fn swap_in(job: &mut Job, now: Instant) -> bool {
             return false;
         }
     };
-    if !rollback {
-        up.old = Some(previous);
-    }
     let Version {
-        basis: _,
         graph,
         tasks,
         modules,
@@ -145,6 +140,13 @@ pub(crate) fn swap_in(job: &mut Job, now: Instant) -> bool {
         overrides,
         running,
     } = next;
+    if !rollback {
+        // What runs now, for a rollback (read before it is replaced).
+        let previous = job.version();
+        let up = job.upgrade.as_mut().expect("matched above");
+        up.old = Some(previous);
+        up.swapped_in = Some(running);
+    }
     job.name = graph.name.clone();
     job.graph = graph;
     job.tasks = tasks;
@@ -192,7 +194,6 @@ pub(crate) fn swap_in(job: &mut Job, now: Instant) -> bool {
         job.rollback_of = Some(id);
         tracing::warn!(job = %job.id, upgrade = id, "upgrade rolled back: {cause}");
     } else {
-        job.versions_pending = Some(running);
         tracing::info!(job = %job.id, upgrade = id, "swapping in the new version");
     }
     true
@@ -217,21 +218,25 @@ pub(crate) fn redeployed(job: &mut Job) {
 /// After a subtask's state changed: an upgrade's new version is running
 /// once all its subtasks run (the downtime ends).
 pub(crate) fn upgrade_progress(job: &mut Job) {
-    let all_running = !job.subtasks.is_empty()
+    // Cheap first: this runs on every subtask state a TaskManager reports.
+    let restoring = job.state == JobState::Running
         && job
-            .subtasks
-            .iter()
-            .flatten()
-            .all(|s| matches!(s, TaskState::Running | TaskState::Finished));
-    if job.state != JobState::Running || !all_running {
+            .pending_view()
+            .is_some_and(|v| v.status == UpgradeStatus::Restoring);
+    let all_running = || {
+        !job.subtasks.is_empty()
+            && job
+                .subtasks
+                .iter()
+                .flatten()
+                .all(|s| matches!(s, TaskState::Running | TaskState::Finished))
+    };
+    if !restoring || !all_running() {
         return;
     }
     let Some(view) = job.pending_view() else {
         return;
     };
-    if view.status != UpgradeStatus::Restoring {
-        return;
-    }
     let now = now_ms();
     view.status = UpgradeStatus::Running;
     view.resumed_at_ms = Some(now);
@@ -251,7 +256,11 @@ pub(crate) fn upgrade_checkpointed(job: &mut Job) -> Vec<PathBuf> {
         return Vec::new();
     }
     let id = job.upgrade.as_ref().map_or(0, |u| u.id);
-    let modules = job.versions_pending.take().unwrap_or_default();
+    let modules = job
+        .upgrade
+        .as_mut()
+        .and_then(|u| u.swapped_in.take())
+        .unwrap_or_default();
     let version = job.versions.last().map_or(1, |v| v.version + 1);
     let since_ms = job
         .pending_view()

@@ -2,46 +2,8 @@
 //! and which states a new version migrates.
 
 use super::*;
-use weir_runtime::job::JobSpec;
+use crate::savepoints::tests::graph_with as graph;
 use weir_runtime::state::StateKind;
-
-fn graph(sources: u32, counters: u32, max_parallelism: u32) -> JobGraph {
-    let spec = format!(
-        r#"
-[job]
-name = "j"
-max_parallelism = {max_parallelism}
-
-[job.checkpoints]
-interval_ms = 1000
-
-[[source]]
-id = "src"
-type = "generator"
-kind = "sequence"
-parallelism = {sources}
-
-[[operator]]
-id = "count"
-module = "count.wasm"
-key_by = "key"
-parallelism = {counters}
-
-[[sink]]
-id = "out"
-type = "blackhole"
-
-[[edge]]
-from = "src"
-to = "count"
-
-[[edge]]
-from = "count"
-to = "out"
-"#
-    );
-    JobGraph::from_spec(JobSpec::parse(&spec, "/specs/job.toml", &[]).unwrap()).unwrap()
-}
 
 fn states(declared: &[(&str, StateKind)]) -> HashMap<usize, Vec<StateDescriptor>> {
     HashMap::from([(

@@ -111,6 +111,19 @@ impl std::fmt::Debug for Migration<'_> {
     }
 }
 
+/// Why one stored value could not be migrated: the new module refused it,
+/// or it is malformed.
+enum MigrateFailed {
+    Refused(String),
+    Stored(StateError),
+}
+
+impl From<StateError> for MigrateFailed {
+    fn from(e: StateError) -> Self {
+        MigrateFailed::Stored(e)
+    }
+}
+
 /// One declared state as a savepoint records it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SavedState {
@@ -321,22 +334,18 @@ impl SavepointFile {
                 Some(m) if m.states.get(target as usize) == Some(&true) => {
                     let kind = states[target as usize].kind;
                     let f = &mut m.migrate;
-                    let mut refused = None;
                     let out = weir_state::layout::migrate_stored(
                         kind,
                         saved_ttl[state as usize],
                         value,
-                        &mut |v: &[u8]| {
-                            f(target, user_key, v).map_err(|why| {
-                                refused = Some(why);
-                                StateError::Backend("migration refused".into())
-                            })
-                        },
+                        &mut |v: &[u8]| f(target, user_key, v).map_err(MigrateFailed::Refused),
                     );
-                    migrated = match (out, refused) {
-                        (Ok(bytes), _) => bytes,
-                        (Err(_), Some(why)) => return Err(SavepointError::Migration(why)),
-                        (Err(cause), None) => {
+                    migrated = match out {
+                        Ok(bytes) => bytes,
+                        Err(MigrateFailed::Refused(why)) => {
+                            return Err(SavepointError::Migration(why));
+                        }
+                        Err(MigrateFailed::Stored(cause)) => {
                             return Err(SavepointError::State {
                                 path: path.clone(),
                                 cause,
