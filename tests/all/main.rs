@@ -15,6 +15,7 @@ mod cluster;
 mod confine;
 mod ctrl_c;
 mod embedded;
+mod event_time;
 mod exactly_once;
 mod fraud;
 mod polyglot;

@@ -207,7 +207,7 @@ async fn count_records(mut rx: mpsc::Receiver<Message>) -> (u64, u64, f64) {
                 bytes += b.value_lens.iter().map(|&l| u64::from(l)).sum::<u64>();
             }
             Message::End { .. } => break,
-            Message::Watermark { .. } | Message::Barrier { .. } => {}
+            Message::Watermark { .. } | Message::Idle { .. } | Message::Barrier { .. } => {}
         }
     }
     (
@@ -230,7 +230,7 @@ async fn record_latency(mut rx: mpsc::Receiver<Message>) -> Vec<u64> {
                 }
             }
             Message::End { .. } => break,
-            Message::Watermark { .. } | Message::Barrier { .. } => {}
+            Message::Watermark { .. } | Message::Idle { .. } | Message::Barrier { .. } => {}
         }
     }
     latencies

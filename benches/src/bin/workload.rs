@@ -659,6 +659,7 @@ fn id_chain(g: Generated) -> anyhow::Result<CaseResult> {
                 inner: generator(g),
                 start,
             }),
+            watermarks: Default::default(),
         },
         operators: vec![ChainedOperator {
             vertex: 1,
@@ -674,7 +675,11 @@ fn id_chain(g: Generated) -> anyhow::Result<CaseResult> {
             }),
         }),
         outputs: Vec::new(),
+        index: 0,
         batch_size: g.batch_size as usize,
+        watermark_interval: std::time::Duration::from_millis(
+            weir_host::job::DEFAULT_WATERMARK_INTERVAL_MS,
+        ),
         metrics: Arc::new(JobMetrics::new(3)),
         stop: Arc::new(AtomicBool::new(false)),
         drain: Arc::new(AtomicBool::new(false)),

@@ -167,6 +167,7 @@ pub(super) fn job_report(detail: &JobDetail, now_ms: u64) -> String {
                 v.records_out.to_string(),
                 percent(v.busy_ms, total),
                 percent(v.backpressured_ms, total),
+                watermark(v.watermark),
             ]
         })
         .collect();
@@ -181,8 +182,9 @@ pub(super) fn job_report(detail: &JobDetail, now_ms: u64) -> String {
             "OUT",
             "BUSY%",
             "BACKPRESSURED%",
+            "WATERMARK",
         ],
-        &[Left, Left, Right, Left, Right, Right, Right, Right],
+        &[Left, Left, Right, Left, Right, Right, Right, Right, Right],
         rows,
     ));
     let rows: Vec<Vec<String>> = detail
@@ -342,4 +344,14 @@ pub(super) fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// A watermark for people: `-` before the first, `end` after the last,
+/// else its milliseconds since the epoch.
+fn watermark(w: Option<i64>) -> String {
+    match w {
+        None | Some(i64::MIN) => "-".to_owned(),
+        Some(i64::MAX) => "end".to_owned(),
+        Some(ms) => ms.to_string(),
+    }
 }

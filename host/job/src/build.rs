@@ -21,6 +21,7 @@ use super::graph::{
     self, FileSinkSpec, FileSourceSpec, GeneratorKind, GeneratorSpec, JobEdge, JobGraph,
     JobSettings, KeySelector, ModuleRef, OperatorLimits, OperatorSpec, Partitioner, SinkFormat,
     SinkSpec, SourceFormat, SourceSpec, StateBackendKind, Vertex, VertexId, VertexKind,
+    WatermarkStrategy,
 };
 use super::spec::{
     Document, EdgeTable, GeneratorKindName, JobTable, OperatorTable, PartitionName, SinkTable,
@@ -201,6 +202,15 @@ impl Builder {
         {
             self.problem("job.checkpoints", e.to_string());
         }
+        let watermark_interval_ms = job
+            .watermark_interval_ms
+            .unwrap_or(super::DEFAULT_WATERMARK_INTERVAL_MS);
+        self.check_range(
+            "job.watermark_interval_ms",
+            watermark_interval_ms,
+            0,
+            super::MAX_WATERMARK_MS,
+        );
         let limits = job.limits.clone().unwrap_or_default();
         let limits = OperatorLimits {
             memory_mb: limits.memory_mb.unwrap_or(DEFAULT_MEMORY_MB),
@@ -232,6 +242,7 @@ impl Builder {
             batch_size,
             channel_capacity,
             buffer_timeout_ms: job.buffer_timeout_ms.unwrap_or(DEFAULT_BUFFER_TIMEOUT_MS),
+            watermark_interval_ms,
             limits,
             restart: job.restart.unwrap_or(if checkpoints.is_some() {
                 super::config::RestartStrategy::WITH_CHECKPOINTS

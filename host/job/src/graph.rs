@@ -83,12 +83,36 @@ pub struct JobSettings {
     /// `job.buffer_timeout_ms`: how long a partly filled network buffer may
     /// wait before it is sent to another TaskManager (0 = after every batch).
     pub buffer_timeout_ms: u64,
+    /// `job.watermark_interval_ms`: how often a source subtask emits its
+    /// watermark (0 = after every batch, which makes watermarks a pure
+    /// function of the input: tests use it).
+    #[serde(default = "default_watermark_interval_ms")]
+    pub watermark_interval_ms: u64,
     /// `[job.limits]`: the sandbox of every operator instance.
     pub limits: OperatorLimits,
     /// `[job.checkpoints]`: absent, no checkpoints.
     pub checkpoints: Option<super::config::CheckpointConfig>,
     /// `[job.restart]`, default: fixed-delay with checkpoints, none without.
     pub restart: super::config::RestartStrategy,
+}
+
+fn default_watermark_interval_ms() -> u64 {
+    super::DEFAULT_WATERMARK_INTERVAL_MS
+}
+
+/// How a source derives its watermark from the timestamps it reads (`[[source]]
+/// watermark = { … }`), as Flink's `WatermarkStrategy.forBoundedOutOfOrderness`
+/// with `withIdleness`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatermarkStrategy {
+    /// A record may be at most this much older than the newest record
+    /// before it and still be on time: the watermark is the largest
+    /// timestamp seen minus this minus 1 ms (0: timestamps ascend).
+    pub max_out_of_orderness_ms: u64,
+    /// A source subtask that reads nothing for this long is idle: it stops
+    /// holding back the watermark downstream until it reads again.
+    /// `None`: never idle (an input with no data stalls event time).
+    pub idle_timeout_ms: Option<u64>,
 }
 
 /// The sandbox of every operator instance (`[job.limits]`, defaults applied).
@@ -114,6 +138,10 @@ pub struct Vertex {
     pub slot_sharing_group: String,
     /// What the vertex is.
     pub kind: VertexKind,
+    /// Sources only: how the watermark follows the timestamps read
+    /// (`watermark = { … }`, default: ascending, never idle).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<WatermarkStrategy>,
 }
 
 /// What a vertex is.
@@ -161,6 +189,10 @@ pub struct FileSourceSpec {
     pub key_field: Option<String>,
     /// `json-lines` only: the top-level field holding the event time (ms since the epoch).
     pub timestamp_field: Option<String>,
+    /// `follow`: at the end of the file, wait for more lines (as `tail -f`)
+    /// instead of ending; the source then ends only when the job stops.
+    #[serde(default)]
+    pub follow: bool,
     /// `max_record_bytes`: the longest line accepted, without its line
     /// ending; a longer one fails the task (default
     /// [`DEFAULT_MAX_RECORD_BYTES`](super::config::DEFAULT_MAX_RECORD_BYTES)).

@@ -61,7 +61,7 @@ pub use chain::{TaskEdge, TaskId, TaskSpec, chain, check_tasks, task_edges};
 pub use graph::{
     FileSinkSpec, FileSourceSpec, GeneratorKind, GeneratorSpec, JobEdge, JobGraph, JobSettings,
     KeySelector, ModuleRef, OperatorLimits, OperatorSpec, Partitioner, SinkFormat, SinkSpec,
-    SourceFormat, SourceSpec, StateBackendKind, Vertex, VertexId, VertexKind,
+    SourceFormat, SourceSpec, StateBackendKind, Vertex, VertexId, VertexKind, WatermarkStrategy,
 };
 pub use spec::{JobSpec, parse_override};
 
@@ -183,6 +183,13 @@ pub const DEFAULT_CHANNEL_CAPACITY: u32 = 8;
 /// rates it bounds how long a record waits in a half-empty buffer. Latency-
 /// sensitive jobs set 1–5 ms and pay with more, smaller network writes.
 pub const DEFAULT_BUFFER_TIMEOUT_MS: u64 = 100;
+/// Default `job.watermark_interval_ms`: Flink's auto-watermark interval.
+/// Each watermark costs a guest call per chained operator and a message on
+/// every channel; timers and windows fire at most this much late.
+pub const DEFAULT_WATERMARK_INTERVAL_MS: u64 = 200;
+/// Upper bound of `job.watermark_interval_ms`, `max_out_of_orderness_ms`
+/// and `idle_timeout_ms`: a day. Longer is a typo, not a strategy.
+pub const MAX_WATERMARK_MS: u64 = 86_400_000;
 /// The slot sharing group of vertices that name none.
 pub const DEFAULT_SLOT_SHARING_GROUP: &str = "default";
 /// Default linear-memory cap per operator instance, in MiB.

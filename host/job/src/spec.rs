@@ -162,6 +162,7 @@ pub(super) struct JobTable {
     pub batch_size: Option<u32>,
     pub channel_capacity: Option<u32>,
     pub buffer_timeout_ms: Option<u64>,
+    pub watermark_interval_ms: Option<u64>,
     pub limits: Option<LimitsTable>,
     pub checkpoints: Option<super::config::CheckpointConfig>,
     pub restart: Option<super::config::RestartStrategy>,
@@ -192,6 +193,9 @@ pub(super) struct SourceTable {
     pub key_field: Option<String>,
     pub timestamp_field: Option<String>,
     pub max_record_bytes: Option<u64>,
+    pub follow: Option<bool>,
+    // any type
+    pub watermark: Option<WatermarkTable>,
     // generator
     pub kind: Option<GeneratorKindName>,
     pub count: Option<u64>,
@@ -201,6 +205,14 @@ pub(super) struct SourceTable {
     pub record_bytes: Option<u32>,
     pub keys: Option<u64>,
     pub vocabulary: Option<u32>,
+}
+
+/// `[[source]] watermark = { … }`.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct WatermarkTable {
+    pub max_out_of_orderness_ms: Option<u64>,
+    pub idle_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

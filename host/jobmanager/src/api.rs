@@ -134,6 +134,11 @@ pub struct VertexDetail {
     /// Time they spent waiting for input.
     #[serde(default)]
     pub idle_ms: u64,
+    /// Its current event-time watermark in ms since the epoch: the lowest
+    /// over its subtasks (`i64::MIN`: none yet; `i64::MAX`: input ended).
+    /// `None` while no subtask has reported one.
+    #[serde(default)]
+    pub watermark: Option<i64>,
     /// Where each subtask runs.
     #[serde(default)]
     pub subtasks: Vec<SubtaskDetail>,
@@ -361,6 +366,11 @@ pub(crate) fn job_detail(job: &Job) -> JobDetail {
                 busy_ms: sum(&|r| r.busy_ms, head),
                 backpressured_ms: sum(&|r| r.backpressured_ms, head),
                 idle_ms: sum(&|r| r.idle_ms, head),
+                watermark: job
+                    .reports
+                    .values()
+                    .filter_map(|r| r.vertices.get(v).and_then(|r| r.watermark))
+                    .min(),
                 subtasks: job.placement[t]
                     .iter()
                     .zip(states)

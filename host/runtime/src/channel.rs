@@ -31,6 +31,15 @@ pub enum Message {
         /// The new watermark.
         watermark: i64,
     },
+    /// The sender became idle (`idle = true`: it will not hold back the
+    /// watermark until it says otherwise) or active again (`false`), as
+    /// Flink's `WatermarkStatus`.
+    Idle {
+        /// The input channel index at the receiver.
+        channel: u32,
+        /// Idle, or active again.
+        idle: bool,
+    },
     /// Checkpoint barrier: every record before it on this channel belongs
     /// to checkpoint `checkpoint`, every record after it to the next.
     Barrier {
@@ -52,6 +61,7 @@ impl Message {
         match self {
             Message::Records { channel, .. }
             | Message::Watermark { channel, .. }
+            | Message::Idle { channel, .. }
             | Message::Barrier { channel, .. }
             | Message::End { channel } => *channel,
         }

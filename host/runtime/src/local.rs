@@ -315,6 +315,9 @@ impl LocalCluster {
                                 vertex: head_vertex,
                                 id: graph.vertices[head_vertex].id.0.clone(),
                                 source,
+                                watermarks: graph.vertices[head_vertex]
+                                    .watermark
+                                    .unwrap_or_default(),
                             }
                         }
                         _ => Head::Input {
@@ -465,7 +468,9 @@ impl LocalCluster {
                         operators,
                         sink,
                         outputs,
+                        index: s,
                         batch_size,
+                        watermark_interval: Duration::from_millis(settings.watermark_interval_ms),
                         metrics: metrics.clone(),
                         stop: stop.clone(),
                         drain: drain.clone(),
@@ -650,7 +655,8 @@ fn build_source(
             };
             let source = FileSource::open(roots, &f.path, format)
                 .map_err(|e| RunError::Plan(format!("source `{id}`: {e}")))?
-                .with_max_record_bytes(f.max_record_bytes);
+                .with_max_record_bytes(f.max_record_bytes)
+                .with_follow(f.follow);
             Box::new(match f.rate {
                 Some(rate) => source.with_rate(rate as f64),
                 None => source,

@@ -341,6 +341,10 @@ pub struct VertexReport {
     pub idle_ms: u64,
     /// Head vertices: time spent waiting for room downstream.
     pub backpressured_ms: u64,
+    /// The lowest current watermark of its subtasks here (`i64::MIN`: none
+    /// yet); `None` if none of its subtasks run here.
+    #[serde(default)]
+    pub watermark: Option<i64>,
 }
 
 /// First frame of a module fetch stream.

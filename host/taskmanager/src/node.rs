@@ -98,6 +98,7 @@ impl LocalJob {
             .map(|m| VertexReport {
                 records_in: m.records_in.load(Ordering::Relaxed),
                 records_out: m.records_out.load(Ordering::Relaxed),
+                watermark: m.watermark(),
                 ..VertexReport::default()
             })
             .collect();

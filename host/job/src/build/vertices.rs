@@ -80,6 +80,7 @@ impl Builder {
                     format,
                     key_field: t.key_field.clone(),
                     timestamp_field: t.timestamp_field.clone(),
+                    follow: t.follow.unwrap_or(false),
                     max_record_bytes,
                 });
                 (spec, 1)
@@ -91,6 +92,7 @@ impl Builder {
                 self.not_for(label, "key_field", &t.key_field, what);
                 self.not_for(label, "timestamp_field", &t.timestamp_field, what);
                 self.not_for(label, "max_record_bytes", &t.max_record_bytes, what);
+                self.not_for(label, "follow", &t.follow, what);
                 let kind_name = match t.kind {
                     Some(kind) => kind,
                     None => {
@@ -160,11 +162,31 @@ impl Builder {
                 (spec, parallelism)
             }
         };
+        let watermark = t.watermark.unwrap_or_default();
+        let strategy = WatermarkStrategy {
+            max_out_of_orderness_ms: watermark.max_out_of_orderness_ms.unwrap_or(0),
+            idle_timeout_ms: watermark.idle_timeout_ms,
+        };
+        self.check_range(
+            &format!("{label}.watermark.max_out_of_orderness_ms"),
+            strategy.max_out_of_orderness_ms,
+            0,
+            crate::MAX_WATERMARK_MS,
+        );
+        if let Some(idle) = strategy.idle_timeout_ms {
+            self.check_range(
+                &format!("{label}.watermark.idle_timeout_ms"),
+                idle,
+                1,
+                crate::MAX_WATERMARK_MS,
+            );
+        }
         Vertex {
             id,
             parallelism,
             slot_sharing_group: self.group(label, &t.slot_sharing_group),
             kind: VertexKind::Source(spec),
+            watermark: Some(strategy),
         }
     }
 
@@ -200,6 +222,7 @@ impl Builder {
                 config: flatten_config(&t.config),
                 key_by,
             }),
+            watermark: None,
         }
     }
 
@@ -255,6 +278,7 @@ impl Builder {
             parallelism,
             slot_sharing_group: self.group(label, &t.slot_sharing_group),
             kind: VertexKind::Sink(spec),
+            watermark: None,
         }
     }
 }

@@ -7,6 +7,7 @@ mod fuzz;
 mod overrides;
 mod parsing;
 mod validation;
+mod watermarks;
 
 use std::path::Path;
 

@@ -204,7 +204,14 @@ pub struct FileSource {
     throttle: Option<Throttle>,
     line: Vec<u8>,
     done: bool,
+    /// At the end of the file, wait for more lines instead of ending.
+    follow: bool,
 }
+
+/// How long a followed file source waits at the end of its file before it
+/// looks again (and returns an empty batch, so the subtask can take
+/// checkpoints, notice a stop and turn idle meanwhile).
+pub const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl FileSource {
     /// Opens `path`, which `roots` must allow ([`AllowedRoots::open_read`]:
@@ -225,7 +232,16 @@ impl FileSource {
             throttle: None,
             line: Vec::new(),
             done: false,
+            follow: false,
         })
+    }
+
+    /// With `follow`, the end of the file is not the end of input: lines
+    /// appended later are read as they come (as `tail -f`), and a last
+    /// line without its line ending waits for it. The source never ends.
+    pub fn with_follow(mut self, follow: bool) -> FileSource {
+        self.follow = follow;
+        self
     }
 
     /// Reads at most `lines_per_second`.
@@ -346,6 +362,22 @@ impl Source for FileSource {
         let mut batch = Batch::with_capacity(max, max * 64);
         while batch.len() < max {
             let n = self.read_line()?;
+            if self.follow && !self.line.ends_with(b"\n") {
+                // The end of the file for now: give back a partial line
+                // (it is read again whole once its ending is written).
+                if n > 0 {
+                    self.reader.seek_relative(-(n as i64)).map_err(|source| {
+                        ConnectorError::Io {
+                            path: self.path.clone(),
+                            source,
+                        }
+                    })?;
+                }
+                if batch.is_empty() {
+                    std::thread::sleep(FOLLOW_POLL);
+                }
+                break;
+            }
             if n == 0 {
                 self.done = true;
                 break;
@@ -530,6 +562,32 @@ mod tests {
             .unwrap()
             .with_max_record_bytes(100);
         assert_eq!(drain(&mut src, 10).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_followed_file_waits_for_appended_lines_and_whole_lines() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(b"one\ntw").unwrap();
+        let mut src = FileSource::open(&roots_of(f.path()), f.path(), FileFormat::Lines)
+            .unwrap()
+            .with_follow(true);
+        let values = |b: Option<Batch>| -> Vec<Vec<u8>> {
+            b.expect("a followed file never ends")
+                .iter()
+                .map(|r| r.value.to_vec())
+                .collect()
+        };
+        assert_eq!(values(src.next_batch(10).unwrap()), [b"one".to_vec()]);
+        // The partial line waits for its ending; meanwhile, empty batches.
+        assert!(values(src.next_batch(10).unwrap()).is_empty());
+        f.write_all(b"o\nthree\n").unwrap();
+        f.flush().unwrap();
+        assert_eq!(
+            values(src.next_batch(10).unwrap()),
+            [b"two".to_vec(), b"three".to_vec()]
+        );
+        assert!(values(src.next_batch(10).unwrap()).is_empty());
+        assert_eq!(src.position()["line"], 3);
     }
 
     fn roots_of(file: &Path) -> AllowedRoots {

@@ -8,6 +8,7 @@
 //! | 1 | `Watermark` | `channel: u32`, `watermark: i64` |
 //! | 2 | `End` | `channel: u32` |
 //! | 3 | `Barrier` | `channel: u32`, `checkpoint: u64` |
+//! | 4 | `Idle` | `channel: u32`, `idle: u8` (1 idle, 0 active) |
 //!
 //! The batch travels in its own columnar layout, so encoding is a few bulk
 //! copies. Messages form one continuous byte stream per channel, which the
@@ -26,6 +27,7 @@ const TAG_RECORDS: u8 = 0;
 const TAG_WATERMARK: u8 = 1;
 const TAG_END: u8 = 2;
 const TAG_BARRIER: u8 = 3;
+const TAG_IDLE: u8 = 4;
 
 /// Largest encoded message accepted: a batch is `batch_size` records and an
 /// operator's output per call is capped (`max_output_mb`, 16 MiB by
@@ -57,6 +59,7 @@ pub fn encoded_len(msg: &Message) -> usize {
         Message::Records { batch: b, .. } => 13 + b.len() * 16 + b.data.len(),
         Message::Watermark { .. } => 13,
         Message::End { .. } => 5,
+        Message::Idle { .. } => 6,
         Message::Barrier { .. } => 13,
     }
 }
@@ -123,6 +126,12 @@ impl<'m> Encoder<'m> {
                         Message::End { channel } => {
                             scratch.push(TAG_END);
                             scratch.extend_from_slice(&channel.to_le_bytes());
+                            self.step = Step::Done;
+                        }
+                        Message::Idle { channel, idle } => {
+                            scratch.push(TAG_IDLE);
+                            scratch.extend_from_slice(&channel.to_le_bytes());
+                            scratch.push(u8::from(*idle));
                             self.step = Step::Done;
                         }
                     }
@@ -248,6 +257,7 @@ fn head_len(tag: u8) -> Result<usize, DecodeError> {
         TAG_RECORDS => Ok(13),
         TAG_WATERMARK => Ok(13),
         TAG_END => Ok(5),
+        TAG_IDLE => Ok(6),
         TAG_BARRIER => Ok(13),
         t => Err(DecodeError(format!("unknown message tag {t}"))),
     }
@@ -287,6 +297,13 @@ fn decode_exact(bytes: &[u8]) -> Result<Message, DecodeError> {
         TAG_END => Ok(Message::End {
             channel: u32_at(bytes, 1),
         }),
+        TAG_IDLE => match bytes[5] {
+            flag @ (0 | 1) => Ok(Message::Idle {
+                channel: u32_at(bytes, 1),
+                idle: flag == 1,
+            }),
+            other => Err(DecodeError(format!("idle flag {other}, expected 0 or 1"))),
+        },
         TAG_BARRIER => Ok(Message::Barrier {
             channel: u32_at(bytes, 1),
             checkpoint: u64::from_le_bytes(bytes[5..13].try_into().expect("8 bytes")),
@@ -352,6 +369,14 @@ mod tests {
                 batch: big,
             },
             Message::End { channel: 9 },
+            Message::Idle {
+                channel: 2,
+                idle: true,
+            },
+            Message::Idle {
+                channel: 2,
+                idle: false,
+            },
             Message::Barrier {
                 channel: 4,
                 checkpoint: 1 << 40,
@@ -382,6 +407,16 @@ mod tests {
                 },
             ) => c1 == c2 && w1 == w2,
             (Message::End { channel: c1 }, Message::End { channel: c2 }) => c1 == c2,
+            (
+                Message::Idle {
+                    channel: c1,
+                    idle: i1,
+                },
+                Message::Idle {
+                    channel: c2,
+                    idle: i2,
+                },
+            ) => c1 == c2 && i1 == i2,
             (
                 Message::Barrier {
                     channel: c1,
@@ -439,8 +474,14 @@ mod tests {
             let mut out = Vec::new();
             Decoder::new().feed(bytes, &mut out).map(|_| out.len())
         };
-        // Unknown tag (0–3 are records, watermark, end, barrier).
-        assert!(decode(&[4]).unwrap_err().0.contains("tag 4"));
+        // Unknown tag (0–4 are records, watermark, end, barrier, idle).
+        assert!(decode(&[5]).unwrap_err().0.contains("tag 5"));
+        assert!(
+            decode(&[4, 0, 0, 0, 0, 2])
+                .unwrap_err()
+                .0
+                .contains("idle flag 2")
+        );
         assert!(decode(&[0xff, 1, 2]).is_err());
         // A batch whose lengths do not add up to its data.
         let mut b = Batch::new();

@@ -82,6 +82,7 @@ async fn recv(rx: &mut mpsc::Receiver<Message>) -> Message {
 enum Seen {
     Records(Batch),
     Watermark(u32, i64),
+    Idle(u32, bool),
     End(u32),
 }
 
@@ -90,6 +91,7 @@ fn seen(m: Message) -> Seen {
         Message::Records { batch: b, .. } => Seen::Records(b),
         Message::Watermark { channel, watermark } => Seen::Watermark(channel, watermark),
         Message::End { channel } => Seen::End(channel),
+        Message::Idle { channel, idle } => Seen::Idle(channel, idle),
         Message::Barrier { .. } => unreachable!("these tests send no barriers"),
     }
 }
@@ -114,6 +116,9 @@ async fn roundtrip_keeps_every_message_in_order_per_channel() {
             next += size as u64;
             if round % 5 == 4 {
                 msgs.push(Seen::Watermark(channel % 3, round as i64));
+            }
+            if round % 7 == 6 {
+                msgs.push(Seen::Idle(channel % 3, round % 2 == 0));
             }
         }
         // Larger than a 32 KiB buffer several times over.
@@ -142,6 +147,10 @@ async fn roundtrip_keeps_every_message_in_order_per_channel() {
                     watermark: *w,
                 },
                 Seen::End(c) => Message::End { channel: *c },
+                Seen::Idle(c, idle) => Message::Idle {
+                    channel: *c,
+                    idle: *idle,
+                },
             })
             .collect();
         writers.push(tokio::spawn(async move {
@@ -166,7 +175,7 @@ async fn roundtrip_keeps_every_message_in_order_per_channel() {
                     u64::from_le_bytes(b.iter().next().unwrap().value[..8].try_into().unwrap());
                 (first / 1_000_000) as usize
             }
-            Seen::Watermark(c, _) | Seen::End(c) => *c as usize,
+            Seen::Watermark(c, _) | Seen::Idle(c, _) | Seen::End(c) => *c as usize,
         };
         if matches!(m, Seen::End(_)) {
             ended += 1;
@@ -293,7 +302,7 @@ async fn stalled_consumer_bounds_buffered_bytes_and_blocks_the_sender() {
                     }
                 }
                 Message::End { .. } => return next,
-                Message::Watermark { .. } | Message::Barrier { .. } => {}
+                Message::Watermark { .. } | Message::Idle { .. } | Message::Barrier { .. } => {}
             }
         }
     });

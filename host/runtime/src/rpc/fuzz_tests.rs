@@ -138,6 +138,7 @@ fn job_report() -> impl Strategy<Value = JobReport> {
                     busy_ms: c[2],
                     idle_ms: c[3],
                     backpressured_ms: c[4],
+                    watermark: (c[0] % 3 != 0).then_some(c[1] as i64),
                 })
                 .collect()
         }),

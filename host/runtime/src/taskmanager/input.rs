@@ -46,6 +46,15 @@
 //! longer holds it back. When the last channel ends, no watermark is
 //! forwarded: the subtask's end of input sends the final one (`i64::MAX`).
 //!
+//! Idleness is Flink's `StatusWatermarkValve`: a channel that delivered
+//! [`Message::Idle`] `{ idle: true }` does not hold the watermark back
+//! until it delivers `{ idle: false }`. A channel that becomes active again
+//! behind the forwarded watermark is *unaligned*: it rejoins the minimum only
+//! once its own watermark catches up, so it never drags event time back or
+//! stalls it. When every open channel is idle, the gate is idle and says so
+//! downstream ([`GateEvent::Idle`]); the first channel to become active again
+//! makes it active.
+//!
 //! # Invariants
 //!
 //! - Per channel, messages leave the gate in the order they arrived, each
@@ -60,6 +69,7 @@
 //!   aligned checkpoint ids strictly increase.
 //! - Forwarded watermarks strictly increase; a channel's watermark going
 //!   back is ignored.
+//! - [`GateEvent::Idle`] alternates: idle, active, idle, … (starting active).
 //!
 //! # Must not touch
 //!
@@ -79,6 +89,9 @@ pub enum GateEvent {
     /// The combined watermark advanced to this: advance the chain and
     /// forward it.
     Watermark(i64),
+    /// Every open channel became idle (`true`), or one became active again
+    /// (`false`): tell downstream.
+    Idle(bool),
     /// The first barrier of `checkpoint` arrived: its alignment starts.
     AlignmentStarted {
         /// The checkpoint id.
@@ -121,6 +134,11 @@ struct Channel {
     ended: bool,
     /// It delivered the barrier being aligned: its messages are held.
     blocked: bool,
+    /// It said it is idle (and has not said otherwise since).
+    idle: bool,
+    /// Its watermark counts towards the minimum: it has not been idle since
+    /// it last caught up with the forwarded watermark.
+    aligned: bool,
 }
 
 /// Barrier alignment and watermark tracking over a subtask's input channels.
@@ -133,6 +151,8 @@ pub struct InputGate {
     open: usize,
     /// The last watermark forwarded (`i64::MIN`: none yet).
     forwarded: i64,
+    /// Told downstream that every open channel is idle.
+    idle: bool,
     /// The checkpoint being aligned.
     aligning: Option<u64>,
     /// The last checkpoint aligned (0: none yet).
@@ -148,11 +168,14 @@ impl InputGate {
             watermark: i64::MIN,
             ended: false,
             blocked: false,
+            idle: false,
+            aligned: true,
         };
         InputGate {
             channels: vec![channel; channels as usize],
             open: channels as usize,
             forwarded: i64::MIN,
+            idle: false,
             aligning: None,
             last_aligned: 0,
             held: VecDeque::new(),
@@ -207,8 +230,12 @@ impl InputGate {
             Message::Watermark { watermark, .. } => {
                 let channel = &mut self.channels[c];
                 channel.watermark = channel.watermark.max(watermark);
+                if channel.watermark >= self.forwarded {
+                    channel.aligned = true;
+                }
                 self.advance_watermark(events);
             }
+            Message::Idle { idle, .. } => self.status(c, idle, events),
             Message::Barrier { checkpoint, .. } => self.barrier(c, checkpoint, events),
             Message::End { .. } => {
                 if !self.channels[c].ended {
@@ -217,6 +244,7 @@ impl InputGate {
                 }
                 if !self.is_ended() {
                     self.advance_watermark(events);
+                    self.update_idle(events);
                 }
                 self.complete_alignment(events);
             }
@@ -266,16 +294,46 @@ impl InputGate {
         self.channels.iter_mut().for_each(|c| c.blocked = false);
     }
 
-    /// Forwards the minimum over open channels if it moved past the last
-    /// forwarded watermark.
+    /// Channel `c` became idle or active.
+    fn status(&mut self, c: usize, idle: bool, events: &mut Vec<GateEvent>) {
+        let channel = &mut self.channels[c];
+        if channel.idle == idle || channel.ended {
+            return;
+        }
+        channel.idle = idle;
+        if idle {
+            channel.aligned = false;
+            // It no longer holds the others back.
+            self.advance_watermark(events);
+        } else {
+            channel.aligned = channel.watermark >= self.forwarded;
+        }
+        self.update_idle(events);
+    }
+
+    /// Tells downstream when every open channel became idle, or one of
+    /// them active again.
+    fn update_idle(&mut self, events: &mut Vec<GateEvent>) {
+        let idle = self.channels.iter().filter(|c| !c.ended).all(|c| c.idle);
+        if idle != self.idle {
+            self.idle = idle;
+            events.push(GateEvent::Idle(idle));
+        }
+    }
+
+    /// Forwards the minimum over active, aligned open channels if it moved
+    /// past the last forwarded watermark.
     fn advance_watermark(&mut self, events: &mut Vec<GateEvent>) {
-        let min = self
+        let Some(min) = self
             .channels
             .iter()
-            .filter(|c| !c.ended)
+            .filter(|c| !c.ended && !c.idle && c.aligned)
             .map(|c| c.watermark)
             .min()
-            .unwrap_or(i64::MAX);
+        else {
+            // Every open channel is idle or catching up: nothing to say.
+            return;
+        };
         if min > self.forwarded {
             self.forwarded = min;
             events.push(GateEvent::Watermark(min));
@@ -517,6 +575,66 @@ mod tests {
         );
     }
 
+    fn idle(channel: u32, idle: bool) -> Message {
+        Message::Idle { channel, idle }
+    }
+
+    #[test]
+    fn an_idle_channel_stops_holding_the_watermark_back() {
+        let mut gate = InputGate::new(2);
+        assert_eq!(offer(&mut gate, watermark(0, 10)), []);
+        assert_eq!(offer(&mut gate, watermark(1, 5)), [GateEvent::Watermark(5)]);
+        assert_eq!(offer(&mut gate, watermark(0, 30)), []);
+        // Channel 1 goes quiet: channel 0 alone decides.
+        assert_eq!(offer(&mut gate, idle(1, true)), [GateEvent::Watermark(30)]);
+        assert_eq!(
+            offer(&mut gate, watermark(0, 40)),
+            [GateEvent::Watermark(40)]
+        );
+        // Saying it twice changes nothing.
+        assert_eq!(offer(&mut gate, idle(1, true)), []);
+    }
+
+    #[test]
+    fn a_channel_active_again_behind_the_others_rejoins_once_it_catches_up() {
+        let mut gate = InputGate::new(2);
+        offer(&mut gate, watermark(1, 5));
+        offer(&mut gate, idle(1, true));
+        assert_eq!(
+            offer(&mut gate, watermark(0, 40)),
+            [GateEvent::Watermark(40)]
+        );
+        // Active again at 5: it does not drag the watermark back or stall it.
+        assert_eq!(offer(&mut gate, idle(1, false)), []);
+        assert_eq!(
+            offer(&mut gate, watermark(0, 50)),
+            [GateEvent::Watermark(50)]
+        );
+        assert_eq!(offer(&mut gate, watermark(1, 45)), []);
+        // Caught up (at 60, past 50): it holds the minimum again.
+        assert_eq!(offer(&mut gate, watermark(1, 60)), []);
+        assert_eq!(
+            offer(&mut gate, watermark(0, 70)),
+            [GateEvent::Watermark(60)]
+        );
+    }
+
+    #[test]
+    fn the_gate_is_idle_when_every_open_channel_is() {
+        let mut gate = InputGate::new(3);
+        offer(&mut gate, watermark(0, 1));
+        assert_eq!(offer(&mut gate, idle(0, true)), []);
+        assert_eq!(offer(&mut gate, idle(1, true)), []);
+        // The last active channel ends: the rest are idle.
+        assert_eq!(offer(&mut gate, end(2)), [GateEvent::Idle(true)]);
+        // One wakes up: active downstream too, before its watermark.
+        assert_eq!(offer(&mut gate, idle(1, false)), [GateEvent::Idle(false)]);
+        assert_eq!(offer(&mut gate, watermark(1, 9)), [GateEvent::Watermark(9)]);
+        // No watermark forwarded while every channel is idle.
+        assert_eq!(offer(&mut gate, idle(1, true)), [GateEvent::Idle(true)]);
+        assert_eq!(offer(&mut gate, watermark(1, 20)), []);
+    }
+
     mod fuzz {
         //! Random interleavings of per-channel message sequences, checked
         //! against what exactly-once checkpoints need from the gate.
@@ -641,6 +759,7 @@ mod tests {
                             prop_assert!(w > forwarded, "watermark {} after {}", w, forwarded);
                             forwarded = w;
                         }
+                        GateEvent::Idle(_) => {}
                         GateEvent::AlignmentStarted { checkpoint } => {
                             prop_assert_eq!(in_progress, None);
                             in_progress = Some(checkpoint);

@@ -30,9 +30,12 @@
 //!   exactly the records before those barriers processed, and forwards the
 //!   barrier after every record emitted before it. The input gate's module
 //!   docs have the rules (newer barriers overtaking, ends during alignment).
-//! - A subtask's watermark is the minimum over its input channels; a channel
-//!   that ended no longer holds it back. At the end of input every operator
-//!   sees a final watermark of `i64::MAX` (firing all timers), then `close`.
+//! - A source subtask's watermark follows its strategy
+//!   ([`watermarks::WatermarkGenerator`]); any other subtask's is the minimum
+//!   over its active input channels (the input gate's rules); a channel that
+//!   ended or is idle no longer holds it back. At the end of input every
+//!   operator sees a final watermark of `i64::MAX` (firing all timers), then
+//!   `close`.
 //! - A failure anywhere aborts the job: every blocked send or receive wakes
 //!   up through the abort signal, so no subtask is left hanging.
 //!
@@ -46,10 +49,12 @@
 
 pub mod input;
 mod partition;
+pub mod watermarks;
 
 pub use partition::{KeyExtractor, Partitioning};
 
 use input::{BadChannel, GateEvent, InputGate};
+use watermarks::{WatermarkAction, WatermarkGenerator};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,10 +67,6 @@ pub use crate::channel::{Abort, Message};
 use crate::connectors::{ConnectorError, Sink, Source};
 use crate::record::{Batch, Emitted};
 use crate::wasm::{OperatorError, OperatorInstance};
-
-/// How often a source emits its watermark (at most). Timers fire that much
-/// later at worst; the end of input always sends the final watermark.
-pub const WATERMARK_INTERVAL: Duration = Duration::from_millis(200);
 
 /// How often a drained source looks for the savepoint's barrier, the
 /// cancel after it, or the end of the drain.
@@ -145,6 +146,22 @@ pub struct VertexMetrics {
     /// Head vertices of a task only: nanoseconds its subtasks spent waiting
     /// for room in a full output channel (backpressured), summed over subtasks.
     pub backpressured_ns: AtomicU64,
+    /// The current watermark of each of its subtasks running here, by
+    /// subtask index (`i64::MIN` until the first).
+    pub watermarks: std::sync::Mutex<std::collections::BTreeMap<u32, i64>>,
+}
+
+impl VertexMetrics {
+    /// The lowest watermark of its subtasks running here; `None` if none run here.
+    pub fn watermark(&self) -> Option<i64> {
+        let watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
+        watermarks.values().copied().min()
+    }
+
+    fn set_watermark(&self, subtask: u32, watermark: i64) {
+        let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
+        watermarks.insert(subtask, watermark);
+    }
 }
 
 /// Live metrics of a running job.
@@ -233,6 +250,8 @@ pub enum Head {
         id: String,
         /// The connector.
         source: Box<dyn Source>,
+        /// How its watermark follows the timestamps read.
+        watermarks: crate::job::WatermarkStrategy,
     },
     /// Channels from upstream tasks.
     Input {
@@ -321,8 +340,12 @@ pub struct Subtask {
     pub sink: Option<TailSink>,
     /// Outgoing edges of the tail vertex.
     pub outputs: Vec<Output>,
+    /// This subtask's index among its task's parallel instances.
+    pub index: u32,
     /// Records per batch.
     pub batch_size: usize,
+    /// Sources: emit the watermark at most this often (0: after every batch).
+    pub watermark_interval: Duration,
     /// Shared metrics.
     pub metrics: Arc<JobMetrics>,
     /// Set to stop sources gracefully (Ctrl-C).
@@ -352,7 +375,19 @@ impl Subtask {
         result
     }
 
+    /// Every vertex of this subtask's chain.
+    fn chain_vertices(&self) -> Vec<usize> {
+        let mut vertices = vec![self.head_vertex];
+        vertices.extend(self.operators.iter().map(|op| op.vertex));
+        vertices.extend(self.sink.as_ref().map(|s| s.vertex));
+        vertices.dedup();
+        vertices
+    }
+
     fn run_inner(&mut self) -> Result<(), TaskError> {
+        for v in self.chain_vertices() {
+            self.metrics.vertices[v].set_watermark(self.index, i64::MIN);
+        }
         for op in &mut self.operators {
             op.instance.open()?;
         }
@@ -367,10 +402,10 @@ impl Subtask {
                 vertex,
                 id,
                 mut source,
+                watermarks,
             } => {
-                let mut watermark = i64::MIN;
-                let mut emitted = i64::MIN;
-                let mut emitted_at: Option<Instant> = None;
+                let mut generator =
+                    WatermarkGenerator::new(watermarks, self.watermark_interval, Instant::now());
                 let mut barrier = 0u64;
                 let mut drained = false;
                 while !self.stop.load(Ordering::Relaxed) {
@@ -388,8 +423,7 @@ impl Subtask {
                         // Every event-time timer downstream fires before
                         // the savepoint's barrier arrives behind this.
                         drained = true;
-                        watermark = i64::MAX;
-                        emitted = i64::MAX;
+                        generator.finish();
                         self.watermark(i64::MAX)?;
                     }
                     if requested > barrier {
@@ -410,22 +444,34 @@ impl Subtask {
                         }
                     })?;
                     let Some(batch) = batch else { break };
-                    self.metrics.vertices[vertex]
-                        .records_out
-                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    let max_ts = batch.max_timestamp();
-                    self.push(0, batch)?;
-                    if let Some(ts) = max_ts.filter(|ts| *ts > watermark) {
-                        watermark = ts;
+                    // An empty batch: a live source (a followed file) has
+                    // nothing right now; it may turn idle below.
+                    let now = Instant::now();
+                    if generator.on_batch(batch.len(), batch.max_timestamp(), now) {
+                        self.broadcast(|channel| Message::Idle {
+                            channel,
+                            idle: false,
+                        })?;
+                    }
+                    if !batch.is_empty() {
+                        self.metrics.vertices[vertex]
+                            .records_out
+                            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        self.push(0, batch)?;
                     }
                     // Periodic, as Flink's auto-watermark interval: each
                     // watermark costs a guest call per chained operator and
                     // a message on every channel.
-                    let due = emitted_at.is_none_or(|t| t.elapsed() >= WATERMARK_INTERVAL);
-                    if due && watermark > emitted {
-                        emitted = watermark;
-                        emitted_at = Some(Instant::now());
-                        self.watermark(watermark)?;
+                    match generator.poll(now) {
+                        Some(WatermarkAction::Watermark(w)) => self.watermark(w)?,
+                        Some(WatermarkAction::Idle) => {
+                            self.flush_outputs()?;
+                            self.broadcast(|channel| Message::Idle {
+                                channel,
+                                idle: true,
+                            })?;
+                        }
+                        None => {}
                     }
                 }
                 let position = source.position();
@@ -452,6 +498,10 @@ impl Subtask {
                         match event {
                             GateEvent::Records(batch) => self.push(0, batch)?,
                             GateEvent::Watermark(watermark) => self.watermark(watermark)?,
+                            GateEvent::Idle(idle) => {
+                                self.flush_outputs()?;
+                                self.broadcast(|channel| Message::Idle { channel, idle })?;
+                            }
                             GateEvent::AlignmentStarted { .. } => {
                                 alignment_started = Some(Instant::now());
                             }
@@ -634,6 +684,9 @@ impl Subtask {
 
     /// Advances the watermark through the chain, then downstream.
     fn watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        for v in self.chain_vertices() {
+            self.metrics.vertices[v].set_watermark(self.index, watermark);
+        }
         for i in 0..self.operators.len() {
             let emitted = self.operators[i].instance.advance_watermark(watermark)?;
             for e in emitted {
