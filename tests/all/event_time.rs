@@ -20,7 +20,7 @@ use crate::util::{describe, read_sink, run_weir, toml_path};
 const WINDOW_MS: i64 = 1_000;
 
 /// SplitMix64, for seeded input.
-fn mix(mut x: u64) -> u64 {
+pub(crate) fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -28,21 +28,21 @@ fn mix(mut x: u64) -> u64 {
 }
 
 /// One input record: its index (unique), key and event time.
-struct Input {
-    i: usize,
-    key: String,
-    ts: i64,
+pub(crate) struct Input {
+    pub i: usize,
+    pub key: String,
+    pub ts: i64,
 }
 
 impl Input {
-    fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         format!(r#"{{"i":{},"k":"{}","ts":{}}}"#, self.i, self.key, self.ts)
     }
 }
 
 /// `n` records, 7 ms apart, each up to `disorder` ms earlier than its slot:
 /// every record is at most `disorder` ms older than the newest before it.
-fn disordered(n: usize, disorder: u64, seed: u64) -> Vec<Input> {
+pub(crate) fn disordered(n: usize, disorder: u64, seed: u64) -> Vec<Input> {
     (0..n)
         .map(|i| {
             let r = mix(seed ^ i as u64);
@@ -97,6 +97,7 @@ fn run(
     batch: usize,
     parallelism: u32,
     backend: &str,
+    count: &str,
 ) -> (BTreeMap<(String, i64), u64>, Vec<usize>) {
     let data = dir.join("input.jsonl");
     let lines: Vec<String> = input.iter().map(Input::line).collect();
@@ -124,8 +125,7 @@ watermark = {{ max_out_of_orderness_ms = {bound} }}
 
 [[operator]]
 id = "count"
-module = {m}
-config = {{ size_ms = {WINDOW_MS} }}
+{count}
 key_by = "key"
 parallelism = {parallelism}
 
@@ -155,7 +155,6 @@ from = "count:late"
 to = "late"
 "#,
             data = toml_path(&data),
-            m = toml_path(Path::new(artifacts::WINDOW_COUNT)),
             windows = toml_path(&windows),
             late = toml_path(&late),
         ),
@@ -184,15 +183,46 @@ to = "late"
     (counts, late_indexes)
 }
 
+/// The tumbling count as the `window-count` operator (event-time timers
+/// in Wasm).
+fn wasm_count() -> String {
+    format!(
+        "module = {}\nconfig = {{ size_ms = {WINDOW_MS} }}",
+        toml_path(Path::new(artifacts::WINDOW_COUNT))
+    )
+}
+
+/// The tumbling count as the host's window operator.
+fn builtin_count() -> String {
+    format!("window = {{ type = \"tumbling\", size_ms = {WINDOW_MS} }}\naggregate = \"count\"")
+}
+
 #[test]
 fn disorder_within_the_bound_is_on_time_and_beyond_it_exactly_the_predicted_records_are_late() {
+    disorder_within_and_beyond_the_bound(&wasm_count());
+}
+
+#[test]
+fn the_builtin_tumbling_count_is_exact_under_disorder_and_sends_exactly_the_late_records_aside() {
+    disorder_within_and_beyond_the_bound(&builtin_count());
+}
+
+fn disorder_within_and_beyond_the_bound(count: &str) {
     const DISORDER: u64 = 400;
     const BATCH: usize = 10;
     let input = disordered(3_000, DISORDER, 7);
 
     // The bound covers the disorder: every record counts, none is late.
     let dir = tempfile::tempdir().unwrap();
-    let (counts, late) = run(dir.path(), &input, DISORDER as i64, BATCH, 2, "rocksdb");
+    let (counts, late) = run(
+        dir.path(),
+        &input,
+        DISORDER as i64,
+        BATCH,
+        2,
+        "rocksdb",
+        count,
+    );
     let (want_counts, want_late) = expected(&input, DISORDER as i64, BATCH);
     assert!(want_late.is_empty(), "the test's own rule: nothing is late");
     assert_eq!(late, want_late);
@@ -202,7 +232,7 @@ fn disorder_within_the_bound_is_on_time_and_beyond_it_exactly_the_predicted_reco
     // A quarter of the bound: some records arrive after their window fired.
     let dir = tempfile::tempdir().unwrap();
     let bound = DISORDER as i64 / 4;
-    let (counts, late) = run(dir.path(), &input, bound, BATCH, 3, "heap");
+    let (counts, late) = run(dir.path(), &input, bound, BATCH, 3, "heap", count);
     let (want_counts, want_late) = expected(&input, bound, BATCH);
     assert!(
         want_late.len() > 10,

@@ -63,7 +63,7 @@ fn restores(cluster: &Cluster, id: &str) -> usize {
 /// Kills the TaskManager running subtasks of job `id` `kills` times, each
 /// time once the job runs again and completed a new checkpoint, after a
 /// random delay; restarts it each time.
-fn kill_repeatedly(cluster: &mut Cluster, id: &str, kills: usize) {
+pub(crate) fn kill_repeatedly(cluster: &mut Cluster, id: &str, kills: usize) {
     for round in 0..kills {
         // Running again, with progress since the last restore.
         let before = completed_checkpoints(cluster, id)

@@ -28,4 +28,5 @@ mod side_output;
 mod upgrade;
 mod upload_memory;
 mod util;
+mod windows;
 mod word_count;

@@ -45,7 +45,9 @@ use weir_host::embedded::{EmbeddedCluster, EmbeddedConfig};
 use weir_host::job::JobGraph;
 use weir_host::jobmanager::{JobDetail, JobState, VertexDetail};
 use weir_host::record::Batch;
-use weir_host::taskmanager::{Abort, ChainedOperator, Head, JobMetrics, Subtask, TailSink};
+use weir_host::taskmanager::{
+    Abort, ChainedOperator, Head, JobMetrics, Operator, Subtask, TailSink,
+};
 use weir_host::wasm::{InstanceConfig, Runtime, RuntimeConfig};
 use weir_tests::artifacts;
 
@@ -663,7 +665,7 @@ fn id_chain(g: Generated) -> anyhow::Result<CaseResult> {
         },
         operators: vec![ChainedOperator {
             vertex: 1,
-            instance,
+            instance: Operator::Wasm(instance),
         }],
         sink: Some(TailSink {
             vertex: 2,

@@ -215,6 +215,7 @@ fn job_report_shows_vertices_and_placement() {
             "busy_ms": 750,
             "backpressured_ms": 250,
             "idle_ms": 0,
+            "watermark": 1_700_000_000_999i64,
             "subtasks": [
                 { "index": 0, "taskmanager": "tm-a", "state": "failed" },
                 { "index": 1, "taskmanager": "tm-b", "state": "canceled" },
@@ -229,7 +230,9 @@ fn job_report_shows_vertices_and_placement() {
     );
     assert!(r.contains("failure: operator `count` trapped\n"), "{r}");
     assert!(
-        r.contains("count   operator    2  failed  10    3     75              25\n"),
+        r.contains(
+            "count   operator    2  failed  10    3     75              25  1700000000999\n"
+        ),
         "{r}"
     );
     assert!(r.contains("count[1]  tm-b         canceled\n"), "{r}");

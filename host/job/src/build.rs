@@ -18,20 +18,21 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use super::graph::{
-    self, FileSinkSpec, FileSourceSpec, GeneratorKind, GeneratorSpec, JobEdge, JobGraph,
+    self, Aggregate, FileSinkSpec, FileSourceSpec, GeneratorKind, GeneratorSpec, JobEdge, JobGraph,
     JobSettings, KeySelector, ModuleRef, OperatorLimits, OperatorSpec, Partitioner, SinkFormat,
     SinkSpec, SourceFormat, SourceSpec, StateBackendKind, Vertex, VertexId, VertexKind,
-    WatermarkStrategy,
+    WatermarkStrategy, WindowAssigner, WindowSpec,
 };
 use super::spec::{
-    Document, EdgeTable, GeneratorKindName, JobTable, OperatorTable, PartitionName, SinkTable,
-    SinkType, SourceTable, SourceType,
+    AggregateName, Document, EdgeTable, GeneratorKindName, JobTable, OperatorTable, PartitionName,
+    SinkTable, SinkType, SourceTable, SourceType, WindowTable,
 };
 use super::{
     DEFAULT_BATCH_SIZE, DEFAULT_BUFFER_TIMEOUT_MS, DEFAULT_CALL_TIMEOUT_MS,
     DEFAULT_CHANNEL_CAPACITY, DEFAULT_MAX_OUTPUT_MB, DEFAULT_MAX_PARALLELISM, DEFAULT_MEMORY_MB,
     DEFAULT_PARALLELISM, DEFAULT_SLOT_SHARING_GROUP, MAX_BATCH_SIZE, MAX_CALL_TIMEOUT_MS,
     MAX_FILE_RECORD_BYTES, MAX_ID_LEN, MAX_MAX_PARALLELISM, MAX_MEMORY_MB, MAX_RECORD_BYTES,
+    MAX_WINDOW_MS, MAX_WINDOWS_PER_RECORD,
 };
 use super::{JobError, JobSpec, Problem};
 

@@ -151,6 +151,8 @@ pub enum VertexKind {
     Source(SourceSpec),
     /// An `[[operator]]`: a Wasm component.
     Operator(OperatorSpec),
+    /// An `[[operator]]` with a `window`: the host's window operator.
+    Window(WindowSpec),
     /// A `[[sink]]`: no outputs.
     Sink(SinkSpec),
 }
@@ -160,7 +162,7 @@ impl VertexKind {
     pub fn role(&self) -> &'static str {
         match self {
             VertexKind::Source(_) => "source",
-            VertexKind::Operator(_) => "operator",
+            VertexKind::Operator(_) | VertexKind::Window(_) => "operator",
             VertexKind::Sink(_) => "sink",
         }
     }
@@ -254,6 +256,86 @@ pub struct OperatorSpec {
     pub config: Vec<(String, String)>,
     /// `key_by`: present iff the operator's input is keyed.
     pub key_by: Option<KeySelector>,
+}
+
+/// An `[[operator]]` with a `window` table: the host's window operator
+/// (Flink's `WindowOperator`: an assigner, the event-time trigger, window
+/// state in the keyed backend, and an aggregate function).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowSpec {
+    /// Which windows a record belongs to.
+    pub assigner: WindowAssigner,
+    /// What is computed per key and window.
+    pub aggregate: Aggregate,
+    /// `field`: where `sum`, `min`, `max` and `avg` find the number
+    /// (`"value"`: the value as decimal text; `"json:<f>"`: a top-level
+    /// number of a JSON value). `None` for `count`.
+    pub field: Option<KeySelector>,
+    /// `allowed_lateness_ms`: how long after a window fired late records
+    /// still update it (and fire it again); later ones go to the side
+    /// output `late`.
+    pub allowed_lateness_ms: u64,
+    /// `key_by` (required): windows are per key.
+    pub key_by: KeySelector,
+}
+
+/// `window = { type = … }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WindowAssigner {
+    /// `[start, start + size)`, start a multiple of size.
+    Tumbling {
+        /// `size_ms`.
+        size_ms: u64,
+    },
+    /// Windows of `size_ms` starting every `slide_ms`: a record is in
+    /// every one that covers its timestamp.
+    Sliding {
+        /// `size_ms`.
+        size_ms: u64,
+        /// `slide_ms`.
+        slide_ms: u64,
+    },
+    /// Per key, records less than `gap_ms` apart share a window; a record
+    /// that bridges two sessions merges them.
+    Session {
+        /// `gap_ms`.
+        gap_ms: u64,
+    },
+    /// One window per key that fires (and empties) every `count` records;
+    /// a partial window at the end of input is dropped, as Flink's
+    /// `countWindow`.
+    Global {
+        /// `count`.
+        count: u64,
+    },
+}
+
+/// The built-in aggregates (`aggregate = …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Aggregate {
+    /// Records in the window.
+    Count,
+    /// Sum of the field.
+    Sum,
+    /// Smallest value of the field.
+    Min,
+    /// Largest value of the field.
+    Max,
+    /// Mean of the field.
+    Avg,
+}
+
+impl Aggregate {
+    /// Its name in the spec, and its field in the output record.
+    pub fn name(self) -> &'static str {
+        match self {
+            Aggregate::Count => "count",
+            Aggregate::Sum => "sum",
+            Aggregate::Min => "min",
+            Aggregate::Max => "max",
+            Aggregate::Avg => "avg",
+        }
+    }
 }
 
 /// Which Wasm component an operator runs.

@@ -59,9 +59,10 @@ use std::path::PathBuf;
 
 pub use chain::{TaskEdge, TaskId, TaskSpec, chain, check_tasks, task_edges};
 pub use graph::{
-    FileSinkSpec, FileSourceSpec, GeneratorKind, GeneratorSpec, JobEdge, JobGraph, JobSettings,
-    KeySelector, ModuleRef, OperatorLimits, OperatorSpec, Partitioner, SinkFormat, SinkSpec,
-    SourceFormat, SourceSpec, StateBackendKind, Vertex, VertexId, VertexKind, WatermarkStrategy,
+    Aggregate, FileSinkSpec, FileSourceSpec, GeneratorKind, GeneratorSpec, JobEdge, JobGraph,
+    JobSettings, KeySelector, ModuleRef, OperatorLimits, OperatorSpec, Partitioner, SinkFormat,
+    SinkSpec, SourceFormat, SourceSpec, StateBackendKind, Vertex, VertexId, VertexKind,
+    WatermarkStrategy, WindowAssigner, WindowSpec,
 };
 pub use spec::{JobSpec, parse_override};
 
@@ -190,6 +191,11 @@ pub const DEFAULT_WATERMARK_INTERVAL_MS: u64 = 200;
 /// Upper bound of `job.watermark_interval_ms`, `max_out_of_orderness_ms`
 /// and `idle_timeout_ms`: a day. Longer is a typo, not a strategy.
 pub const MAX_WATERMARK_MS: u64 = 86_400_000;
+/// Upper bound of window sizes, slides, gaps and allowed lateness: a year.
+pub const MAX_WINDOW_MS: u64 = 366 * 86_400_000;
+/// Most sliding windows one record may belong to (`size_ms / slide_ms`):
+/// each costs a state update per record.
+pub const MAX_WINDOWS_PER_RECORD: u64 = 1000;
 /// The slot sharing group of vertices that name none.
 pub const DEFAULT_SLOT_SHARING_GROUP: &str = "default";
 /// Default linear-memory cap per operator instance, in MiB.

@@ -235,12 +235,36 @@ pub(super) enum GeneratorKindName {
 #[serde(deny_unknown_fields)]
 pub(super) struct OperatorTable {
     pub id: String,
-    pub module: String,
+    pub module: Option<String>,
+    pub window: Option<WindowTable>,
+    pub aggregate: Option<AggregateName>,
+    pub field: Option<String>,
+    pub allowed_lateness_ms: Option<u64>,
     #[serde(default)]
     pub config: toml::Table,
     pub key_by: Option<String>,
     pub parallelism: Option<u32>,
     pub slot_sharing_group: Option<String>,
+}
+
+/// `[[operator]] window = { type = …, … }`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub(super) enum WindowTable {
+    Tumbling { size_ms: u64 },
+    Sliding { size_ms: u64, slide_ms: u64 },
+    Session { gap_ms: u64 },
+    Global { count: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum AggregateName {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
 }
 
 /// `[[sink]]`.

@@ -8,7 +8,7 @@ use super::*;
 /// modules.
 pub(crate) type Prepared = (JobGraph, HashSet<String>, LoadedModules);
 
-/// The declared states of every keyed operator of `graph`, by vertex.
+/// The declared states of every keyed operator (and window) of `graph`, by vertex.
 pub(crate) fn keyed_states(
     graph: &JobGraph,
     loaded: &LoadedModules,
@@ -17,10 +17,13 @@ pub(crate) fn keyed_states(
         .vertices
         .iter()
         .enumerate()
-        .filter(|(_, v)| matches!(&v.kind, VertexKind::Operator(op) if op.key_by.is_some()))
-        .filter_map(|(i, _)| {
-            let (_, info) = loaded.get(&i)?;
-            Some((i, weir_runtime::local::state_descriptors(info)))
+        .filter_map(|(i, v)| match &v.kind {
+            VertexKind::Operator(op) if op.key_by.is_some() => {
+                let (_, info) = loaded.get(&i)?;
+                Some((i, weir_runtime::local::state_descriptors(info)))
+            }
+            VertexKind::Window(_) => Some((i, weir_runtime::window::window_states())),
+            _ => None,
         })
         .collect()
 }

@@ -52,3 +52,4 @@ pub mod rpc;
 pub mod start;
 pub mod taskmanager;
 pub mod wasm;
+pub mod window;

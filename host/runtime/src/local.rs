@@ -50,9 +50,10 @@ use crate::state::{
 };
 use crate::taskmanager::{
     Abort, ChainedOperator, ChannelSender, Checkpointing, Head, JobMetrics, KeyExtractor, Message,
-    Output, Partitioning, Subtask, TailSink, TakenSnapshot, TaskError,
+    Operator, Output, Partitioning, Subtask, TailSink, TakenSnapshot, TaskError,
 };
 use crate::wasm::{InstanceConfig, OperatorError, OperatorInfo, OperatorModule, Runtime};
+use crate::window::{WindowOperator, window_states};
 
 /// Why a job could not start or did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -331,6 +332,35 @@ impl LocalCluster {
                     let mut sink = None;
                     for &v in &task.vertices {
                         let vertex = &graph.vertices[v];
+                        // This subtask's keyed state of vertex `v`, fresh
+                        // or restored, with the key groups it owns.
+                        let keyed_backend = |states: &[crate::state::StateDescriptor]| {
+                            let range =
+                                key_group_range_for_subtask(max_parallelism, vertex.parallelism, s);
+                            let dir = work_dir.join(sanitize(&vertex.id.0)).join(s.to_string());
+                            let config = BackendConfig {
+                                kind: match settings.state_backend {
+                                    StateBackendKind::RocksDb => BackendKind::RocksDb,
+                                    StateBackendKind::Heap => BackendKind::Heap,
+                                },
+                                dir: &dir,
+                                states,
+                                key_groups: range,
+                                max_parallelism,
+                            };
+                            let from = restored.and_then(|r| r.states.get(&v));
+                            let backend = match from {
+                                Some(from) => restore_backend(config, from),
+                                None => open_backend(config),
+                            }
+                            .map_err(|e| {
+                                RunError::Plan(format!(
+                                    "operator `{}`: cannot open its state backend: {e}",
+                                    vertex.id.0
+                                ))
+                            })?;
+                            Ok::<_, RunError>((backend, range))
+                        };
                         match &vertex.kind {
                             VertexKind::Operator(op) => {
                                 let (module, info) = &modules[&v];
@@ -351,37 +381,23 @@ impl LocalCluster {
                                     },
                                 )?;
                                 if op.key_by.is_some() {
-                                    let range = key_group_range_for_subtask(
-                                        max_parallelism,
-                                        vertex.parallelism,
-                                        s,
-                                    );
-                                    let dir =
-                                        work_dir.join(sanitize(&vertex.id.0)).join(s.to_string());
-                                    let states = state_descriptors(info);
-                                    let config = BackendConfig {
-                                        kind: match settings.state_backend {
-                                            StateBackendKind::RocksDb => BackendKind::RocksDb,
-                                            StateBackendKind::Heap => BackendKind::Heap,
-                                        },
-                                        dir: &dir,
-                                        states: &states,
-                                        key_groups: range,
-                                        max_parallelism,
-                                    };
-                                    let from = restored.and_then(|r| r.states.get(&v));
-                                    let backend = match from {
-                                        Some(from) => restore_backend(config, from),
-                                        None => open_backend(config),
-                                    }
-                                    .map_err(|e| {
-                                        RunError::Plan(format!(
-                                            "operator `{}`: cannot open its state backend: {e}",
-                                            vertex.id.0
-                                        ))
-                                    })?;
+                                    let (backend, range) = keyed_backend(&state_descriptors(info))?;
                                     instance.attach_state(backend, range);
                                 }
+                                let mut instance = Operator::Wasm(instance);
+                                if let Some(timers) = restored.and_then(|r| r.timers.get(&v)) {
+                                    instance.restore_timers(timers.clone());
+                                }
+                                operators.push(ChainedOperator {
+                                    vertex: v,
+                                    instance,
+                                });
+                            }
+                            VertexKind::Window(spec) => {
+                                let mut window = WindowOperator::new(&vertex.id.0, spec.clone());
+                                let (backend, _) = keyed_backend(&window_states())?;
+                                window.attach_state(backend);
+                                let mut instance = Operator::Window(window);
                                 if let Some(timers) = restored.and_then(|r| r.timers.get(&v)) {
                                     instance.restore_timers(timers.clone());
                                 }

@@ -172,11 +172,14 @@ pub(crate) fn savepoint_restore(
             if v == task.tail() {
                 restore.sink = sub.and_then(|x| x.sink.clone());
             }
-            let keyed = matches!(&vertex.kind, VertexKind::Operator(op) if op.key_by.is_some());
-            let Some((_, info)) = modules.get(&v).filter(|_| keyed) else {
-                continue;
+            let states = match &vertex.kind {
+                VertexKind::Operator(op) if op.key_by.is_some() => match modules.get(&v) {
+                    Some((_, info)) => state_descriptors(info),
+                    None => continue,
+                },
+                VertexKind::Window(_) => weir_runtime::window::window_states(),
+                _ => continue,
             };
-            let states = state_descriptors(info);
             let mut migration = match savepoint.migrations.get(&vertex.id.0) {
                 Some(m) => Some(migration(runtime, graph, v, s, modules, &states, m)?),
                 None => None,

@@ -155,6 +155,7 @@ impl Builder {
     ) -> Option<Partitioner> {
         let key_by = match &to.vertex.kind {
             VertexKind::Operator(op) => op.key_by.clone(),
+            VertexKind::Window(w) => Some(w.key_by.clone()),
             _ => None,
         };
         let (p_from, p_to) = (from.vertex.parallelism, to.vertex.parallelism);
@@ -208,7 +209,9 @@ impl Builder {
             let has_output = edges.iter().any(|e| e.from == v);
             match d.vertex.kind {
                 VertexKind::Source(_) => {}
-                VertexKind::Operator(_) | VertexKind::Sink(_) if !has_input => {
+                VertexKind::Operator(_) | VertexKind::Window(_) | VertexKind::Sink(_)
+                    if !has_input =>
+                {
                     self.problem(
                         d.label.clone(),
                         format!(

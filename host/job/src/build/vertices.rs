@@ -197,14 +197,6 @@ impl Builder {
         settings: &JobSettings,
     ) -> Vertex {
         let id = self.id(label, &t.id);
-        let module = match parse_module(&t.module) {
-            Ok(ModuleRef::Path(path)) => ModuleRef::Path(self.resolve(&path)),
-            Ok(named) => named,
-            Err(message) => {
-                self.problem(format!("{label}.module"), message);
-                ModuleRef::Path(PathBuf::new())
-            }
-        };
         let key_by = match t.key_by.as_deref().map(parse_key_selector).transpose() {
             Ok(key_by) => key_by,
             Err(message) => {
@@ -213,16 +205,156 @@ impl Builder {
             }
         };
         let parallelism = self.vertex_parallelism(label, t.parallelism, settings);
+        let kind = match &t.window {
+            Some(window) => VertexKind::Window(self.window(label, t, window, key_by)),
+            None => {
+                let what = "without a `window` (a window-operator field)";
+                self.not_for(label, "aggregate", &t.aggregate, what);
+                self.not_for(label, "field", &t.field, what);
+                self.not_for(label, "allowed_lateness_ms", &t.allowed_lateness_ms, what);
+                let module = match t.module.as_deref().map(parse_module) {
+                    Some(Ok(ModuleRef::Path(path))) => ModuleRef::Path(self.resolve(&path)),
+                    Some(Ok(named)) => named,
+                    Some(Err(message)) => {
+                        self.problem(format!("{label}.module"), message);
+                        ModuleRef::Path(PathBuf::new())
+                    }
+                    None => {
+                        self.problem(
+                            format!("{label}.module"),
+                            "missing; an operator needs a module (a .wasm path, \"name@version\" \
+                             or \"sha256:<hex>\"), or a `window` with a built-in `aggregate`",
+                        );
+                        ModuleRef::Path(PathBuf::new())
+                    }
+                };
+                VertexKind::Operator(OperatorSpec {
+                    module,
+                    config: flatten_config(&t.config),
+                    key_by,
+                })
+            }
+        };
         Vertex {
             id,
             parallelism,
             slot_sharing_group: self.group(label, &t.slot_sharing_group),
-            kind: VertexKind::Operator(OperatorSpec {
-                module,
-                config: flatten_config(&t.config),
-                key_by,
-            }),
+            kind,
             watermark: None,
+        }
+    }
+
+    /// The window operator of `[[operator]]` `t`, whose `window` is `window`.
+    fn window(
+        &mut self,
+        label: &str,
+        t: &OperatorTable,
+        window: &WindowTable,
+        key_by: Option<KeySelector>,
+    ) -> WindowSpec {
+        if t.module.is_some() {
+            self.problem(
+                format!("{label}.module"),
+                "a window runs a built-in `aggregate`; aggregate functions in Wasm are \
+                 not supported yet (drop `module`, or write the window with event-time \
+                 timers in a keyed operator, like udfs/window-count)",
+            );
+        }
+        if !t.config.is_empty() {
+            self.problem(
+                format!("{label}.config"),
+                "a window takes no `config`; its settings are `window`, `aggregate`, \
+                 `field` and `allowed_lateness_ms`",
+            );
+        }
+        let window_field = |name: &str| format!("{label}.window.{name}");
+        let assigner = match *window {
+            WindowTable::Tumbling { size_ms } => {
+                self.check_range(&window_field("size_ms"), size_ms, 1, MAX_WINDOW_MS);
+                WindowAssigner::Tumbling { size_ms }
+            }
+            WindowTable::Sliding { size_ms, slide_ms } => {
+                self.check_range(&window_field("size_ms"), size_ms, 1, MAX_WINDOW_MS);
+                self.check_range(&window_field("slide_ms"), slide_ms, 1, MAX_WINDOW_MS);
+                if slide_ms > 0 && size_ms / slide_ms > MAX_WINDOWS_PER_RECORD {
+                    self.problem(
+                        window_field("slide_ms"),
+                        format!(
+                            "found {slide_ms}: each record would be in {} windows of {size_ms} ms; \
+                             expected at most {MAX_WINDOWS_PER_RECORD} (a larger slide)",
+                            size_ms / slide_ms
+                        ),
+                    );
+                }
+                WindowAssigner::Sliding { size_ms, slide_ms }
+            }
+            WindowTable::Session { gap_ms } => {
+                self.check_range(&window_field("gap_ms"), gap_ms, 1, MAX_WINDOW_MS);
+                WindowAssigner::Session { gap_ms }
+            }
+            WindowTable::Global { count } => {
+                self.check_range(&window_field("count"), count, 1, u64::MAX);
+                WindowAssigner::Global { count }
+            }
+        };
+        let aggregate = match t.aggregate {
+            Some(AggregateName::Count) => Aggregate::Count,
+            Some(AggregateName::Sum) => Aggregate::Sum,
+            Some(AggregateName::Min) => Aggregate::Min,
+            Some(AggregateName::Max) => Aggregate::Max,
+            Some(AggregateName::Avg) => Aggregate::Avg,
+            None => {
+                self.problem(
+                    format!("{label}.aggregate"),
+                    "missing; a window needs \"count\", \"sum\", \"min\", \"max\" or \"avg\"",
+                );
+                Aggregate::Count
+            }
+        };
+        let field = match (aggregate, t.field.as_deref()) {
+            (Aggregate::Count, None) => None,
+            (Aggregate::Count, Some(_)) => {
+                self.problem(
+                    format!("{label}.field"),
+                    "not for aggregate = \"count\" (it counts records, whatever they hold)",
+                );
+                None
+            }
+            (_, field) => match parse_key_selector(field.unwrap_or("value")) {
+                Ok(KeySelector::RecordKey) | Err(_) => {
+                    self.problem(
+                        format!("{label}.field"),
+                        format!(
+                            "found {:?}, expected \"value\" (the value as a decimal number) \
+                             or \"json:<field>\" (a top-level number of a JSON value)",
+                            field.unwrap_or_default()
+                        ),
+                    );
+                    None
+                }
+                Ok(selector) => Some(selector),
+            },
+        };
+        let allowed_lateness_ms = t.allowed_lateness_ms.unwrap_or(0);
+        self.check_range(
+            &format!("{label}.allowed_lateness_ms"),
+            allowed_lateness_ms,
+            0,
+            MAX_WINDOW_MS,
+        );
+        let key_by = key_by.unwrap_or_else(|| {
+            self.problem(
+                format!("{label}.key_by"),
+                "missing; a window is per key: expected \"key\", \"value\" or \"json:<field>\"",
+            );
+            KeySelector::RecordKey
+        });
+        WindowSpec {
+            assigner,
+            aggregate,
+            field,
+            allowed_lateness_ms,
+            key_by,
         }
     }
 

@@ -8,6 +8,7 @@ mod overrides;
 mod parsing;
 mod validation;
 mod watermarks;
+mod windows;
 
 use std::path::Path;
 

@@ -67,6 +67,7 @@ pub use crate::channel::{Abort, Message};
 use crate::connectors::{ConnectorError, Sink, Source};
 use crate::record::{Batch, Emitted};
 use crate::wasm::{OperatorError, OperatorInstance};
+use crate::window::WindowOperator;
 
 /// How often a drained source looks for the savepoint's barrier, the
 /// cancel after it, or the end of the drain.
@@ -237,7 +238,76 @@ pub struct ChainedOperator {
     /// Vertex index.
     pub vertex: usize,
     /// The instance.
-    pub instance: OperatorInstance,
+    pub instance: Operator,
+}
+
+/// What a chained operator runs: a Wasm component, or the host's window
+/// operator. The driver calls both the same way.
+#[derive(Debug)]
+pub enum Operator {
+    /// A Wasm component instance.
+    Wasm(OperatorInstance),
+    /// The host's window operator.
+    Window(WindowOperator),
+}
+
+impl Operator {
+    fn open(&mut self) -> Result<(), OperatorError> {
+        match self {
+            Operator::Wasm(i) => i.open(),
+            Operator::Window(_) => Ok(()),
+        }
+    }
+
+    fn process(&mut self, batch: &Batch) -> Result<Emitted, OperatorError> {
+        match self {
+            Operator::Wasm(i) => i.process(batch),
+            Operator::Window(w) => w.process(batch),
+        }
+    }
+
+    fn advance_watermark(&mut self, watermark: i64) -> Result<Vec<Emitted>, OperatorError> {
+        match self {
+            Operator::Wasm(i) => i.advance_watermark(watermark),
+            Operator::Window(w) => w.advance_watermark(watermark),
+        }
+    }
+
+    fn close(&mut self) -> Result<Emitted, OperatorError> {
+        match self {
+            Operator::Wasm(i) => i.close(),
+            Operator::Window(_) => Ok(Emitted::empty()),
+        }
+    }
+
+    fn flush_state(&mut self) -> Result<(), OperatorError> {
+        match self {
+            Operator::Wasm(i) => i.flush_state(),
+            Operator::Window(w) => w.flush_state(),
+        }
+    }
+
+    fn snapshot_state(&mut self, dir: &std::path::Path) -> Result<bool, OperatorError> {
+        match self {
+            Operator::Wasm(i) => i.snapshot_state(dir),
+            Operator::Window(w) => w.snapshot_state(dir),
+        }
+    }
+
+    fn timers(&self) -> Timers {
+        match self {
+            Operator::Wasm(i) => i.timers(),
+            Operator::Window(w) => w.timers(),
+        }
+    }
+
+    /// Restores timers from a checkpoint.
+    pub fn restore_timers(&mut self, timers: Timers) {
+        match self {
+            Operator::Wasm(i) => i.restore_timers(timers),
+            Operator::Window(w) => w.restore_timers(timers),
+        }
+    }
 }
 
 /// Where a subtask's records come from.

@@ -1,0 +1,238 @@
+//! The window operator against hand-computed windows, on the heap backend.
+
+use super::*;
+use crate::state::{BackendConfig, BackendKind, KeyGroupRange, open_backend};
+
+fn spec(assigner: WindowAssigner, aggregate: Aggregate, lateness: u64) -> WindowSpec {
+    WindowSpec {
+        assigner,
+        aggregate,
+        field: (aggregate != Aggregate::Count).then_some(KeySelector::JsonField("x".into())),
+        allowed_lateness_ms: lateness,
+        key_by: KeySelector::RecordKey,
+    }
+}
+
+fn open(spec: WindowSpec) -> WindowOperator {
+    let states = window_states();
+    let backend = open_backend(BackendConfig {
+        kind: BackendKind::Heap,
+        dir: std::path::Path::new("/nonexistent"),
+        states: &states,
+        key_groups: KeyGroupRange::all(128),
+        max_parallelism: 128,
+    })
+    .unwrap();
+    let mut op = WindowOperator::new("w", spec);
+    op.attach_state(backend);
+    op
+}
+
+/// Main output values and late record values of one call.
+fn split(e: Emitted) -> (Vec<String>, Vec<String>) {
+    let text = |b: &Batch| -> Vec<String> {
+        b.iter()
+            .map(|r| String::from_utf8_lossy(r.value).into_owned())
+            .collect()
+    };
+    let late = e
+        .side
+        .iter()
+        .filter(|s| s.tag == LATE_TAG)
+        .flat_map(|s| text(&s.records))
+        .collect();
+    (text(&e.main), late)
+}
+
+fn feed(op: &mut WindowOperator, records: &[(&str, i64)]) -> (Vec<String>, Vec<String>) {
+    let mut batch = Batch::new();
+    for (key, ts) in records {
+        batch.push(
+            Some(key.as_bytes()),
+            format!(r#"{{"x":{ts}}}"#).as_bytes(),
+            *ts,
+        );
+    }
+    split(op.process(&batch).unwrap())
+}
+
+fn fire(op: &mut WindowOperator, watermark: i64) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in op.advance_watermark(watermark).unwrap() {
+        out.extend(split(e).0);
+    }
+    out
+}
+
+#[test]
+fn tumbling_windows_fire_once_at_their_last_millisecond() {
+    let mut op = open(spec(
+        WindowAssigner::Tumbling { size_ms: 10 },
+        Aggregate::Count,
+        0,
+    ));
+    let (main, late) = feed(
+        &mut op,
+        &[("a", 0), ("a", 9), ("b", 3), ("a", 10), ("a", -1)],
+    );
+    assert!(main.is_empty() && late.is_empty());
+    assert_eq!(
+        fire(&mut op, 8),
+        [r#"{"key":"a","start":-10,"end":0,"count":1}"#]
+    );
+    assert_eq!(
+        fire(&mut op, 9),
+        [
+            r#"{"key":"a","start":0,"end":10,"count":2}"#,
+            r#"{"key":"b","start":0,"end":10,"count":1}"#
+        ]
+    );
+    assert!(fire(&mut op, 9).is_empty(), "fired once");
+    // The output carries the window's max timestamp.
+    let mut op2 = open(spec(
+        WindowAssigner::Tumbling { size_ms: 10 },
+        Aggregate::Count,
+        0,
+    ));
+    feed(&mut op2, &[("k", 4)]);
+    let e = op2.advance_watermark(100).unwrap().remove(0);
+    assert_eq!(e.main.iter().next().unwrap().timestamp, 9);
+    assert_eq!(e.main.iter().next().unwrap().key, Some(&b"k"[..]));
+    // A record of a fired window is late.
+    let (main, late) = feed(&mut op, &[("a", 5), ("a", 12)]);
+    assert!(main.is_empty());
+    assert_eq!(late, [r#"{"x":5}"#]);
+    assert_eq!(
+        fire(&mut op, i64::MAX),
+        [r#"{"key":"a","start":10,"end":20,"count":2}"#]
+    );
+    assert_eq!(op.pending_timers(), 0);
+}
+
+#[test]
+fn a_record_is_in_every_sliding_window_that_covers_it() {
+    let mut op = open(spec(
+        WindowAssigner::Sliding {
+            size_ms: 10,
+            slide_ms: 5,
+        },
+        Aggregate::Sum,
+        0,
+    ));
+    feed(&mut op, &[("a", 7), ("a", 12)]);
+    assert_eq!(
+        fire(&mut op, i64::MAX),
+        [
+            r#"{"key":"a","start":0,"end":10,"sum":7}"#,
+            r#"{"key":"a","start":5,"end":15,"sum":19}"#,
+            r#"{"key":"a","start":10,"end":20,"sum":12}"#,
+        ]
+    );
+}
+
+#[test]
+fn a_record_that_bridges_two_sessions_merges_them() {
+    let mut op = open(spec(
+        WindowAssigner::Session { gap_ms: 10 },
+        Aggregate::Max,
+        0,
+    ));
+    feed(&mut op, &[("a", 0), ("a", 5), ("a", 30), ("b", 16)]);
+    // a: [0, 15) and [30, 40); the record at 16 bridges nothing for a yet.
+    feed(&mut op, &[("a", 20)]);
+    // [20, 30) touches [30, 40): merged to [20, 40).
+    feed(&mut op, &[("a", 12)]);
+    // [12, 22) bridges [0, 15) and [20, 40): one session [0, 40).
+    assert_eq!(
+        fire(&mut op, i64::MAX),
+        [
+            r#"{"key":"b","start":16,"end":26,"max":16}"#,
+            r#"{"key":"a","start":0,"end":40,"max":30}"#,
+        ]
+    );
+    assert_eq!(op.windows_of(b"a").unwrap(), []);
+}
+
+#[test]
+fn allowed_lateness_refires_then_sends_to_the_late_output() {
+    let mut op = open(spec(
+        WindowAssigner::Tumbling { size_ms: 10 },
+        Aggregate::Avg,
+        5,
+    ));
+    feed(&mut op, &[("a", 2), ("a", 4)]);
+    assert_eq!(
+        fire(&mut op, 9),
+        [r#"{"key":"a","start":0,"end":10,"avg":3}"#]
+    );
+    // Within the lateness: updates and fires again at once.
+    let (main, late) = feed(&mut op, &[("a", 9)]);
+    assert_eq!(main, [r#"{"key":"a","start":0,"end":10,"avg":5}"#]);
+    assert!(late.is_empty());
+    // At 9 + 5 the window is late: cleaned up, and its records are late.
+    assert!(fire(&mut op, 14).is_empty());
+    assert_eq!(op.windows_of(b"a").unwrap(), []);
+    let (main, late) = feed(&mut op, &[("a", 1)]);
+    assert!(main.is_empty());
+    assert_eq!(late, [r#"{"x":1}"#]);
+}
+
+#[test]
+fn a_global_window_fires_and_empties_every_count_records() {
+    let mut op = open(spec(WindowAssigner::Global { count: 3 }, Aggregate::Min, 0));
+    let (main, _) = feed(&mut op, &[("a", 5), ("a", 3), ("b", 1), ("a", 4), ("a", 1)]);
+    assert_eq!(main, [r#"{"key":"a","min":3}"#]);
+    let (main, _) = feed(&mut op, &[("a", 7), ("a", 0)]);
+    assert_eq!(main, [r#"{"key":"a","min":0}"#]);
+    // Partial windows do not fire at the end.
+    assert!(fire(&mut op, i64::MAX).is_empty());
+}
+
+#[test]
+fn a_record_without_the_number_fails_with_its_key_and_value() {
+    let mut op = open(spec(
+        WindowAssigner::Tumbling { size_ms: 10 },
+        Aggregate::Sum,
+        0,
+    ));
+    let mut batch = Batch::new();
+    batch.push(Some(b"acct-1"), br#"{"y":1}"#, 0);
+    let e = op.process(&batch).unwrap_err();
+    assert!(e.message.contains("acct-1"), "{e}");
+    assert!(e.message.contains("no number in field `x`"), "{e}");
+    let mut op = open(WindowSpec {
+        field: Some(KeySelector::Value),
+        ..spec(WindowAssigner::Tumbling { size_ms: 10 }, Aggregate::Sum, 0)
+    });
+    batch.clear();
+    batch.push(Some(b"k"), b" 2.5 ", 0);
+    batch.push(Some(b"k"), b"1", 1);
+    op.process(&batch).unwrap();
+    assert_eq!(
+        fire(&mut op, 9),
+        [r#"{"key":"k","start":0,"end":10,"sum":3.5}"#]
+    );
+    batch.clear();
+    batch.push(Some(b"k"), b"NaN", 0);
+    assert!(op.process(&batch).is_err(), "NaN is not a decimal number");
+}
+
+#[test]
+fn windows_and_accumulators_round_trip_their_encoding_in_order() {
+    let ws = [
+        Window { start: -5, end: 5 },
+        Window { start: 0, end: 10 },
+        GLOBAL,
+        Window { start: 7, end: 8 },
+    ];
+    for w in ws {
+        assert_eq!(Window::decode(&w.encode()), Some(w));
+    }
+    assert!(Window { start: -5, end: 5 }.encode() < Window { start: 0, end: 1 }.encode());
+    let a = Acc {
+        count: 3,
+        value: -1.5,
+    };
+    assert_eq!(Acc::decode(&a.encode()), Some(a));
+    assert_eq!(Acc::decode(b"short"), None);
+}
