@@ -18,6 +18,7 @@ mod embedded;
 mod event_time;
 mod exactly_once;
 mod fraud;
+mod joins;
 mod polyglot;
 mod rest;
 mod rest_auth;

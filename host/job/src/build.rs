@@ -19,13 +19,13 @@ use std::path::{Path, PathBuf};
 
 use super::graph::{
     self, Aggregate, FileSinkSpec, FileSourceSpec, GeneratorKind, GeneratorSpec, JobEdge, JobGraph,
-    JobSettings, KeySelector, ModuleRef, OperatorLimits, OperatorSpec, Partitioner, SinkFormat,
-    SinkSpec, SourceFormat, SourceSpec, StateBackendKind, Vertex, VertexId, VertexKind,
-    WatermarkStrategy, WindowAssigner, WindowSpec,
+    JobSettings, JoinKind, JoinSpec, KeySelector, ModuleRef, OperatorLimits, OperatorSpec,
+    Partitioner, SinkFormat, SinkSpec, SourceFormat, SourceSpec, StateBackendKind, Vertex,
+    VertexId, VertexKind, WatermarkStrategy, WindowAssigner, WindowSpec,
 };
 use super::spec::{
-    AggregateName, Document, EdgeTable, GeneratorKindName, JobTable, OperatorTable, PartitionName,
-    SinkTable, SinkType, SourceTable, SourceType, WindowTable,
+    AggregateName, Document, EdgeTable, GeneratorKindName, InputName, JobTable, JoinTable,
+    OperatorTable, PartitionName, SinkTable, SinkType, SourceTable, SourceType, WindowTable,
 };
 use super::{
     DEFAULT_BATCH_SIZE, DEFAULT_BUFFER_TIMEOUT_MS, DEFAULT_CALL_TIMEOUT_MS,

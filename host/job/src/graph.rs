@@ -153,6 +153,8 @@ pub enum VertexKind {
     Operator(OperatorSpec),
     /// An `[[operator]]` with a `window`: the host's window operator.
     Window(WindowSpec),
+    /// An `[[operator]]` with a `join`: the host's two-input join.
+    Join(JoinSpec),
     /// A `[[sink]]`: no outputs.
     Sink(SinkSpec),
 }
@@ -162,7 +164,7 @@ impl VertexKind {
     pub fn role(&self) -> &'static str {
         match self {
             VertexKind::Source(_) => "source",
-            VertexKind::Operator(_) | VertexKind::Window(_) => "operator",
+            VertexKind::Operator(_) | VertexKind::Window(_) | VertexKind::Join(_) => "operator",
             VertexKind::Sink(_) => "sink",
         }
     }
@@ -277,6 +279,36 @@ pub struct WindowSpec {
     pub allowed_lateness_ms: u64,
     /// `key_by` (required): windows are per key.
     pub key_by: KeySelector,
+}
+
+/// An `[[operator]]` with a `join` table: the host's join of its two
+/// inputs (edges with `input = "left"` and `input = "right"`), per key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinSpec {
+    /// Which pairs join.
+    pub kind: JoinKind,
+    /// `key_by` (required): both inputs are keyed by it; only records with
+    /// equal keys join.
+    pub key_by: KeySelector,
+}
+
+/// `join = { type = … }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JoinKind {
+    /// Flink's interval join: a left record at `t` joins every right record
+    /// of its key whose timestamp is in `[t + lower_ms, t + upper_ms]`.
+    Interval {
+        /// `lower_ms` (may be negative).
+        lower_ms: i64,
+        /// `upper_ms`, at least `lower_ms`.
+        upper_ms: i64,
+    },
+    /// Flink's tumbling window join: every left and right record of a key
+    /// in the same window of `size_ms` join, when the window fires.
+    Window {
+        /// `size_ms`.
+        size_ms: u64,
+    },
 }
 
 /// `window = { type = … }`.
@@ -437,6 +469,10 @@ pub struct JobEdge {
     pub to: usize,
     /// How records are distributed among the consumer's subtasks.
     pub partitioner: Partitioner,
+    /// Which input of the consumer it feeds: 0 (`"left"`, and every edge
+    /// into a one-input vertex) or 1 (`"right"`).
+    #[serde(default)]
+    pub input: u8,
 }
 
 /// How an edge distributes records among the consumer's subtasks.

@@ -60,9 +60,9 @@ use std::path::PathBuf;
 pub use chain::{TaskEdge, TaskId, TaskSpec, chain, check_tasks, task_edges};
 pub use graph::{
     Aggregate, FileSinkSpec, FileSourceSpec, GeneratorKind, GeneratorSpec, JobEdge, JobGraph,
-    JobSettings, KeySelector, ModuleRef, OperatorLimits, OperatorSpec, Partitioner, SinkFormat,
-    SinkSpec, SourceFormat, SourceSpec, StateBackendKind, Vertex, VertexId, VertexKind,
-    WatermarkStrategy, WindowAssigner, WindowSpec,
+    JobSettings, JoinKind, JoinSpec, KeySelector, ModuleRef, OperatorLimits, OperatorSpec,
+    Partitioner, SinkFormat, SinkSpec, SourceFormat, SourceSpec, StateBackendKind, Vertex,
+    VertexId, VertexKind, WatermarkStrategy, WindowAssigner, WindowSpec,
 };
 pub use spec::{JobSpec, parse_override};
 

@@ -237,6 +237,7 @@ pub(super) struct OperatorTable {
     pub id: String,
     pub module: Option<String>,
     pub window: Option<WindowTable>,
+    pub join: Option<JoinTable>,
     pub aggregate: Option<AggregateName>,
     pub field: Option<String>,
     pub allowed_lateness_ms: Option<u64>,
@@ -255,6 +256,22 @@ pub(super) enum WindowTable {
     Sliding { size_ms: u64, slide_ms: u64 },
     Session { gap_ms: u64 },
     Global { count: u64 },
+}
+
+/// `[[operator]] join = { type = …, … }`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub(super) enum JoinTable {
+    Interval { lower_ms: i64, upper_ms: i64 },
+    Window { size_ms: u64 },
+}
+
+/// `[[edge]] input = "left" | "right" | 0 | 1`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum InputName {
+    Index(i64),
+    Name(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -297,6 +314,7 @@ pub(super) struct EdgeTable {
     pub from: String,
     pub to: String,
     pub partition: Option<PartitionName>,
+    pub input: Option<InputName>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -23,6 +23,7 @@ pub(crate) fn keyed_states(
                 Some((i, weir_runtime::local::state_descriptors(info)))
             }
             VertexKind::Window(_) => Some((i, weir_runtime::window::window_states())),
+            VertexKind::Join(_) => Some((i, weir_runtime::join::join_states())),
             _ => None,
         })
         .collect()

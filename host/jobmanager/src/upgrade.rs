@@ -277,7 +277,10 @@ pub(crate) fn check_upgrade(
             .iter()
             .enumerate()
             .find(|(_, n)| n.id.0 == old.id.0);
-        let positioned = !matches!(old.kind, VertexKind::Operator(_) | VertexKind::Window(_));
+        let positioned = !matches!(
+            old.kind,
+            VertexKind::Operator(_) | VertexKind::Window(_) | VertexKind::Join(_)
+        );
         if let Some((_, n)) = new
             && positioned
             && n.parallelism != old.parallelism

@@ -44,6 +44,7 @@ pub mod channel;
 pub mod checkpoint;
 pub mod connectors;
 pub mod contract;
+pub mod join;
 pub mod local;
 pub mod modules;
 pub mod net;

@@ -44,6 +44,7 @@ use crate::job::{
     GeneratorKind, JobGraph, KeySelector, ModuleRef, Partitioner, SinkFormat, SinkSpec,
     SourceFormat, SourceSpec, StateBackendKind, TaskSpec, VertexKind, task_edges,
 };
+use crate::join::{JoinOperator, join_states};
 use crate::state::{
     BackendConfig, BackendKind, StateDescriptor, StateKind, key_group_range_for_subtask,
     open_backend, restore_backend,
@@ -236,12 +237,18 @@ impl LocalCluster {
         let mut receivers: Vec<Vec<Option<mpsc::Receiver<Message>>>> = Vec::new();
         let mut channel_counts = vec![0u32; tasks.len()];
         let mut channel_base = vec![0u32; edges.len()];
+        // Which input of its task's head each channel feeds (a join's left
+        // or right; 0 for every other vertex).
+        let mut channel_inputs: Vec<Vec<u8>> = vec![Vec::new(); tasks.len()];
         for (e, edge) in edges.iter().enumerate() {
             channel_base[e] = channel_counts[edge.to_task];
-            channel_counts[edge.to_task] += match edge.partitioner {
+            let n = match edge.partitioner {
                 Partitioner::Forward => 1,
                 _ => tasks[edge.from_task].parallelism,
             };
+            channel_counts[edge.to_task] += n;
+            let input = graph.edges[edge.edge].input;
+            channel_inputs[edge.to_task].extend(std::iter::repeat_n(input, n as usize));
         }
         for (t, task) in tasks.iter().enumerate() {
             let (mut txs, mut rxs) = (Vec::new(), Vec::new());
@@ -326,6 +333,7 @@ impl LocalCluster {
                                 RunError::Plan(format!("task {} has no input", task.id.as_str()))
                             })?,
                             channels: channel_counts[t],
+                            inputs: channel_inputs[t].clone(),
                         },
                     };
                     let mut operators = Vec::new();
@@ -385,6 +393,19 @@ impl LocalCluster {
                                     instance.attach_state(backend, range);
                                 }
                                 let mut instance = Operator::Wasm(instance);
+                                if let Some(timers) = restored.and_then(|r| r.timers.get(&v)) {
+                                    instance.restore_timers(timers.clone());
+                                }
+                                operators.push(ChainedOperator {
+                                    vertex: v,
+                                    instance,
+                                });
+                            }
+                            VertexKind::Join(spec) => {
+                                let mut join = JoinOperator::new(&vertex.id.0, spec.clone());
+                                let (backend, _) = keyed_backend(&join_states())?;
+                                join.attach_state(backend);
+                                let mut instance = Operator::Join(join);
                                 if let Some(timers) = restored.and_then(|r| r.timers.get(&v)) {
                                     instance.restore_timers(timers.clone());
                                 }

@@ -178,6 +178,7 @@ pub(crate) fn savepoint_restore(
                     None => continue,
                 },
                 VertexKind::Window(_) => weir_runtime::window::window_states(),
+                VertexKind::Join(_) => weir_runtime::join::join_states(),
                 _ => continue,
             };
             let mut migration = match savepoint.migrations.get(&vertex.id.0) {

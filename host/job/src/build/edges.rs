@@ -136,7 +136,9 @@ impl Builder {
         let partitioner = self
             .partitioner(i, t, &declared[from], &declared[to])
             .unwrap_or(Partitioner::Rebalance);
+        let input = self.input(i, t, &declared[to]);
         Some(JobEdge {
+            input,
             from,
             from_tag: from_tag.map(str::to_owned),
             to,
@@ -156,6 +158,7 @@ impl Builder {
         let key_by = match &to.vertex.kind {
             VertexKind::Operator(op) => op.key_by.clone(),
             VertexKind::Window(w) => Some(w.key_by.clone()),
+            VertexKind::Join(j) => Some(j.key_by.clone()),
             _ => None,
         };
         let (p_from, p_to) = (from.vertex.parallelism, to.vertex.parallelism);
@@ -201,6 +204,51 @@ impl Builder {
         }
     }
 
+    /// The edge's `input`: required into a join (left 0, right 1), refused
+    /// elsewhere.
+    fn input(&mut self, i: usize, t: &EdgeTable, to: &Declared) -> u8 {
+        let field = format!("edge[{i}].input");
+        let is_join = matches!(to.vertex.kind, VertexKind::Join(_));
+        let input = match &t.input {
+            None if is_join => {
+                self.problem(
+                    field,
+                    format!(
+                        "missing; {} is a join: expected input = \"left\" or \"right\"",
+                        to.label
+                    ),
+                );
+                return 0;
+            }
+            None => return 0,
+            Some(InputName::Index(0)) => 0,
+            Some(InputName::Index(1)) => 1,
+            Some(InputName::Name(n)) if n == "left" => 0,
+            Some(InputName::Name(n)) if n == "right" => 1,
+            Some(other) => {
+                let found = match other {
+                    InputName::Index(n) => n.to_string(),
+                    InputName::Name(n) => format!("{n:?}"),
+                };
+                self.problem(
+                    field,
+                    format!("found {found}, expected \"left\" (or 0) or \"right\" (or 1)"),
+                );
+                return 0;
+            }
+        };
+        if !is_join {
+            self.problem(
+                field,
+                format!(
+                    "{} has one input; only a join (`join = {{ … }}`) has a left and a right",
+                    to.label
+                ),
+            );
+        }
+        input
+    }
+
     /// Operators and sinks need an input; a source or operator without an
     /// output is a warning (its records are dropped).
     pub(super) fn connectivity(&mut self, declared: &[Declared], edges: &[JobEdge]) {
@@ -209,6 +257,20 @@ impl Builder {
             let has_output = edges.iter().any(|e| e.from == v);
             match d.vertex.kind {
                 VertexKind::Source(_) => {}
+                VertexKind::Join(_) => {
+                    for (input, name) in [(0, "left"), (1, "right")] {
+                        if !edges.iter().any(|e| e.to == v && e.input == input) {
+                            self.problem(
+                                d.label.clone(),
+                                format!(
+                                    "a join has no {name} input; expected an [[edge]] with \
+                                     to = {:?} and input = \"{name}\"",
+                                    d.vertex.id.0
+                                ),
+                            );
+                        }
+                    }
+                }
                 VertexKind::Operator(_) | VertexKind::Window(_) | VertexKind::Sink(_)
                     if !has_input =>
                 {

@@ -205,9 +205,22 @@ impl Builder {
             }
         };
         let parallelism = self.vertex_parallelism(label, t.parallelism, settings);
-        let kind = match &t.window {
-            Some(window) => VertexKind::Window(self.window(label, t, window, key_by)),
-            None => {
+        let kind = match (&t.window, &t.join) {
+            (Some(_), Some(_)) => {
+                self.problem(
+                    format!("{label}.join"),
+                    "an operator is a window or a join, not both (a window join is \
+                     `join = { type = \"window\", size_ms = … }`)",
+                );
+                VertexKind::Operator(OperatorSpec {
+                    module: ModuleRef::Path(PathBuf::new()),
+                    config: Vec::new(),
+                    key_by,
+                })
+            }
+            (Some(window), None) => VertexKind::Window(self.window(label, t, window, key_by)),
+            (None, Some(join)) => VertexKind::Join(self.join(label, t, join, key_by)),
+            (None, None) => {
                 let what = "without a `window` (a window-operator field)";
                 self.not_for(label, "aggregate", &t.aggregate, what);
                 self.not_for(label, "field", &t.field, what);
@@ -242,6 +255,68 @@ impl Builder {
             kind,
             watermark: None,
         }
+    }
+
+    /// The join of `[[operator]]` `t`, whose `join` is `join`.
+    fn join(
+        &mut self,
+        label: &str,
+        t: &OperatorTable,
+        join: &JoinTable,
+        key_by: Option<KeySelector>,
+    ) -> JoinSpec {
+        if t.module.is_some() {
+            self.problem(
+                format!("{label}.module"),
+                "a join is built in; two-input functions in Wasm (co-process) are not \
+                 supported yet (drop `module`)",
+            );
+        }
+        if !t.config.is_empty() {
+            self.problem(
+                format!("{label}.config"),
+                "a join takes no `config`; its settings are `join` and `key_by`",
+            );
+        }
+        let what = "for a join (a window-operator field)";
+        self.not_for(label, "aggregate", &t.aggregate, what);
+        self.not_for(label, "field", &t.field, what);
+        self.not_for(label, "allowed_lateness_ms", &t.allowed_lateness_ms, what);
+        let kind = match *join {
+            JoinTable::Interval { lower_ms, upper_ms } => {
+                let max = MAX_WINDOW_MS as i64;
+                for (name, bound) in [("lower_ms", lower_ms), ("upper_ms", upper_ms)] {
+                    if !(-max..=max).contains(&bound) {
+                        self.problem(
+                            format!("{label}.join.{name}"),
+                            format!("found {bound}, expected -{max}..={max}"),
+                        );
+                    }
+                }
+                if lower_ms > upper_ms {
+                    self.problem(
+                        format!("{label}.join.upper_ms"),
+                        format!(
+                            "found {upper_ms}, below lower_ms = {lower_ms}; expected \
+                             lower_ms <= upper_ms (right.ts in [left.ts + lower_ms, left.ts + upper_ms])"
+                        ),
+                    );
+                }
+                JoinKind::Interval { lower_ms, upper_ms }
+            }
+            JoinTable::Window { size_ms } => {
+                self.check_range(&format!("{label}.join.size_ms"), size_ms, 1, MAX_WINDOW_MS);
+                JoinKind::Window { size_ms }
+            }
+        };
+        let key_by = key_by.unwrap_or_else(|| {
+            self.problem(
+                format!("{label}.key_by"),
+                "missing; a join matches records by key: expected \"key\", \"value\" or \"json:<field>\"",
+            );
+            KeySelector::RecordKey
+        });
+        JoinSpec { kind, key_by }
     }
 
     /// The window operator of `[[operator]]` `t`, whose `window` is `window`.

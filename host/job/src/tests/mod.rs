@@ -4,6 +4,7 @@
 mod chaining;
 mod examples;
 mod fuzz;
+mod joins;
 mod overrides;
 mod parsing;
 mod validation;

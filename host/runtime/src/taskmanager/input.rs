@@ -84,8 +84,8 @@ use crate::record::Batch;
 /// What the subtask must do, in the order [`InputGate::offer`] returns it.
 #[derive(Debug, PartialEq)]
 pub enum GateEvent {
-    /// Process these records.
-    Records(Batch),
+    /// Process these records, which arrived on this input channel.
+    Records(u32, Batch),
     /// The combined watermark advanced to this: advance the chain and
     /// forward it.
     Watermark(i64),
@@ -226,7 +226,7 @@ impl InputGate {
             return;
         }
         match message {
-            Message::Records { batch, .. } => events.push(GateEvent::Records(batch)),
+            Message::Records { channel, batch } => events.push(GateEvent::Records(channel, batch)),
             Message::Watermark { watermark, .. } => {
                 let channel = &mut self.channels[c];
                 channel.watermark = channel.watermark.max(watermark);
@@ -366,11 +366,12 @@ mod tests {
         Message::End { channel }
     }
 
-    /// Expected events, short.
+    /// Expected events, short. The channel is checked by [`offer`], which
+    /// knows where each value was sent.
     fn passed(value: &str) -> GateEvent {
         let mut batch = Batch::new();
         batch.push(None, value.as_bytes(), 0);
-        GateEvent::Records(batch)
+        GateEvent::Records(0, batch)
     }
 
     fn started(checkpoint: u64) -> GateEvent {
@@ -381,8 +382,34 @@ mod tests {
         GateEvent::Aligned { checkpoint }
     }
 
+    thread_local! {
+        /// The channel each record value was sent on.
+        static SENT_ON: std::cell::RefCell<std::collections::HashMap<Vec<u8>, u32>> =
+            Default::default();
+    }
+
+    /// Offers `message`; checks that records come out tagged with the
+    /// channel they were sent on, then tags them 0 (as [`passed`] does).
     fn offer(gate: &mut InputGate, message: Message) -> Vec<GateEvent> {
-        gate.offer(message).expect("a channel the gate has")
+        if let Message::Records { channel, batch } = &message {
+            for r in batch.iter() {
+                SENT_ON.with(|m| m.borrow_mut().insert(r.value.to_vec(), *channel));
+            }
+        }
+        let events = gate.offer(message).expect("a channel the gate has");
+        events
+            .into_iter()
+            .map(|e| match e {
+                GateEvent::Records(channel, batch) => {
+                    for r in batch.iter() {
+                        let sent = SENT_ON.with(|m| m.borrow().get(r.value).copied());
+                        assert_eq!(sent, Some(channel), "record {:?}", r.value);
+                    }
+                    GateEvent::Records(0, batch)
+                }
+                other => other,
+            })
+            .collect::<Vec<_>>()
     }
 
     #[test]
@@ -754,7 +781,7 @@ mod tests {
                 let mut forwarded = i64::MIN;
                 for event in events {
                     match event {
-                        GateEvent::Records(batch) => records.push((value(&batch), aligned.len())),
+                        GateEvent::Records(_, batch) => records.push((value(&batch), aligned.len())),
                         GateEvent::Watermark(w) => {
                             prop_assert!(w > forwarded, "watermark {} after {}", w, forwarded);
                             forwarded = w;

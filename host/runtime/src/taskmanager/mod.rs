@@ -65,6 +65,7 @@ use tokio::sync::mpsc;
 
 pub use crate::channel::{Abort, Message};
 use crate::connectors::{ConnectorError, Sink, Source};
+use crate::join::JoinOperator;
 use crate::record::{Batch, Emitted};
 use crate::wasm::{OperatorError, OperatorInstance};
 use crate::window::WindowOperator;
@@ -249,20 +250,24 @@ pub enum Operator {
     Wasm(OperatorInstance),
     /// The host's window operator.
     Window(WindowOperator),
+    /// The host's two-input join.
+    Join(JoinOperator),
 }
 
 impl Operator {
     fn open(&mut self) -> Result<(), OperatorError> {
         match self {
             Operator::Wasm(i) => i.open(),
-            Operator::Window(_) => Ok(()),
+            Operator::Window(_) | Operator::Join(_) => Ok(()),
         }
     }
 
-    fn process(&mut self, batch: &Batch) -> Result<Emitted, OperatorError> {
+    /// Processes a batch that arrived on input `input` (0 but for a join).
+    fn process(&mut self, input: u8, batch: &Batch) -> Result<Emitted, OperatorError> {
         match self {
             Operator::Wasm(i) => i.process(batch),
             Operator::Window(w) => w.process(batch),
+            Operator::Join(j) => j.process(input, batch),
         }
     }
 
@@ -270,13 +275,14 @@ impl Operator {
         match self {
             Operator::Wasm(i) => i.advance_watermark(watermark),
             Operator::Window(w) => w.advance_watermark(watermark),
+            Operator::Join(j) => j.advance_watermark(watermark),
         }
     }
 
     fn close(&mut self) -> Result<Emitted, OperatorError> {
         match self {
             Operator::Wasm(i) => i.close(),
-            Operator::Window(_) => Ok(Emitted::empty()),
+            Operator::Window(_) | Operator::Join(_) => Ok(Emitted::empty()),
         }
     }
 
@@ -284,6 +290,7 @@ impl Operator {
         match self {
             Operator::Wasm(i) => i.flush_state(),
             Operator::Window(w) => w.flush_state(),
+            Operator::Join(j) => j.flush_state(),
         }
     }
 
@@ -291,6 +298,7 @@ impl Operator {
         match self {
             Operator::Wasm(i) => i.snapshot_state(dir),
             Operator::Window(w) => w.snapshot_state(dir),
+            Operator::Join(j) => j.snapshot_state(dir),
         }
     }
 
@@ -298,6 +306,7 @@ impl Operator {
         match self {
             Operator::Wasm(i) => i.timers(),
             Operator::Window(w) => w.timers(),
+            Operator::Join(j) => j.timers(),
         }
     }
 
@@ -306,6 +315,7 @@ impl Operator {
         match self {
             Operator::Wasm(i) => i.restore_timers(timers),
             Operator::Window(w) => w.restore_timers(timers),
+            Operator::Join(j) => j.restore_timers(timers),
         }
     }
 }
@@ -329,6 +339,9 @@ pub enum Head {
         rx: mpsc::Receiver<Message>,
         /// Number of input channels (senders that will each send `End`).
         channels: u32,
+        /// The input of the head operator each channel feeds (0, or 1 for a
+        /// join's right side), by channel index.
+        inputs: Vec<u8>,
     },
     /// Restored from a checkpoint taken after this subtask had finished:
     /// it only ends its outputs (its results were already committed) and
@@ -466,6 +479,7 @@ impl Subtask {
             Head::Input {
                 rx: mpsc::channel(1).1,
                 channels: 0,
+                inputs: Vec::new(),
             },
         ) {
             Head::Source {
@@ -559,14 +573,21 @@ impl Subtask {
                 }
                 return Ok(());
             }
-            Head::Input { mut rx, channels } => {
+            Head::Input {
+                mut rx,
+                channels,
+                inputs,
+            } => {
                 let mut gate = InputGate::new(channels);
                 let mut alignment_started = None;
                 while !gate.is_ended() {
                     let message = self.recv(&mut rx)?;
                     for event in gate.offer(message)? {
                         match event {
-                            GateEvent::Records(batch) => self.push(0, batch)?,
+                            GateEvent::Records(channel, batch) => {
+                                let input = inputs.get(channel as usize).copied().unwrap_or(0);
+                                self.push_input(input, batch)?
+                            }
                             GateEvent::Watermark(watermark) => self.watermark(watermark)?,
                             GateEvent::Idle(idle) => {
                                 self.flush_outputs()?;
@@ -698,8 +719,18 @@ impl Subtask {
         Ok(())
     }
 
+    /// Passes `batch`, which arrived on input `input` of the head, through
+    /// the chain.
+    fn push_input(&mut self, input: u8, batch: Batch) -> Result<(), TaskError> {
+        self.push_at(0, input, batch)
+    }
+
     /// Passes `batch` through operators `from..`, then to the sink or outputs.
     fn push(&mut self, from: usize, batch: Batch) -> Result<(), TaskError> {
+        self.push_at(from, 0, batch)
+    }
+
+    fn push_at(&mut self, from: usize, input: u8, batch: Batch) -> Result<(), TaskError> {
         if from < self.operators.len() {
             let op = &mut self.operators[from];
             self.metrics.vertices[op.vertex]
@@ -708,7 +739,7 @@ impl Subtask {
             // State is not flushed per batch: the backend's write-back
             // buffer flushes itself by size, and the end of input (later:
             // every checkpoint) flushes it completely.
-            let emitted = op.instance.process(&batch)?;
+            let emitted = op.instance.process(input, &batch)?;
             return self.route(from, emitted);
         }
         if let Some(tail) = &mut self.sink {

@@ -1,0 +1,113 @@
+//! Joins in the spec: a `join` table, edges naming the left and right
+//! input, and what is refused.
+
+use super::{SINK, assert_problem, edge, valid};
+use crate::{JoinKind, KeySelector, VertexKind};
+
+const TWO_SOURCES: &str = r#"
+[[source]]
+id = "a"
+type = "generator"
+kind = "sequence"
+
+[[source]]
+id = "b"
+type = "generator"
+kind = "sequence"
+"#;
+
+fn join_job(join: &str, left: &str, right: &str) -> String {
+    format!(
+        "{TWO_SOURCES}\n[[operator]]\nid = \"j\"\n{join}\n{SINK}\
+         \n[[edge]]\nfrom = \"a\"\nto = \"j\"\n{left}\n\
+         \n[[edge]]\nfrom = \"b\"\nto = \"j\"\n{right}\n{}",
+        edge("j", "out")
+    )
+}
+
+const INTERVAL: &str =
+    "join = { type = \"interval\", lower_ms = -5, upper_ms = 10 }\nkey_by = \"json:id\"";
+
+#[test]
+fn a_join_reads_its_bounds_and_each_edge_its_side() {
+    let graph = valid(&join_job(INTERVAL, "input = \"left\"", "input = 1"));
+    let VertexKind::Join(join) = &graph.vertices[2].kind else {
+        panic!("a join: {:?}", graph.vertices[2].kind)
+    };
+    assert_eq!(
+        join.kind,
+        JoinKind::Interval {
+            lower_ms: -5,
+            upper_ms: 10
+        }
+    );
+    assert_eq!(join.key_by, KeySelector::JsonField("id".into()));
+    let inputs: Vec<u8> = graph.edges.iter().map(|e| e.input).collect();
+    assert_eq!(inputs, [0, 1, 0]);
+    assert!(
+        graph.edges[..2]
+            .iter()
+            .all(|e| matches!(e.partitioner, crate::Partitioner::Hash(_))),
+        "both inputs are keyed"
+    );
+}
+
+#[test]
+fn a_join_needs_both_sides_bounds_in_order_and_a_key() {
+    assert_problem(
+        &join_job(INTERVAL, "input = \"left\"", "input = \"left\""),
+        "operator[0] \"j\"",
+        &["no right input", "input = \"right\""],
+    );
+    assert_problem(
+        &join_job(INTERVAL, "input = \"left\"", ""),
+        "edge[1].input",
+        &["missing", "is a join"],
+    );
+    assert_problem(
+        &join_job(INTERVAL, "input = \"left\"", "input = \"middle\""),
+        "edge[1].input",
+        &["\"middle\"", "\"right\" (or 1)"],
+    );
+    assert_problem(
+        &join_job(
+            "join = { type = \"interval\", lower_ms = 5, upper_ms = -5 }\nkey_by = \"key\"",
+            "input = 0",
+            "input = 1",
+        ),
+        "operator[0] \"j\".join.upper_ms",
+        &["below lower_ms"],
+    );
+    assert_problem(
+        &join_job(
+            "join = { type = \"window\", size_ms = 10 }",
+            "input = 0",
+            "input = 1",
+        ),
+        "operator[0] \"j\".key_by",
+        &["missing"],
+    );
+    assert_problem(
+        &join_job(
+            "join = { type = \"window\", size_ms = 10 }\nkey_by = \"key\"\nmodule = \"f.wasm\"",
+            "input = 0",
+            "input = 1",
+        ),
+        "operator[0] \"j\".module",
+        &["not supported yet"],
+    );
+}
+
+#[test]
+fn only_a_join_takes_an_input_side() {
+    assert_problem(
+        &format!(
+            "{TWO_SOURCES}\n[[operator]]\nid = \"j\"\nmodule = \"m.wasm\"\n{SINK}\
+             \n[[edge]]\nfrom = \"a\"\nto = \"j\"\ninput = \"right\"\n{}{}",
+            edge("b", "j"),
+            edge("j", "out")
+        ),
+        "edge[0].input",
+        &["one input", "only a join"],
+    );
+}
