@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release -p weir-benches --bin workload -- word-count [--repeat 10] [--parallelism 1,2]
 //! cargo run --release -p weir-benches --bin workload -- identity [--records 20000000] [--batch-size 256,4096]
+//! cargo run --release -p weir-benches --bin workload -- windowed-count [--records 3000000] [--keys 100000]
 //! ```
 //!
 //! * `word-count`: `udfs/data/kjv.txt` repeated `--repeat` times into a
@@ -18,6 +19,15 @@
 //!   records how long the batch took to get there (per-batch latency);
 //!   and native loops: generator → blackhole, and generator → copy →
 //!   blackhole (the copy is what identity amounts to).
+//! * `windowed-count`: `--records` JSON lines `{"k":…,"ts":…}` over `--keys`
+//!   keys (spread by a hash), `--records-per-ms` per millisecond of event
+//!   time, counted per key in tumbling windows of `--window-ms` through
+//!   file → window → blackhole on `--backend`, three ways: the host's
+//!   built-in `aggregate = "count"`, the `window-count` operator (the same
+//!   count written in Wasm with event-time timers and map state), and a
+//!   file → blackhole job (what reading and parsing the input costs alone);
+//!   beside a native loop that parses the same file and counts in a
+//!   `HashMap`. Every case must fire the same number of windows.
 //!
 //! Every case runs in its own child process (`workload case ...`, which
 //! prints one `RESULT` line), so the peak memory it reports (`VmHWM`) is
@@ -70,6 +80,8 @@ enum Workload {
     WordCount(WordCountArgs),
     /// Generator → identity → blackhole, beside native loops; per-batch latency.
     Identity(IdentityArgs),
+    /// File → tumbling window count → blackhole: built-in vs Wasm vs native.
+    WindowedCount(WindowedCountArgs),
     /// Runs one case in this process and prints one `RESULT` line.
     #[command(hide = true)]
     Case {
@@ -110,6 +122,25 @@ struct IdentityArgs {
     parallelism: Vec<u32>,
 }
 
+#[derive(Args, Clone)]
+struct WindowedCountArgs {
+    /// Records in the input.
+    #[arg(long, default_value_t = 3_000_000)]
+    records: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Records per millisecond of event time.
+    #[arg(long, default_value_t = 100)]
+    records_per_ms: u64,
+    /// Tumbling window length.
+    #[arg(long, default_value_t = 10_000)]
+    window_ms: u64,
+    /// State backend of the jobs: rocksdb or heap.
+    #[arg(long, default_value = "rocksdb")]
+    backend: String,
+}
+
 /// The shape of a generated input.
 #[derive(Args, Clone, Copy)]
 struct Generated {
@@ -145,6 +176,24 @@ enum Case {
     IdNative(Generated),
     /// Generator → identity → latency sink, through Weir's subtask driver.
     IdChain(Generated),
+    /// Native windowed count of `--input`.
+    WnNative {
+        #[arg(long)]
+        input: PathBuf,
+        #[arg(long)]
+        window_ms: u64,
+    },
+    /// A windowed-count job over `--input`: `builtin`, `wasm` or `source`.
+    WnJob {
+        #[arg(long)]
+        input: PathBuf,
+        #[arg(long)]
+        window_ms: u64,
+        #[arg(long)]
+        mode: String,
+        #[arg(long)]
+        backend: String,
+    },
     /// The generator → identity → blackhole job.
     IdJob {
         #[command(flatten)]
@@ -158,6 +207,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Workload::WordCount(args) => word_count_workload(&args),
         Workload::Identity(args) => identity_workload(&args),
+        Workload::WindowedCount(args) => windowed_count_workload(&args),
         Workload::Case { case } => {
             // Run the case on a thread of its own, as the cluster runs every
             // subtask: glibc's malloc treats the main thread's arena
@@ -487,6 +537,176 @@ fn run_job(spec: &str) -> anyhow::Result<JobSummary> {
     Ok(JobSummary { detail, elapsed })
 }
 
+// ---- windowed count ----------------------------------------------------------
+
+fn windowed_count_workload(args: &WindowedCountArgs) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let input = dir.path().join("events.jsonl");
+    let mut file = std::io::BufWriter::new(File::create(&input)?);
+    for n in 0..args.records {
+        let key = splitmix64(n ^ SEED) % args.keys.max(1);
+        let ts = 1_700_000_000_000 + (n / args.records_per_ms.max(1)) as i64;
+        writeln!(file, r#"{{"k":"key-{key}","ts":{ts}}}"#)?;
+    }
+    file.into_inner()?.sync_all()?;
+    let input_arg = input.display().to_string();
+    let window = args.window_ms.to_string();
+
+    let mut rows = vec![(
+        "native HashMap (1 thread)".to_string(),
+        spawn_case(&[
+            "wn-native".into(),
+            "--input".into(),
+            input_arg.clone(),
+            "--window-ms".into(),
+            window.clone(),
+        ])?,
+    )];
+    for (mode, name) in [
+        ("builtin", "weir: built-in aggregate = \"count\""),
+        ("wasm", "weir: window-count.wasm (timers + map state)"),
+        ("source", "weir: file → blackhole (no window)"),
+    ] {
+        let r = spawn_case(&[
+            "wn-job".into(),
+            "--input".into(),
+            input_arg.clone(),
+            "--window-ms".into(),
+            window.clone(),
+            "--mode".into(),
+            mode.into(),
+            "--backend".into(),
+            args.backend.clone(),
+        ])?;
+        rows.push((format!("{name}, {}", args.backend), r));
+    }
+    let windows = rows[0].1.distinct;
+    println!(
+        "\nwindowed count: {} records, {} keys, {} per ms of event time, tumbling {} ms ({} windows fired), p=1",
+        args.records,
+        args.keys,
+        args.records_per_ms,
+        args.window_ms,
+        windows.unwrap_or(0)
+    );
+    println!("| case | records/s | vs built-in | peak RSS | same windows as native |");
+    println!("|---|---|---|---|---|");
+    let builtin = rows[1].1.records_per_sec();
+    for (name, r) in &rows {
+        let same = match r.distinct {
+            None => "n/a",
+            Some(_) if r.distinct == windows => "yes",
+            Some(_) => "NO",
+        };
+        println!(
+            "| {name} | {} | {:.2}x | {} | {same} |",
+            millions(r.records_per_sec()),
+            r.records_per_sec() / builtin,
+            mib(r.peak_kib),
+        );
+    }
+    if rows[1..3].iter().any(|(_, r)| r.distinct != windows) {
+        bail!("a job fired a different number of windows than the native count");
+    }
+    Ok(())
+}
+
+/// SplitMix64 (spreads the keys).
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn wn_native(input: &Path, window_ms: u64) -> anyhow::Result<CaseResult> {
+    use std::io::BufRead;
+    let started = Instant::now();
+    let file = File::open(input).with_context(|| format!("open {}", input.display()))?;
+    let size = window_ms as i64;
+    let mut open: HashMap<(String, i64), u64> = HashMap::new();
+    let (mut records, mut fired, mut current) = (0u64, 0u64, i64::MIN);
+    for line in BufReader::with_capacity(256 << 10, file).lines() {
+        let e: serde_json::Value = serde_json::from_str(&line?)?;
+        let (Some(k), Some(ts)) = (e["k"].as_str(), e["ts"].as_i64()) else {
+            bail!("not an event: {e}");
+        };
+        records += 1;
+        let start = ts - ts.rem_euclid(size);
+        if start > current {
+            // The input is in order: every open window before this one is done.
+            fired += open.len() as u64;
+            open.clear();
+            current = start;
+        }
+        *open.entry((k.to_owned(), start)).or_insert(0) += 1;
+    }
+    fired += open.len() as u64;
+    Ok(CaseResult {
+        secs: started.elapsed().as_secs_f64(),
+        records,
+        distinct: Some(fired),
+        peak_kib: peak_rss_kib(),
+        ..CaseResult::default()
+    })
+}
+
+fn wn_job(input: &Path, window_ms: u64, mode: &str, backend: &str) -> anyhow::Result<CaseResult> {
+    let operator = match mode {
+        "builtin" => format!(
+            "window = {{ type = \"tumbling\", size_ms = {window_ms} }}\naggregate = \"count\"\nkey_by = \"key\""
+        ),
+        "wasm" => format!(
+            "module = {}\nconfig = {{ size_ms = {window_ms} }}\nkey_by = \"key\"",
+            toml_str(artifacts::WINDOW_COUNT)
+        ),
+        "source" => String::new(),
+        other => bail!("unknown mode {other}"),
+    };
+    let chain = if mode == "source" {
+        "[[edge]]\nfrom = \"events\"\nto = \"out\"\n".to_owned()
+    } else {
+        format!(
+            "[[operator]]\nid = \"count\"\n{operator}\n\n[[edge]]\nfrom = \"events\"\nto = \"count\"\n\n\
+             [[edge]]\nfrom = \"count\"\nto = \"out\"\n"
+        )
+    };
+    let spec = format!(
+        r#"
+[job]
+name = "windowed-count-bench"
+state_backend = {backend}
+
+[[source]]
+id = "events"
+type = "file"
+path = {input}
+format = "json-lines"
+key_field = "k"
+timestamp_field = "ts"
+
+[[sink]]
+id = "out"
+type = "blackhole"
+
+{chain}"#,
+        backend = toml_str(backend),
+        input = toml_str(&input.display().to_string()),
+    );
+    let summary = run_job(&spec)?;
+    let distinct = match mode {
+        "source" => None,
+        _ => Some(vertex(&summary, "count")?.records_out),
+    };
+    Ok(CaseResult {
+        secs: summary.elapsed.as_secs_f64(),
+        records: summary.source_records(),
+        distinct,
+        peak_kib: peak_rss_kib(),
+        ..CaseResult::default()
+    })
+}
+
 // ---- identity ----------------------------------------------------------------
 
 fn identity_workload(args: &IdentityArgs) -> anyhow::Result<()> {
@@ -768,6 +988,13 @@ fn run_case(case: Case) -> anyhow::Result<CaseResult> {
             backend,
             batch_size,
         } => wc_job(&input, parallelism, &backend, batch_size),
+        Case::WnNative { input, window_ms } => wn_native(&input, window_ms),
+        Case::WnJob {
+            input,
+            window_ms,
+            mode,
+            backend,
+        } => wn_job(&input, window_ms, &mode, &backend),
         Case::IdSource(g) => native_loop(g, |b| b),
         Case::IdNative(g) => native_loop(g, |b| copy_batch(&b)),
         Case::IdChain(g) => id_chain(g),

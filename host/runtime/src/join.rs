@@ -135,10 +135,14 @@ impl JoinOperator {
     }
 
     fn backend(&mut self) -> Result<&mut Box<dyn KeyedStateBackend>, OperatorError> {
-        let operator = self.operator.clone();
-        self.state
-            .as_mut()
-            .ok_or_else(|| OperatorError::new(&operator, FailureKind::Host, "join without state"))
+        if self.state.is_none() {
+            return Err(OperatorError::new(
+                &self.operator,
+                FailureKind::Host,
+                "join without state",
+            ));
+        }
+        Ok(self.state.as_mut().expect("checked above"))
     }
 
     fn host(&self, e: StateError) -> OperatorError {

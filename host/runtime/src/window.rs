@@ -207,14 +207,14 @@ impl WindowOperator {
     }
 
     fn backend(&mut self) -> Result<&mut Box<dyn KeyedStateBackend>, OperatorError> {
-        let operator = self.operator.clone();
-        self.state.as_mut().ok_or_else(|| {
-            OperatorError::new(
-                &operator,
+        if self.state.is_none() {
+            return Err(OperatorError::new(
+                &self.operator,
                 FailureKind::Host,
                 "window operator without state",
-            )
-        })
+            ));
+        }
+        Ok(self.state.as_mut().expect("checked above"))
     }
 
     fn host(&self, e: StateError) -> OperatorError {
@@ -489,7 +489,44 @@ impl WindowOperator {
 
     fn on_timer(&mut self, key: &[u8], time: i64) -> Result<(), OperatorError> {
         let lateness = self.spec.allowed_lateness_ms as i64;
-        for (window, acc) in self.windows_of(key)? {
+        let size = match self.spec.assigner {
+            WindowAssigner::Tumbling { size_ms } | WindowAssigner::Sliding { size_ms, .. } => {
+                size_ms as i64
+            }
+            WindowAssigner::Session { .. } | WindowAssigner::Global { .. } => 0,
+        };
+        let windows = if size > 0 {
+            // Fixed-size windows: the timer names them (the one that ends
+            // here, the one whose lateness ends here): point lookups, no
+            // scan of the key's windows.
+            let mut windows = Vec::new();
+            for last in [time, time.saturating_sub(lateness)] {
+                let window = start_window(last.saturating_add(1).saturating_sub(size), size);
+                if windows.iter().any(|(w, _)| *w == window) {
+                    continue;
+                }
+                let found = self
+                    .backend()?
+                    .map_get(STATE, key, &window.encode())
+                    .map_err(|e| self.host(e))?;
+                if let Some(bytes) = found {
+                    let acc = Acc::decode(&bytes).ok_or_else(|| {
+                        self.fail(
+                            FailureKind::Host,
+                            format!(
+                                "corrupt window state for key {:?}",
+                                String::from_utf8_lossy(key)
+                            ),
+                        )
+                    })?;
+                    windows.push((window, acc));
+                }
+            }
+            windows
+        } else {
+            self.windows_of(key)?
+        };
+        for (window, acc) in windows {
             if window == GLOBAL {
                 continue;
             }
