@@ -86,7 +86,7 @@ pub fn build(args: BuildArgs) -> Result<(), Failure> {
     match inspection.contract {
         Ok(info) => {
             eprintln!(
-                "weir: built in {:.1} s and checked: fits weir:operator@0.1.0",
+                "weir: built in {:.1} s and checked: fits weir:operator@0.1.x",
                 built_in.as_secs_f64()
             );
             println!(
@@ -100,7 +100,7 @@ pub fn build(args: BuildArgs) -> Result<(), Failure> {
             Ok(())
         }
         Err(why) => Err(bad_input(anyhow!(
-            "built {}, but it does not fit weir:operator@0.1.0: {why}",
+            "built {}, but it does not fit weir:operator@0.1.x: {why}",
             out.display()
         ))),
     }

@@ -34,7 +34,7 @@ use weir_host::wasm::{OperatorInfo, Runtime, RuntimeConfig, StateKind};
 /// Weir: a stream processor with WebAssembly operators.
 ///
 /// Operators are Wasm components built against the contract in `wit/`
-/// (package weir:operator@0.1.0). A job spec (TOML) wires sources,
+/// (package weir:operator@0.1.1; components built against any 0.1.x run). A job spec (TOML) wires sources,
 /// operators and sinks into a graph; `weir run` executes it on an embedded
 /// local cluster.
 #[derive(Debug, Parser)]
@@ -708,6 +708,7 @@ fn inspect(args: InspectArgs) -> Result<(), Failure> {
         let contract = match &i.contract {
             Ok(info) => serde_json::json!({
                 "fits": true,
+                "built_against": i.contract_version(),
                 "name": info.name,
                 "version": info.version,
                 "keyed": info.keyed,
@@ -744,27 +745,39 @@ fn inspect(args: InspectArgs) -> Result<(), Failure> {
         }
         match &i.contract {
             Ok(info) => {
-                let world = if i
-                    .exports
-                    .iter()
-                    .any(|e| e == weir_host::wasm::MIGRATION_INTERFACE)
-                {
-                    "stream-operator-with-migration: it can migrate state on upgrade"
-                } else {
-                    "stream-operator"
+                let has = |interface: &str| {
+                    i.exports
+                        .iter()
+                        .any(|e| weir_host::wasm::is_contract_interface(e, interface))
                 };
-                println!("contract: fits weir:operator@0.1.0 (world {world})");
+                let world = match (has("migration"), has("two-input")) {
+                    (_, true) => "two-input-operator: it can migrate state and take two inputs",
+                    (true, false) => {
+                        "stream-operator-with-migration: it can migrate state on upgrade"
+                    }
+                    (false, false) => "stream-operator",
+                };
+                println!(
+                    "contract: fits; built against weir:operator@{} (world {world}); \
+                     this host implements {}",
+                    i.contract_version().unwrap_or("?"),
+                    weir_host::wasm::CONTRACT_VERSION
+                );
                 println!("operator: {} {}", info.name, info.version);
                 println!("state:    {}", state_list(info));
             }
-            Err(why) => println!("contract: does NOT fit weir:operator@0.1.0: {why}"),
+            Err(why) => println!(
+                "contract: does NOT fit weir:operator@{}: {why}",
+                weir_host::wasm::CONTRACT_VERSION
+            ),
         }
     }
     match i.contract {
         Ok(_) => Ok(()),
         Err(_) => Err(bad_input(anyhow::anyhow!(
-            "{} does not implement weir:operator@0.1.0",
-            args.module.display()
+            "{} does not implement weir:operator@{} (or an earlier 0.1.x)",
+            args.module.display(),
+            weir_host::wasm::CONTRACT_VERSION
         ))),
     }
 }

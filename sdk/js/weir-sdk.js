@@ -1,7 +1,7 @@
 // weir-sdk.js: write Weir stream operators in JavaScript (or TypeScript).
 //
 // A Weir operator is a WebAssembly component implementing the contract in
-// wit/operator.wit (package weir:operator@0.1.0). This module hides the
+// wit/operator.wit (package weir:operator@0.1.1). This module hides the
 // contract behind Flink's functions -- map, flatMap, filter and a keyed
 // process function -- with typed keyed state, event-time timers, side
 // outputs, logging, metrics and config. It mirrors the Rust SDK (sdk/src).

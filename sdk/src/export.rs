@@ -103,6 +103,11 @@ impl<O: Operator> Instance<O> {
         self.with(|op| op.process(input))
     }
 
+    /// WIT `two-input.process-input`.
+    pub fn process_input(&self, input: u32, batch: Batch) -> Result<Emitted, String> {
+        self.with(|op| op.process_input(input, batch))
+    }
+
     /// WIT `on-timer`.
     pub fn on_timer(&self, key: Vec<u8>, time: i64) -> Result<Emitted, String> {
         self.with(|op| op.on_timer(key, time))
@@ -197,6 +202,15 @@ macro_rules! export_operator {
                 }
             }
 
+            impl $crate::__private::TwoInputGuest for WeirOperatorExport {
+                fn process_input(
+                    input: u32,
+                    records: $crate::Batch,
+                ) -> ::core::result::Result<$crate::Emitted, ::std::string::String> {
+                    WEIR_INSTANCE.with(|i| i.process_input(input, records))
+                }
+            }
+
             impl $crate::__private::MigrationGuest for WeirOperatorExport {
                 fn migrate_state(
                     state: ::std::string::String,
@@ -235,6 +249,15 @@ macro_rules! export_flat_map {
 macro_rules! export_filter {
     ($function:ty) => {
         $crate::export_operator!($crate::Filter<$function>);
+    };
+}
+
+/// Exports a [`KeyedCoProcessFunction`](crate::KeyedCoProcessFunction), an
+/// operator with two inputs: `export_keyed_co!(MatchOrders);`
+#[macro_export]
+macro_rules! export_keyed_co {
+    ($function:ty) => {
+        $crate::export_operator!($crate::KeyedCo<$function>);
     };
 }
 

@@ -136,8 +136,8 @@ pub use codec::{DecodeError, StateCodec};
 pub use context::{Config, OpenContext};
 pub use error::Error;
 pub use operator::{
-    Filter, FilterFunction, FlatMap, FlatMapFunction, Keyed, KeyedContext, KeyedProcessFunction,
-    Map, MapFunction, Operator,
+    Filter, FilterFunction, FlatMap, FlatMapFunction, Keyed, KeyedCo, KeyedCoProcessFunction,
+    KeyedContext, KeyedProcessFunction, Map, MapFunction, Operator,
 };
 pub use record::{BatchBuilder, Collector, OwnedRecord, Record, Records};
 pub use state::{
@@ -155,6 +155,7 @@ pub mod __private {
     pub use crate::bindings::__export_weir_stream_operator as export;
     pub use crate::bindings::exports::weir::operator::migration::Guest as MigrationGuest;
     pub use crate::bindings::exports::weir::operator::operator::Guest;
+    pub use crate::bindings::exports::weir::operator::two_input::Guest as TwoInputGuest;
     pub use crate::bindings::weir::operator::types::{OpenContext, OperatorInfo};
     pub use crate::export::{Instance, describe, migrate};
 }

@@ -44,6 +44,19 @@ pub trait Operator: Sized + 'static {
     /// Processes one batch of records.
     fn process(&mut self, input: Batch) -> Result<Emitted, Error>;
 
+    /// Processes one batch that arrived on input `input` of an operator
+    /// with two inputs (0: left, as `process`; 1: right). The default takes
+    /// input 0 only.
+    fn process_input(&mut self, input: u32, batch: Batch) -> Result<Emitted, Error> {
+        if input != 0 {
+            crate::bail!(
+                "this operator has one input, but a batch arrived on input {input} \
+                 (`input = \"right\"` in the job spec needs a two-input function)"
+            );
+        }
+        self.process(batch)
+    }
+
     /// A timer registered for `key` fired at `time`.
     fn on_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {
         let _ = (key, time);
@@ -173,6 +186,56 @@ pub trait KeyedProcessFunction: Sized + 'static {
     }
 }
 
+/// Per-key logic over two keyed inputs with shared keyed state and
+/// timers (Flink's `KeyedCoProcessFunction`): the building block of joins.
+/// Edges name the input they feed (`input = "left"` calls
+/// `process_element1`, `input = "right"` `process_element2`); both are
+/// keyed by the operator's `key_by`, so records of one key from either side
+/// meet in the same state.
+pub trait KeyedCoProcessFunction: Sized + 'static {
+    /// As [`Operator::NAME`].
+    const NAME: &'static str = "";
+    /// As [`Operator::VERSION`].
+    const VERSION: &'static str = "";
+    /// The keyed states the function uses. A state's id is its index here.
+    const STATES: &'static [StateDescriptor] = &[];
+
+    /// Creates the instance, once, before any record.
+    fn open(ctx: &OpenContext) -> Result<Self, Error>;
+
+    /// Processes one record of the left input (0).
+    fn process_element1(
+        &mut self,
+        record: Record<'_>,
+        ctx: &mut KeyedContext<'_>,
+    ) -> Result<(), Error>;
+
+    /// Processes one record of the right input (1).
+    fn process_element2(
+        &mut self,
+        record: Record<'_>,
+        ctx: &mut KeyedContext<'_>,
+    ) -> Result<(), Error>;
+
+    /// A timer fired, as [`KeyedProcessFunction::on_timer`].
+    fn on_timer(&mut self, time: i64, ctx: &mut KeyedContext<'_>) -> Result<(), Error> {
+        let _ = (time, ctx);
+        Ok(())
+    }
+
+    /// The watermark (the minimum over both inputs) advanced.
+    fn on_watermark(&mut self, watermark: i64, out: &mut Collector) -> Result<(), Error> {
+        let _ = (watermark, out);
+        Ok(())
+    }
+
+    /// Called once after the last record of both inputs.
+    fn close(&mut self, out: &mut Collector) -> Result<(), Error> {
+        let _ = out;
+        Ok(())
+    }
+}
+
 /// The current key, time, timers and outputs of a [`KeyedProcessFunction`]
 /// call (Flink's `Context` / `OnTimerContext`).
 pub struct KeyedContext<'a> {
@@ -268,6 +331,12 @@ pub struct Keyed<T> {
     out: Collector,
 }
 
+/// Runs a [`KeyedCoProcessFunction`] as an [`Operator`] with two inputs.
+pub struct KeyedCo<T> {
+    inner: T,
+    out: Collector,
+}
+
 macro_rules! inner_accessors {
     ($($adapter:ident),*) => {$(
         impl<T> $adapter<T> {
@@ -284,7 +353,7 @@ macro_rules! inner_accessors {
     )*};
 }
 
-inner_accessors!(Map, FlatMap, Filter, Keyed);
+inner_accessors!(Map, FlatMap, Filter, Keyed, KeyedCo);
 
 impl<T: MapFunction> Operator for Map<T> {
     const NAME: &'static str = T::NAME;
@@ -403,6 +472,77 @@ impl<T: KeyedProcessFunction> Operator for Keyed<T> {
             self.inner.process_element(record, &mut ctx)?;
         }
         Ok(self.out.take())
+    }
+
+    fn on_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {
+        self.out.clear();
+        let mut ctx = KeyedContext {
+            key: &key,
+            timestamp: time,
+            out: &mut self.out,
+        };
+        self.inner.on_timer(time, &mut ctx)?;
+        Ok(self.out.take())
+    }
+
+    fn on_watermark(&mut self, watermark: i64) -> Result<Emitted, Error> {
+        self.out.clear();
+        self.inner.on_watermark(watermark, &mut self.out)?;
+        Ok(self.out.take())
+    }
+
+    fn close(&mut self) -> Result<Emitted, Error> {
+        self.out.clear();
+        self.inner.close(&mut self.out)?;
+        Ok(self.out.take())
+    }
+}
+
+impl<T: KeyedCoProcessFunction> KeyedCo<T> {
+    fn elements(&mut self, input: u32, batch: Batch) -> Result<Emitted, Error> {
+        self.out.clear();
+        for (i, record) in batch.records()?.enumerate() {
+            let Some(key) = record.key else {
+                crate::bail!(
+                    "record {i} of input {input} has no key, but this operator runs on keyed streams"
+                );
+            };
+            let mut ctx = KeyedContext {
+                key,
+                timestamp: record.timestamp,
+                out: &mut self.out,
+            };
+            match input {
+                0 => self.inner.process_element1(record, &mut ctx)?,
+                1 => self.inner.process_element2(record, &mut ctx)?,
+                other => {
+                    crate::bail!("a batch on input {other}; a co-process function has 0 and 1")
+                }
+            }
+        }
+        Ok(self.out.take())
+    }
+}
+
+impl<T: KeyedCoProcessFunction> Operator for KeyedCo<T> {
+    const NAME: &'static str = T::NAME;
+    const VERSION: &'static str = T::VERSION;
+    const KEYED: bool = true;
+    const STATES: &'static [StateDescriptor] = T::STATES;
+
+    fn open(ctx: &OpenContext) -> Result<Self, Error> {
+        Ok(KeyedCo {
+            inner: T::open(ctx)?,
+            out: Collector::new(),
+        })
+    }
+
+    fn process(&mut self, input: Batch) -> Result<Emitted, Error> {
+        self.elements(0, input)
+    }
+
+    fn process_input(&mut self, input: u32, batch: Batch) -> Result<Emitted, Error> {
+        self.elements(input, batch)
     }
 
     fn on_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {

@@ -229,6 +229,17 @@ impl<O: Operator> Harness<O> {
         self.process_batch(batch)
     }
 
+    /// Sends `records` as one batch to input `input` of a two-input
+    /// operator (0 left, 1 right).
+    pub fn process_input<'a>(
+        &mut self,
+        input: u32,
+        records: impl IntoIterator<Item = Record<'a>>,
+    ) -> Result<Output, Error> {
+        let batch = Batch::from_records(records);
+        self.call(|op| op.process_input(input, batch))
+    }
+
     /// Sends a packed batch as it is (e.g. a malformed one) to `process`.
     pub fn process_batch(&mut self, batch: Batch) -> Result<Output, Error> {
         self.call(|op| op.process(batch))

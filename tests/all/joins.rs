@@ -8,6 +8,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use weir_tests::artifacts;
+
 use super::cluster::harness::Cluster;
 use crate::event_time::{Input, disordered};
 use crate::util::{describe, read_sink, run_weir, toml_path};
@@ -160,6 +162,26 @@ fn an_interval_join_on_a_cluster_equals_a_nested_loop_join() {
     let job = cluster.wait_job(&id, |s| s != "running" && s != "created");
     assert_eq!(job["state"], "finished", "{job}");
     let got = parse_pairs(&read_sink(&out));
+    assert!(got == expected, "pairs differ from the nested-loop join");
+}
+
+#[test]
+fn a_keyed_co_process_function_in_wasm_joins_both_inputs_like_a_nested_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (left, right) = inputs(dir.path());
+    let expected = nested_loop(&left, &right, |_, _| true);
+    let (spec, out) = join_spec(dir.path(), "{ type = \"window\", size_ms = 1 }", 2);
+    // The same job with the `pair-join` module (every pair of a key, any
+    // times) in place of the host's join.
+    let text = std::fs::read_to_string(&spec).unwrap().replace(
+        "join = { type = \"window\", size_ms = 1 }",
+        &format!("module = {}", toml_path(Path::new(artifacts::PAIR_JOIN))),
+    );
+    std::fs::write(&spec, text).unwrap();
+    let run = run_weir(&dir.path().join("cache"), &["run", spec.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", describe(&run));
+    let got = parse_pairs(&read_sink(&out));
+    assert_eq!(got.len(), expected.len(), "distinct pairs");
     assert!(got == expected, "pairs differ from the nested-loop join");
 }
 

@@ -13,6 +13,7 @@ mod bad_input;
 mod cache;
 mod cluster;
 mod confine;
+mod contract;
 mod ctrl_c;
 mod embedded;
 mod event_time;

@@ -190,6 +190,14 @@ impl LocalCluster {
                     v.id.0, entry.1.name
                 )));
             }
+            if graph.inputs(i).any(|e| e.input == 1) && !self.runtime.exports_two_input(&entry.0) {
+                return Err(RunError::Plan(format!(
+                    "operator `{}` ({}) has an edge with input = \"right\", but its module does \
+                     not export `weir:operator/two-input`: build it with a two-input function \
+                     (the Rust SDK's `export_keyed_co!`), or drop `input`",
+                    v.id.0, entry.1.name
+                )));
+            }
             out.insert(i, entry);
         }
         Ok(out)

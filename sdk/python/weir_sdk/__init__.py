@@ -1,7 +1,7 @@
 """weir_sdk: write Weir stream operators in Python.
 
 A Weir operator is a WebAssembly component implementing ``wit/operator.wit``
-(``weir:operator@0.1.0``). This package hides the contract behind Flink's
+(``weir:operator@0.1.1``). This package hides the contract behind Flink's
 function classes, typed keyed state and one ``export`` call, the same shape
 as the Rust SDK (``sdk/src``); componentize-py builds the module into a
 component (see ``sdk/python/README.md``), and ``weir_sdk.testing`` runs the

@@ -204,7 +204,8 @@ impl Builder {
         }
     }
 
-    /// The edge's `input`: required into a join (left 0, right 1), refused
+    /// The edge's `input`: required into a join (left 0, right 1), optional
+    /// into an operator (a module's `two-input`; default left), refused
     /// elsewhere.
     fn input(&mut self, i: usize, t: &EdgeTable, to: &Declared) -> u8 {
         let field = format!("edge[{i}].input");
@@ -237,11 +238,15 @@ impl Builder {
                 return 0;
             }
         };
-        if !is_join {
+        if !matches!(
+            to.vertex.kind,
+            VertexKind::Join(_) | VertexKind::Operator(_)
+        ) {
             self.problem(
                 field,
                 format!(
-                    "{} has one input; only a join (`join = {{ … }}`) has a left and a right",
+                    "{} has one input; only a join (`join = {{ … }}`) or an operator with a \
+                     module that exports `two-input` has a left and a right",
                     to.label
                 ),
             );

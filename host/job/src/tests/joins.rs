@@ -99,13 +99,19 @@ fn a_join_needs_both_sides_bounds_in_order_and_a_key() {
 }
 
 #[test]
-fn only_a_join_takes_an_input_side() {
+fn a_sink_or_window_takes_no_input_side_but_an_operator_may() {
+    let graph = valid(&format!(
+        "{TWO_SOURCES}\n[[operator]]\nid = \"j\"\nmodule = \"m.wasm\"\n{SINK}\
+         \n[[edge]]\nfrom = \"a\"\nto = \"j\"\ninput = \"right\"\n{}{}",
+        edge("b", "j"),
+        edge("j", "out")
+    ));
+    assert_eq!(graph.edges[0].input, 1);
+    assert_eq!(graph.edges[1].input, 0, "left by default");
     assert_problem(
         &format!(
-            "{TWO_SOURCES}\n[[operator]]\nid = \"j\"\nmodule = \"m.wasm\"\n{SINK}\
-             \n[[edge]]\nfrom = \"a\"\nto = \"j\"\ninput = \"right\"\n{}{}",
-            edge("b", "j"),
-            edge("j", "out")
+            "{TWO_SOURCES}\n{SINK}\n[[edge]]\nfrom = \"a\"\nto = \"out\"\ninput = \"right\"\n{}",
+            edge("b", "out")
         ),
         "edge[0].input",
         &["one input", "only a join"],

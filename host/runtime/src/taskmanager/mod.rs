@@ -265,7 +265,7 @@ impl Operator {
     /// Processes a batch that arrived on input `input` (0 but for a join).
     fn process(&mut self, input: u8, batch: &Batch) -> Result<Emitted, OperatorError> {
         match self {
-            Operator::Wasm(i) => i.process(batch),
+            Operator::Wasm(i) => i.process_input(input, batch),
             Operator::Window(w) => w.process(batch),
             Operator::Join(j) => j.process(input, batch),
         }

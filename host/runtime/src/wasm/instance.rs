@@ -218,8 +218,28 @@ impl WasiView for InstanceState {
 type MigrateState =
     wasmtime::component::TypedFunc<(String, String, Vec<u8>), (Result<Vec<u8>, String>,)>;
 
+/// The contract version this host implements (`wit/operator.wit`). It
+/// runs components built against any `0.1.x`: wasmtime links and looks up
+/// semver-compatible interface versions.
+pub const CONTRACT_VERSION: &str = "0.1.1";
+
 /// The name of the optional migration interface among a component's exports.
-pub const MIGRATION_INTERFACE: &str = "weir:operator/migration@0.1.0";
+pub const MIGRATION_INTERFACE: &str = "weir:operator/migration@0.1.1";
+
+/// The name of the optional two-input interface (since 0.1.1).
+pub const TWO_INPUT_INTERFACE: &str = "weir:operator/two-input@0.1.1";
+
+/// Whether `name` (an import or export of a component) is the contract's
+/// interface `interface` at any version this host runs (`0.1.x`).
+pub fn is_contract_interface(name: &str, interface: &str) -> bool {
+    name.strip_prefix("weir:operator/")
+        .and_then(|rest| rest.strip_prefix(interface))
+        .and_then(|rest| rest.strip_prefix("@0.1."))
+        .is_some_and(|patch| !patch.is_empty() && patch.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `two-input.process-input`: (input, batch) → emitted.
+type ProcessInput = wasmtime::component::TypedFunc<(u32, Batch), (Result<Emitted, String>,)>;
 
 /// One operator instance for one subtask.
 pub struct OperatorInstance {
@@ -227,6 +247,8 @@ pub struct OperatorInstance {
     bindings: StreamOperator,
     /// `migration.migrate-state`, if the component exports it.
     migrate: Option<MigrateState>,
+    /// `two-input.process-input`, if the component exports it.
+    process_input: Option<ProcessInput>,
     config: InstanceConfig,
     deadline_ticks: u64,
     poisoned: bool,
@@ -254,10 +276,13 @@ impl OperatorInstance {
             .instantiate(&mut store)
             .and_then(|instance| {
                 let bindings = StreamOperator::new(&mut store, &instance)?;
-                let migrate = migration_export(&mut store, &instance)?;
-                Ok((bindings, migrate))
+                let migrate =
+                    optional_export(&mut store, &instance, MIGRATION_INTERFACE, "migrate-state")?;
+                let process_input =
+                    optional_export(&mut store, &instance, TWO_INPUT_INTERFACE, "process-input")?;
+                Ok((bindings, migrate, process_input))
             });
-        let (bindings, migrate) = instantiated.map_err(|e| {
+        let (bindings, migrate, process_input) = instantiated.map_err(|e| {
             let mut err = classify(&store, &config.operator, e, config.call_timeout);
             if err.kind == FailureKind::Trap {
                 err.kind = FailureKind::Instantiate;
@@ -268,6 +293,7 @@ impl OperatorInstance {
             store,
             bindings,
             migrate,
+            process_input,
             config,
             deadline_ticks,
             poisoned: false,
@@ -439,6 +465,37 @@ impl OperatorInstance {
         self.check_output(out)
     }
 
+    /// Whether the component exports `two-input` ([`TWO_INPUT_INTERFACE`]).
+    pub fn has_two_inputs(&self) -> bool {
+        self.process_input.is_some()
+    }
+
+    /// Processes one batch that arrived on input `input`: `process` for
+    /// input 0, `two-input.process-input` for input 1.
+    pub fn process_input(&mut self, input: u8, batch: &Batch) -> Result<Emitted, OperatorError> {
+        if input == 0 {
+            return self.process(batch);
+        }
+        let Some(process_input) = self.process_input else {
+            return Err(OperatorError::new(
+                &self.config.operator,
+                FailureKind::ContractMismatch,
+                "a batch arrived on input 1 (`input = \"right\"`), but the module does not \
+                 export `weir:operator/two-input` (build it with a two-input function)",
+            ));
+        };
+        let args = (u32::from(input), batch.clone());
+        let out = guarded_call(
+            &mut self.store,
+            &mut self.poisoned,
+            &self.config,
+            self.deadline_ticks,
+            "process-input",
+            |store| process_input.call(store, args).map(|(r,)| r),
+        )?;
+        self.check_output(out)
+    }
+
     /// Advances the watermark: fires every timer at or before it (in time
     /// order), then calls `on-watermark`. Returns everything emitted.
     pub fn advance_watermark(&mut self, watermark: i64) -> Result<Vec<Emitted>, OperatorError> {
@@ -522,17 +579,23 @@ fn guarded_call<T>(
     }
 }
 
-/// The component's `migration.migrate-state`, if it exports the interface
-/// ([`MIGRATION_INTERFACE`]) with that function of the contract's type.
-fn migration_export(
+/// The component's function `function` of the optional interface
+/// `interface` (looked up semver-compatibly), if it exports it, with the
+/// contract's type.
+fn optional_export<Params, Results>(
     store: &mut Store<InstanceState>,
     instance: &wasmtime::component::Instance,
-) -> wasmtime::Result<Option<MigrateState>> {
-    let Some(interface) = instance.get_export_index(&mut *store, None, MIGRATION_INTERFACE) else {
+    interface: &str,
+    function: &str,
+) -> wasmtime::Result<Option<wasmtime::component::TypedFunc<Params, Results>>>
+where
+    Params: wasmtime::component::ComponentNamedList + wasmtime::component::Lower,
+    Results: wasmtime::component::ComponentNamedList + wasmtime::component::Lift,
+{
+    let Some(interface) = instance.get_export_index(&mut *store, None, interface) else {
         return Ok(None);
     };
-    let Some(func) = instance.get_export_index(&mut *store, Some(&interface), "migrate-state")
-    else {
+    let Some(func) = instance.get_export_index(&mut *store, Some(&interface), function) else {
         return Ok(None);
     };
     instance.get_typed_func(store, func).map(Some)

@@ -30,7 +30,10 @@ mod instance;
 mod quota;
 
 pub use cache::CacheOutcome;
-pub use instance::{ATTEMPT_ENV, InstanceConfig, MIGRATION_INTERFACE, OperatorInstance};
+pub use instance::{
+    ATTEMPT_ENV, CONTRACT_VERSION, InstanceConfig, MIGRATION_INTERFACE, OperatorInstance,
+    TWO_INPUT_INTERFACE, is_contract_interface,
+};
 pub use quota::{LOG_BYTES_PER_CALL, MAX_LOG_LINE, MAX_METRIC_NAME, MAX_METRICS};
 
 use std::collections::HashMap;
@@ -334,7 +337,7 @@ impl Runtime {
                 name,
                 FailureKind::ContractMismatch,
                 format!(
-                    "the component's imports do not match weir:operator@0.1.0 \
+                    "the component's imports do not match weir:operator@0.1.x \
                      (world stream-operator): {e:#}"
                 ),
             )
@@ -344,7 +347,7 @@ impl Runtime {
                 name,
                 FailureKind::ContractMismatch,
                 format!(
-                    "the component does not export weir:operator/operator@0.1.0 \
+                    "the component does not export weir:operator/operator@0.1.x \
                      as world stream-operator requires: {e:#}"
                 ),
             )
@@ -394,7 +397,17 @@ impl Runtime {
             .component
             .component_type()
             .exports(&self.engine)
-            .any(|(name, _)| name == MIGRATION_INTERFACE)
+            .any(|(name, _)| is_contract_interface(name, "migration"))
+    }
+
+    /// Whether `module` exports the optional `two-input` interface
+    /// ([`TWO_INPUT_INTERFACE`]): it can take a second input.
+    pub fn exports_two_input(&self, module: &OperatorModule) -> bool {
+        module
+            .component
+            .component_type()
+            .exports(&self.engine)
+            .any(|(name, _)| is_contract_interface(name, "two-input"))
     }
 
     /// Instantiates `module` for one subtask.
@@ -450,6 +463,17 @@ pub struct Inspection {
     pub exports: Vec<String>,
     /// The operator's self-description if it fits the contract, else why not.
     pub contract: Result<OperatorInfo, String>,
+}
+
+impl Inspection {
+    /// The contract version the component was built against: the version
+    /// of the `weir:operator/operator` interface it exports (`0.1.0`,
+    /// `0.1.1`, …), if it exports one.
+    pub fn contract_version(&self) -> Option<&str> {
+        self.exports
+            .iter()
+            .find_map(|e| e.strip_prefix("weir:operator/operator@"))
+    }
 }
 
 /// A compiled component that implements the contract.
