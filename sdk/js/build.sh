@@ -83,11 +83,19 @@ if [ -f "$project/package.json" ]; then
     pkg="$(node -e 'const p=require(process.argv[1]); process.stdout.write(JSON.stringify({name:p.name,version:p.version}))' "$project/package.json")"
 fi
 
+# The contract's version, as the WIT states it: the host interfaces are
+# imported at that version.
+contract_version="$(sed -n 's/^package weir:operator@\([0-9.]*\);$/\1/p' "$wit/operator.wit")"
+if [ -z "$contract_version" ]; then
+    echo "build.sh: no 'package weir:operator@X.Y.Z;' line in $wit/operator.wit" >&2
+    exit 1
+fi
+
 cat >"$work/wrapper.js" <<EOF
-import * as state from 'weir:operator/state@0.1.0';
-import * as timers from 'weir:operator/timers@0.1.0';
-import * as log from 'weir:operator/log@0.1.0';
-import * as metrics from 'weir:operator/metrics@0.1.0';
+import * as state from 'weir:operator/state@$contract_version';
+import * as timers from 'weir:operator/timers@$contract_version';
+import * as log from 'weir:operator/log@$contract_version';
+import * as metrics from 'weir:operator/metrics@$contract_version';
 import * as user from $(node -e 'process.stdout.write(JSON.stringify(process.argv[1]))' "$project/$entry");
 globalThis.__weirHost = { backend: '$backend_tag', state, timers, log, metrics, package: $pkg };
 export const operator = user.operator;
@@ -103,7 +111,7 @@ EOF
 
 "$tools/node_modules/.bin/rolldown" "$work/wrapper.js" \
     --file "$work/bundle.js" --format esm --platform neutral \
-    --external 'weir:operator/state@0.1.0,weir:operator/timers@0.1.0,weir:operator/log@0.1.0,weir:operator/metrics@0.1.0' \
+    --external "weir:operator/state@$contract_version,weir:operator/timers@$contract_version,weir:operator/log@$contract_version,weir:operator/metrics@$contract_version" \
     >"$work/rolldown.log" 2>&1 || {
     cat "$work/rolldown.log" >&2
     exit 1

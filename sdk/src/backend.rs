@@ -60,6 +60,15 @@ mod imp {
     pub(crate) fn current_watermark() -> i64 {
         timers::current_watermark()
     }
+    pub(crate) fn register_processing_timer(key: &[u8], time: i64) -> HostResult<()> {
+        timers::register_processing_timer(key, time)
+    }
+    pub(crate) fn delete_processing_timer(key: &[u8], time: i64) -> HostResult<()> {
+        timers::delete_processing_timer(key, time)
+    }
+    pub(crate) fn current_processing_time() -> i64 {
+        timers::current_processing_time()
+    }
     pub(crate) fn log(level: Level, message: &str) {
         log::log(level, message)
     }
@@ -154,6 +163,21 @@ mod imp {
     pub(crate) fn current_watermark() -> i64 {
         with(|b| Ok(b.watermark)).unwrap_or(i64::MIN)
     }
+    pub(crate) fn register_processing_timer(key: &[u8], time: i64) -> HostResult<()> {
+        with(|b| {
+            b.processing_timers.insert((time, key.to_vec()));
+            Ok(())
+        })
+    }
+    pub(crate) fn delete_processing_timer(key: &[u8], time: i64) -> HostResult<()> {
+        with(|b| {
+            b.processing_timers.remove(&(time, key.to_vec()));
+            Ok(())
+        })
+    }
+    pub(crate) fn current_processing_time() -> i64 {
+        with(|b| Ok(b.processing_time)).unwrap_or(0)
+    }
     pub(crate) fn log(level: Level, message: &str) {
         let logged = with(|b| {
             b.logs.push((level, message.to_owned()));
@@ -218,6 +242,10 @@ mod memory {
         /// Registered timers, ordered by time then key: the firing order.
         pub(crate) timers: BTreeSet<(i64, Vec<u8>)>,
         pub(crate) watermark: i64,
+        /// Registered processing-time timers, in firing order.
+        pub(crate) processing_timers: BTreeSet<(i64, Vec<u8>)>,
+        /// The harness's clock (ms), moved by the test.
+        pub(crate) processing_time: i64,
         pub(crate) logs: Vec<(Level, String)>,
         pub(crate) counters: BTreeMap<String, u64>,
         pub(crate) gauges: BTreeMap<String, f64>,

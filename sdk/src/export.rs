@@ -113,6 +113,11 @@ impl<O: Operator> Instance<O> {
         self.with(|op| op.on_timer(key, time))
     }
 
+    /// WIT `processing-time.on-processing-timer`.
+    pub fn on_processing_timer(&self, key: Vec<u8>, time: i64) -> Result<Emitted, String> {
+        self.with(|op| op.on_processing_timer(key, time))
+    }
+
     /// WIT `on-watermark`.
     pub fn on_watermark(&self, watermark: i64) -> Result<Emitted, String> {
         self.with(|op| op.on_watermark(watermark))
@@ -199,6 +204,15 @@ macro_rules! export_operator {
                 }
                 fn close() -> ::core::result::Result<$crate::Emitted, ::std::string::String> {
                     WEIR_INSTANCE.with(|i| i.close())
+                }
+            }
+
+            impl $crate::__private::ProcessingTimeGuest for WeirOperatorExport {
+                fn on_processing_timer(
+                    key: ::std::vec::Vec<u8>,
+                    time: i64,
+                ) -> ::core::result::Result<$crate::Emitted, ::std::string::String> {
+                    WEIR_INSTANCE.with(|i| i.on_processing_timer(key, time))
                 }
             }
 

@@ -155,6 +155,7 @@ pub mod __private {
     pub use crate::bindings::__export_weir_stream_operator as export;
     pub use crate::bindings::exports::weir::operator::migration::Guest as MigrationGuest;
     pub use crate::bindings::exports::weir::operator::operator::Guest;
+    pub use crate::bindings::exports::weir::operator::processing_time::Guest as ProcessingTimeGuest;
     pub use crate::bindings::exports::weir::operator::two_input::Guest as TwoInputGuest;
     pub use crate::bindings::weir::operator::types::{OpenContext, OperatorInfo};
     pub use crate::export::{Instance, describe, migrate};

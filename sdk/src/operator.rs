@@ -63,6 +63,12 @@ pub trait Operator: Sized + 'static {
         Ok(Emitted::empty())
     }
 
+    /// A processing-time timer registered for `key` fired at `time`.
+    fn on_processing_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {
+        let _ = (key, time);
+        Ok(Emitted::empty())
+    }
+
     /// The watermark advanced to `watermark` (after due timers fired).
     fn on_watermark(&mut self, watermark: i64) -> Result<Emitted, Error> {
         let _ = watermark;
@@ -173,6 +179,13 @@ pub trait KeyedProcessFunction: Sized + 'static {
         Ok(())
     }
 
+    /// A processing-time timer fired: `ctx.key()` is its key, `time` the
+    /// time it was registered for.
+    fn on_processing_timer(&mut self, time: i64, ctx: &mut KeyedContext<'_>) -> Result<(), Error> {
+        let _ = (time, ctx);
+        Ok(())
+    }
+
     /// The watermark advanced (after due timers fired). No key is current here.
     fn on_watermark(&mut self, watermark: i64, out: &mut Collector) -> Result<(), Error> {
         let _ = (watermark, out);
@@ -219,6 +232,13 @@ pub trait KeyedCoProcessFunction: Sized + 'static {
 
     /// A timer fired, as [`KeyedProcessFunction::on_timer`].
     fn on_timer(&mut self, time: i64, ctx: &mut KeyedContext<'_>) -> Result<(), Error> {
+        let _ = (time, ctx);
+        Ok(())
+    }
+
+    /// A processing-time timer fired, as
+    /// [`KeyedProcessFunction::on_processing_timer`].
+    fn on_processing_timer(&mut self, time: i64, ctx: &mut KeyedContext<'_>) -> Result<(), Error> {
         let _ = (time, ctx);
         Ok(())
     }
@@ -272,6 +292,35 @@ impl<'a> KeyedContext<'a> {
     pub fn delete_event_time_timer(&mut self, time: i64) -> Result<(), Error> {
         backend::delete_event_timer(self.key, time)
             .map_err(|e| Error::new(format!("delete timer at {time}: {}", explain(e))))
+    }
+
+    /// The subtask's wall clock, ms since the epoch (in the harness, its
+    /// clock: [`crate::testing::Harness::advance_processing_time`]).
+    pub fn current_processing_time(&self) -> i64 {
+        backend::current_processing_time()
+    }
+
+    /// Registers a processing-time timer for the current key; it fires
+    /// through `on_processing_timer` once the wall clock reaches `time`. It
+    /// is checkpointed with the state (after a restore, a timer already due
+    /// fires at once). Registering the same timer twice is a no-op.
+    pub fn register_processing_time_timer(&mut self, time: i64) -> Result<(), Error> {
+        backend::register_processing_timer(self.key, time).map_err(|e| {
+            Error::new(format!(
+                "register processing-time timer at {time}: {}",
+                explain(e)
+            ))
+        })
+    }
+
+    /// Deletes the current key's processing-time timer at `time`, if registered.
+    pub fn delete_processing_time_timer(&mut self, time: i64) -> Result<(), Error> {
+        backend::delete_processing_timer(self.key, time).map_err(|e| {
+            Error::new(format!(
+                "delete processing-time timer at {time}: {}",
+                explain(e)
+            ))
+        })
     }
 
     /// Emits `record` on the main output.
@@ -485,6 +534,17 @@ impl<T: KeyedProcessFunction> Operator for Keyed<T> {
         Ok(self.out.take())
     }
 
+    fn on_processing_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {
+        self.out.clear();
+        let mut ctx = KeyedContext {
+            key: &key,
+            timestamp: time,
+            out: &mut self.out,
+        };
+        self.inner.on_processing_timer(time, &mut ctx)?;
+        Ok(self.out.take())
+    }
+
     fn on_watermark(&mut self, watermark: i64) -> Result<Emitted, Error> {
         self.out.clear();
         self.inner.on_watermark(watermark, &mut self.out)?;
@@ -553,6 +613,17 @@ impl<T: KeyedCoProcessFunction> Operator for KeyedCo<T> {
             out: &mut self.out,
         };
         self.inner.on_timer(time, &mut ctx)?;
+        Ok(self.out.take())
+    }
+
+    fn on_processing_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {
+        self.out.clear();
+        let mut ctx = KeyedContext {
+            key: &key,
+            timestamp: time,
+            out: &mut self.out,
+        };
+        self.inner.on_processing_timer(time, &mut ctx)?;
         Ok(self.out.take())
     }
 

@@ -274,6 +274,40 @@ impl<O: Operator> Harness<O> {
         Ok(output)
     }
 
+    /// Moves the harness's processing-time clock forward by `ms` (it starts
+    /// at 0) and fires every processing-time timer now due, in time order.
+    /// Returns everything emitted.
+    pub fn advance_processing_time(&mut self, ms: i64) -> Result<Output, Error> {
+        let now = {
+            let mut backend = self.backend.borrow_mut();
+            backend.processing_time = backend.processing_time.saturating_add(ms);
+            backend.processing_time
+        };
+        let mut output = Output::default();
+        loop {
+            let due = {
+                let mut backend = self.backend.borrow_mut();
+                match backend.processing_timers.first() {
+                    Some((time, _)) if *time <= now => backend.processing_timers.pop_first(),
+                    _ => None,
+                }
+            };
+            let Some((time, key)) = due else { break };
+            output.extend(self.call(|op| op.on_processing_timer(key, time))?);
+        }
+        Ok(output)
+    }
+
+    /// The registered processing-time timers as `(time, key)`, in firing order.
+    pub fn processing_timers(&self) -> Vec<(i64, Vec<u8>)> {
+        self.backend
+            .borrow()
+            .processing_timers
+            .iter()
+            .cloned()
+            .collect()
+    }
+
     /// Calls `close`. Calling it twice is an error.
     pub fn close(&mut self) -> Result<Output, Error> {
         if self.closed {

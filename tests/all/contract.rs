@@ -41,7 +41,7 @@ fn inspect_says_which_contract_version_a_component_targets() {
     let dir = tempfile::tempdir().unwrap();
     for (module, version) in [
         (artifacts::LEGACY_COUNT, "0.1.0"),
-        (artifacts::WORD_COUNT, "0.1.1"),
+        (artifacts::WORD_COUNT, weir_host::wasm::CONTRACT_VERSION),
     ] {
         let out = run_weir(dir.path(), &["inspect", "--json", module]);
         assert!(out.status.success(), "{}", describe(&out));

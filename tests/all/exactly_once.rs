@@ -55,7 +55,7 @@ pub(crate) fn completed_checkpoints(cluster: &Cluster, id: &str) -> Vec<u64> {
         .unwrap_or_default()
 }
 
-fn restores(cluster: &Cluster, id: &str) -> usize {
+pub(crate) fn restores(cluster: &Cluster, id: &str) -> usize {
     let (_, v) = cluster.get(&format!("/v1/jobs/{id}/checkpoints"));
     v["restores"].as_array().map(Vec::len).unwrap_or(0)
 }

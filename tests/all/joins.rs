@@ -11,7 +11,7 @@ use serde_json::Value;
 use weir_tests::artifacts;
 
 use super::cluster::harness::Cluster;
-use crate::event_time::{Input, disordered};
+use crate::event_time::{Input, disordered, mix};
 use crate::util::{describe, read_sink, run_weir, toml_path};
 
 const DISORDER: u64 = 200;
@@ -168,7 +168,18 @@ fn an_interval_join_on_a_cluster_equals_a_nested_loop_join() {
 #[test]
 fn a_keyed_co_process_function_in_wasm_joins_both_inputs_like_a_nested_loop() {
     let dir = tempfile::tempdir().unwrap();
+    // 50 keys: every pair of a key is emitted, so few records per key keep
+    // the output of one call far below its cap.
+    let rekeyed = |mut input: Vec<Input>| {
+        for r in &mut input {
+            r.key = format!("k{}", mix(r.i as u64 ^ r.ts as u64) % 50);
+        }
+        input
+    };
     let (left, right) = inputs(dir.path());
+    let (left, right) = (rekeyed(left), rekeyed(right));
+    write(&dir.path().join("left.jsonl"), &left);
+    write(&dir.path().join("right.jsonl"), &right);
     let expected = nested_loop(&left, &right, |_, _| true);
     let (spec, out) = join_spec(dir.path(), "{ type = \"window\", size_ms = 1 }", 2);
     // The same job with the `pair-join` module (every pair of a key, any

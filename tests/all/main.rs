@@ -21,6 +21,7 @@ mod exactly_once;
 mod fraud;
 mod joins;
 mod polyglot;
+mod processing_time;
 mod rest;
 mod rest_auth;
 mod rest_tls;

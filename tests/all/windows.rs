@@ -371,3 +371,146 @@ to = "out"
     assert_eq!(got.len(), expected.len(), "windows committed");
     assert!(got == expected, "counts differ from the independent count");
 }
+
+/// A running windowed count and interval join rescaled (a savepoint of
+/// their window and join state, restored at another parallelism): the
+/// committed results are still exactly the independent ones.
+#[test]
+fn windows_and_joins_rescale_through_a_savepoint_without_losing_state() {
+    let cluster = Cluster::start(2, 4, &[]);
+    let dir = cluster.dir.path().to_owned();
+    let input = disordered(60_000, DISORDER, 9);
+    let data = dir.join("input.jsonl");
+    std::fs::write(&data, lines(&input)).unwrap();
+    let (windows_out, pairs_out) = (dir.join("out/windows.jsonl"), dir.join("out/pairs.jsonl"));
+    let spec = dir.join("job.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"
+[job]
+name = "rescaled-windows"
+parallelism = 2
+
+[job.checkpoints]
+interval_ms = 300
+
+[[source]]
+id = "events"
+type = "file"
+path = {data}
+format = "json-lines"
+key_field = "k"
+timestamp_field = "ts"
+rate = 6000
+watermark = {{ max_out_of_orderness_ms = {DISORDER} }}
+
+[[operator]]
+id = "w"
+window = {{ type = "tumbling", size_ms = 500 }}
+aggregate = "sum"
+field = "json:x"
+key_by = "key"
+
+[[operator]]
+id = "j"
+join = {{ type = "interval", lower_ms = -3, upper_ms = 3 }}
+key_by = "key"
+
+[[sink]]
+id = "windows"
+type = "file"
+path = {windows_out}
+
+[[sink]]
+id = "pairs"
+type = "file"
+path = {pairs_out}
+
+[[edge]]
+from = "events"
+to = "w"
+
+[[edge]]
+from = "events"
+to = "j"
+input = "left"
+
+[[edge]]
+from = "events"
+to = "j"
+input = "right"
+
+[[edge]]
+from = "w"
+to = "windows"
+
+[[edge]]
+from = "j"
+to = "pairs"
+"#,
+            data = toml_path(&data),
+            windows_out = toml_path(&windows_out),
+            pairs_out = toml_path(&pairs_out),
+        ),
+    )
+    .unwrap();
+    let id = cluster.submit(&spec);
+    crate::cluster::harness::wait_for("a completed checkpoint", || {
+        (!crate::exactly_once::completed_checkpoints(&cluster, &id).is_empty()).then_some(())
+    });
+    let rescaled = cluster.weir(&["rescale", &id, "w=3", "j=4"]);
+    assert!(rescaled.status.success(), "{}", describe(&rescaled));
+    let job = cluster.wait_job(&id, |s| s == "finished" || s == "failed");
+    assert_eq!(job["state"], "finished", "{job}");
+    let parallelism = |v: &str| {
+        job["vertices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"] == v)
+            .unwrap()["parallelism"]
+            .clone()
+    };
+    assert_eq!(
+        (parallelism("w"), parallelism("j")),
+        (3.into(), 4.into()),
+        "{job}"
+    );
+
+    let mut expected = Windows::new();
+    for r in &input {
+        let start = r.ts.div_euclid(500) * 500;
+        *expected
+            .entry((r.key.clone(), start, start + 500))
+            .or_insert(0.0) += x_of(r) as f64;
+    }
+    let got = parse_windows(&committed_lines(&windows_out), "sum");
+    assert!(got == expected, "window sums differ after the rescale");
+    // The self-join: every ordered pair of a key's records at most 3 ms apart.
+    let mut by_key: BTreeMap<&str, Vec<&Input>> = BTreeMap::new();
+    for r in &input {
+        by_key.entry(&r.key).or_default().push(r);
+    }
+    let mut want: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    for records in by_key.values() {
+        for l in records {
+            for r in records {
+                if (l.ts - 3..=l.ts + 3).contains(&r.ts) {
+                    *want.entry((l.i, r.i)).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+    let mut pairs: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    for line in committed_lines(&pairs_out) {
+        let v: Value = serde_json::from_str(&line).unwrap();
+        let pair = (
+            v["left"]["i"].as_u64().unwrap() as usize,
+            v["right"]["i"].as_u64().unwrap() as usize,
+        );
+        *pairs.entry(pair).or_insert(0) += 1;
+    }
+    assert_eq!(pairs.len(), want.len(), "distinct pairs after the rescale");
+    assert!(pairs == want, "join pairs differ after the rescale");
+}

@@ -135,7 +135,10 @@ impl Builder {
         for (i, table) in doc.edges.iter().enumerate() {
             if let Some(edge) = self.edge(i, table, &declared, &index) {
                 if let Some(first) = edges.iter().position(|e| {
-                    e.from == edge.from && e.to == edge.to && e.from_tag == edge.from_tag
+                    e.from == edge.from
+                        && e.to == edge.to
+                        && e.from_tag == edge.from_tag
+                        && e.input == edge.input
                 }) {
                     self.problem(
                         format!("edge[{i}]"),

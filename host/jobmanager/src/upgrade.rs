@@ -230,6 +230,7 @@ fn migrations(
         );
         let states: Vec<String> = is
             .iter()
+            .filter(|d| d.name != weir_runtime::wasm::PROCESSING_TIMERS_STATE)
             .filter(|d| was.iter().any(|o| o.name == d.name && o.kind == d.kind))
             .map(|d| d.name.clone())
             .collect();

@@ -399,6 +399,7 @@ impl LocalCluster {
                                 if op.key_by.is_some() {
                                     let (backend, range) = keyed_backend(&state_descriptors(info))?;
                                     instance.attach_state(backend, range);
+                                    instance.enable_processing_timers(info.states.len() as u32)?;
                                 }
                                 let mut instance = Operator::Wasm(instance);
                                 if let Some(timers) = restored.and_then(|r| r.timers.get(&v)) {
@@ -650,7 +651,10 @@ pub struct SubtaskRestore {
     pub sink: Option<serde_json::Value>,
 }
 
-/// The keyed states an operator declares, as the state backends take them.
+/// The keyed states of a keyed Wasm operator, as the state backends take
+/// them: the ones it declares (a state's id is its index, as the guest
+/// sees it), then the host's hidden
+/// [`PROCESSING_TIMERS_STATE`](crate::wasm::PROCESSING_TIMERS_STATE).
 pub fn state_descriptors(info: &OperatorInfo) -> Vec<StateDescriptor> {
     use crate::wasm::StateKind as WitKind;
     info.states
@@ -664,6 +668,11 @@ pub fn state_descriptors(info: &OperatorInfo) -> Vec<StateDescriptor> {
             },
             ttl: d.ttl_ms.map(Duration::from_millis),
         })
+        .chain(std::iter::once(StateDescriptor {
+            name: crate::wasm::PROCESSING_TIMERS_STATE.to_owned(),
+            kind: StateKind::Map,
+            ttl: None,
+        }))
         .collect()
 }
 

@@ -3,62 +3,71 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Imported Functions from `weir:operator/state@0.1.1`
+// Imported Functions from `weir:operator/state@0.1.2`
 
-__attribute__((__import_module__("weir:operator/state@0.1.1"), __import_name__("value-get")))
+__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("value-get")))
 extern void __wasm_import_weir_operator_state_value_get(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.1"), __import_name__("value-set")))
+__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("value-set")))
 extern void __wasm_import_weir_operator_state_value_set(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.1"), __import_name__("list-get")))
+__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("list-get")))
 extern void __wasm_import_weir_operator_state_list_get(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.1"), __import_name__("list-add")))
+__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("list-add")))
 extern void __wasm_import_weir_operator_state_list_add(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.1"), __import_name__("map-get")))
+__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("map-get")))
 extern void __wasm_import_weir_operator_state_map_get(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.1"), __import_name__("map-put")))
+__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("map-put")))
 extern void __wasm_import_weir_operator_state_map_put(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.1"), __import_name__("map-remove")))
+__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("map-remove")))
 extern void __wasm_import_weir_operator_state_map_remove(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.1"), __import_name__("map-entries")))
+__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("map-entries")))
 extern void __wasm_import_weir_operator_state_map_entries(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.1"), __import_name__("clear")))
+__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("clear")))
 extern void __wasm_import_weir_operator_state_clear(int32_t, uint8_t *, size_t, uint8_t *);
 
-// Imported Functions from `weir:operator/timers@0.1.1`
+// Imported Functions from `weir:operator/timers@0.1.2`
 
-__attribute__((__import_module__("weir:operator/timers@0.1.1"), __import_name__("register-event-timer")))
+__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("register-event-timer")))
 extern void __wasm_import_weir_operator_timers_register_event_timer(uint8_t *, size_t, int64_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/timers@0.1.1"), __import_name__("delete-event-timer")))
+__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("delete-event-timer")))
 extern void __wasm_import_weir_operator_timers_delete_event_timer(uint8_t *, size_t, int64_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/timers@0.1.1"), __import_name__("current-watermark")))
+__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("current-watermark")))
 extern int64_t __wasm_import_weir_operator_timers_current_watermark(void);
 
-// Imported Functions from `weir:operator/log@0.1.1`
+__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("register-processing-timer")))
+extern void __wasm_import_weir_operator_timers_register_processing_timer(uint8_t *, size_t, int64_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/log@0.1.1"), __import_name__("log")))
+__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("delete-processing-timer")))
+extern void __wasm_import_weir_operator_timers_delete_processing_timer(uint8_t *, size_t, int64_t, uint8_t *);
+
+__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("current-processing-time")))
+extern int64_t __wasm_import_weir_operator_timers_current_processing_time(void);
+
+// Imported Functions from `weir:operator/log@0.1.2`
+
+__attribute__((__import_module__("weir:operator/log@0.1.2"), __import_name__("log")))
 extern void __wasm_import_weir_operator_log_log(int32_t, uint8_t *, size_t);
 
-// Imported Functions from `weir:operator/metrics@0.1.1`
+// Imported Functions from `weir:operator/metrics@0.1.2`
 
-__attribute__((__import_module__("weir:operator/metrics@0.1.1"), __import_name__("counter-add")))
+__attribute__((__import_module__("weir:operator/metrics@0.1.2"), __import_name__("counter-add")))
 extern void __wasm_import_weir_operator_metrics_counter_add(uint8_t *, size_t, int64_t);
 
-__attribute__((__import_module__("weir:operator/metrics@0.1.1"), __import_name__("gauge-set")))
+__attribute__((__import_module__("weir:operator/metrics@0.1.2"), __import_name__("gauge-set")))
 extern void __wasm_import_weir_operator_metrics_gauge_set(uint8_t *, size_t, double);
 
-// Exported Functions from `weir:operator/migration@0.1.1`
+// Exported Functions from `weir:operator/migration@0.1.2`
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/migration@0.1.1#migrate-state")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/migration@0.1.2#migrate-state")))
 void __wasm_export_exports_weir_operator_migration_migrate_state_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -82,9 +91,9 @@ void __wasm_export_exports_weir_operator_migration_migrate_state_post_return(uin
   }
 }
 
-// Exported Functions from `weir:operator/operator@0.1.1`
+// Exported Functions from `weir:operator/operator@0.1.2`
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.1#describe")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#describe")))
 void __wasm_export_exports_weir_operator_operator_describe_post_return(uint8_t * arg0) {
   if ((*((size_t*) (arg0 + sizeof(void*)))) > 0) {
     free(*((uint8_t **) (arg0 + 0)));
@@ -106,7 +115,7 @@ void __wasm_export_exports_weir_operator_operator_describe_post_return(uint8_t *
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.1#open")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#open")))
 void __wasm_export_exports_weir_operator_operator_open_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -121,7 +130,7 @@ void __wasm_export_exports_weir_operator_operator_open_post_return(uint8_t * arg
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.1#process")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#process")))
 void __wasm_export_exports_weir_operator_operator_process_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -220,7 +229,7 @@ void __wasm_export_exports_weir_operator_operator_process_post_return(uint8_t * 
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.1#on-timer")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#on-timer")))
 void __wasm_export_exports_weir_operator_operator_on_timer_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -319,7 +328,7 @@ void __wasm_export_exports_weir_operator_operator_on_timer_post_return(uint8_t *
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.1#on-watermark")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#on-watermark")))
 void __wasm_export_exports_weir_operator_operator_on_watermark_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -418,7 +427,7 @@ void __wasm_export_exports_weir_operator_operator_on_watermark_post_return(uint8
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.1#close")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#close")))
 void __wasm_export_exports_weir_operator_operator_close_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -1339,6 +1348,101 @@ weir_operator_timers_timestamp_t weir_operator_timers_current_watermark(void) {
   return ret;
 }
 
+bool weir_operator_timers_register_processing_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time, weir_operator_timers_state_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_weir_operator_timers_register_processing_timer((uint8_t *) (*key).ptr, (*key).len, time, ptr);
+  weir_operator_timers_result_void_state_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      weir_operator_state_state_error_t variant;
+      variant.tag = (int32_t) *((uint8_t*) (ptr + sizeof(void*)));
+      switch ((int32_t) variant.tag) {
+        case 0: {
+          variant.val.unknown_state = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 1: {
+          variant.val.wrong_kind = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 2: {
+          break;
+        }
+        case 3: {
+          variant.val.backend = (operator_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+      }
+
+      result.val.err = variant;
+      break;
+    }
+  }
+  if (!result.is_err) {
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool weir_operator_timers_delete_processing_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time, weir_operator_timers_state_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_weir_operator_timers_delete_processing_timer((uint8_t *) (*key).ptr, (*key).len, time, ptr);
+  weir_operator_timers_result_void_state_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      weir_operator_state_state_error_t variant;
+      variant.tag = (int32_t) *((uint8_t*) (ptr + sizeof(void*)));
+      switch ((int32_t) variant.tag) {
+        case 0: {
+          variant.val.unknown_state = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 1: {
+          variant.val.wrong_kind = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 2: {
+          break;
+        }
+        case 3: {
+          variant.val.backend = (operator_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+      }
+
+      result.val.err = variant;
+      break;
+    }
+  }
+  if (!result.is_err) {
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+weir_operator_timers_timestamp_t weir_operator_timers_current_processing_time(void) {
+  int64_t ret = __wasm_import_weir_operator_timers_current_processing_time();
+  return ret;
+}
+
 void weir_operator_log_log(weir_operator_log_level_t level, operator_string_t *message) {
   __wasm_import_weir_operator_log_log((int32_t) level, (uint8_t *) (*message).ptr, (*message).len);
 }
@@ -1351,7 +1455,7 @@ void weir_operator_metrics_gauge_set(operator_string_t *name, double value) {
   __wasm_import_weir_operator_metrics_gauge_set((uint8_t *) (*name).ptr, (*name).len, value);
 }
 
-__attribute__((__export_name__("weir:operator/migration@0.1.1#migrate-state")))
+__attribute__((__export_name__("weir:operator/migration@0.1.2#migrate-state")))
 uint8_t * __wasm_export_exports_weir_operator_migration_migrate_state(uint8_t * arg, size_t arg0, uint8_t * arg1, size_t arg2, uint8_t * arg3, size_t arg4) {
   operator_string_t arg5 = (operator_string_t) { (uint8_t*)(arg), (arg0) };
   operator_string_t arg6 = (operator_string_t) { (uint8_t*)(arg1), (arg2) };
@@ -1379,7 +1483,7 @@ uint8_t * __wasm_export_exports_weir_operator_migration_migrate_state(uint8_t * 
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.1#describe")))
+__attribute__((__export_name__("weir:operator/operator@0.1.2#describe")))
 uint8_t * __wasm_export_exports_weir_operator_operator_describe(void) {
   exports_weir_operator_operator_operator_info_t ret;
   exports_weir_operator_operator_describe(&ret);
@@ -1394,7 +1498,7 @@ uint8_t * __wasm_export_exports_weir_operator_operator_describe(void) {
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.1#open")))
+__attribute__((__export_name__("weir:operator/operator@0.1.2#open")))
 uint8_t * __wasm_export_exports_weir_operator_operator_open(uint8_t * arg, size_t arg0, int32_t arg1, int32_t arg2, int32_t arg3, uint8_t * arg4, size_t arg5) {
   exports_weir_operator_operator_open_context_t arg6 = (weir_operator_types_open_context_t) {
     (operator_string_t) (operator_string_t) { (uint8_t*)(arg), (arg0) },
@@ -1420,7 +1524,7 @@ uint8_t * __wasm_export_exports_weir_operator_operator_open(uint8_t * arg, size_
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.1#process")))
+__attribute__((__export_name__("weir:operator/operator@0.1.2#process")))
 uint8_t * __wasm_export_exports_weir_operator_operator_process(uint8_t * arg, size_t arg0, uint8_t * arg1, size_t arg2, uint8_t * arg3, size_t arg4, uint8_t * arg5, size_t arg6) {
   exports_weir_operator_operator_batch_t arg7 = (weir_operator_types_batch_t) {
     (weir_operator_types_list_timestamp_t) (weir_operator_types_list_timestamp_t) { (weir_operator_types_timestamp_t*)(arg), (arg0) },
@@ -1459,7 +1563,7 @@ uint8_t * __wasm_export_exports_weir_operator_operator_process(uint8_t * arg, si
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.1#on-timer")))
+__attribute__((__export_name__("weir:operator/operator@0.1.2#on-timer")))
 uint8_t * __wasm_export_exports_weir_operator_operator_on_timer(uint8_t * arg, size_t arg0, int64_t arg1) {
   operator_list_u8_t arg2 = (operator_list_u8_t) { (uint8_t*)(arg), (arg0) };
   exports_weir_operator_operator_result_emitted_string_t ret;
@@ -1493,7 +1597,7 @@ uint8_t * __wasm_export_exports_weir_operator_operator_on_timer(uint8_t * arg, s
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.1#on-watermark")))
+__attribute__((__export_name__("weir:operator/operator@0.1.2#on-watermark")))
 uint8_t * __wasm_export_exports_weir_operator_operator_on_watermark(int64_t arg) {
   exports_weir_operator_operator_result_emitted_string_t ret;
   exports_weir_operator_operator_emitted_t ok;
@@ -1526,7 +1630,7 @@ uint8_t * __wasm_export_exports_weir_operator_operator_on_watermark(int64_t arg)
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.1#close")))
+__attribute__((__export_name__("weir:operator/operator@0.1.2#close")))
 uint8_t * __wasm_export_exports_weir_operator_operator_close(void) {
   exports_weir_operator_operator_result_emitted_string_t ret;
   exports_weir_operator_operator_emitted_t ok;

@@ -280,7 +280,7 @@ typedef struct {
   } val;
 } exports_weir_operator_operator_result_emitted_string_t;
 
-// Imported Functions from `weir:operator/state@0.1.1`
+// Imported Functions from `weir:operator/state@0.1.2`
 // The value for `key`, if any.
 extern bool weir_operator_state_value_get(weir_operator_state_state_id_t state, operator_list_u8_t *key, operator_option_list_u8_t *ret, weir_operator_state_state_error_t *err);
 // Sets the value for `key`.
@@ -300,28 +300,36 @@ extern bool weir_operator_state_map_entries(weir_operator_state_state_id_t state
 // Removes whatever the state holds for `key` (value, list or map).
 extern bool weir_operator_state_clear(weir_operator_state_state_id_t state, operator_list_u8_t *key, weir_operator_state_state_error_t *err);
 
-// Imported Functions from `weir:operator/timers@0.1.1`
+// Imported Functions from `weir:operator/timers@0.1.2`
 // Registers a timer for `key` at `time`; registering the same one twice is a no-op.
 extern bool weir_operator_timers_register_event_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time, weir_operator_timers_state_error_t *err);
 // Deletes a registered timer, if it exists.
 extern bool weir_operator_timers_delete_event_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time, weir_operator_timers_state_error_t *err);
 // The current event-time watermark of this subtask.
 extern weir_operator_timers_timestamp_t weir_operator_timers_current_watermark(void);
+// (Since 0.1.2.) Registers a processing-time timer for `key` at `time`
+// (ms since the epoch, wall clock); the same one twice is a no-op.
+// Refused unless the component exports `processing-time`.
+extern bool weir_operator_timers_register_processing_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time, weir_operator_timers_state_error_t *err);
+// (Since 0.1.2.) Deletes a registered processing-time timer, if it exists.
+extern bool weir_operator_timers_delete_processing_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time, weir_operator_timers_state_error_t *err);
+// (Since 0.1.2.) The subtask's wall clock: ms since the epoch.
+extern weir_operator_timers_timestamp_t weir_operator_timers_current_processing_time(void);
 
-// Imported Functions from `weir:operator/log@0.1.1`
+// Imported Functions from `weir:operator/log@0.1.2`
 // Writes one message.
 extern void weir_operator_log_log(weir_operator_log_level_t level, operator_string_t *message);
 
-// Imported Functions from `weir:operator/metrics@0.1.1`
+// Imported Functions from `weir:operator/metrics@0.1.2`
 // Adds `delta` to the counter `name`.
 extern void weir_operator_metrics_counter_add(operator_string_t *name, uint64_t delta);
 // Sets the gauge `name`.
 extern void weir_operator_metrics_gauge_set(operator_string_t *name, double value);
 
-// Exported Functions from `weir:operator/migration@0.1.1`
+// Exported Functions from `weir:operator/migration@0.1.2`
 bool exports_weir_operator_migration_migrate_state(operator_string_t *state, operator_string_t *from_version, operator_list_u8_t *old, operator_list_u8_t *ret, operator_string_t *err);
 
-// Exported Functions from `weir:operator/operator@0.1.1`
+// Exported Functions from `weir:operator/operator@0.1.2`
 void exports_weir_operator_operator_describe(exports_weir_operator_operator_operator_info_t *ret);
 bool exports_weir_operator_operator_open(exports_weir_operator_operator_open_context_t *ctx, operator_string_t *err);
 bool exports_weir_operator_operator_process(exports_weir_operator_operator_batch_t *input, exports_weir_operator_operator_emitted_t *ret, operator_string_t *err);

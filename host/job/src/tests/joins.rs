@@ -117,3 +117,27 @@ fn a_sink_or_window_takes_no_input_side_but_an_operator_may() {
         &["one input", "only a join"],
     );
 }
+
+#[test]
+fn one_source_may_feed_both_sides_of_a_self_join_but_not_one_side_twice() {
+    let self_join = |right: &str| {
+        format!(
+            "{TWO_SOURCES}\n[[operator]]\nid = \"j\"\n{INTERVAL}\n{SINK}\
+             \n[[edge]]\nfrom = \"a\"\nto = \"j\"\ninput = \"left\"\n\
+             \n[[edge]]\nfrom = \"a\"\nto = \"j\"\n{right}\n{}{}",
+            edge_with_input("b", "j", "right"),
+            edge("j", "out")
+        )
+    };
+    let graph = valid(&self_join("input = \"right\""));
+    assert_eq!(graph.edges.iter().filter(|e| e.from == 0).count(), 2);
+    assert_problem(
+        &self_join("input = \"left\""),
+        "edge[1]",
+        &["duplicate edge", "delivered twice"],
+    );
+}
+
+fn edge_with_input(from: &str, to: &str, input: &str) -> String {
+    format!("\n[[edge]]\nfrom = \"{from}\"\nto = \"{to}\"\ninput = \"{input}\"\n")
+}

@@ -310,6 +310,22 @@ impl Operator {
         }
     }
 
+    /// The earliest processing-time timer (ms since the epoch), if any.
+    fn next_processing_timer(&self) -> Option<i64> {
+        match self {
+            Operator::Wasm(i) => i.next_processing_timer(),
+            Operator::Window(_) | Operator::Join(_) => None,
+        }
+    }
+
+    /// Fires the processing-time timers due at `now`.
+    fn fire_processing_timers(&mut self, now: i64) -> Result<Vec<Emitted>, OperatorError> {
+        match self {
+            Operator::Wasm(i) => i.fire_processing_timers(now),
+            Operator::Window(_) | Operator::Join(_) => Ok(Vec::new()),
+        }
+    }
+
     /// Restores timers from a checkpoint.
     pub fn restore_timers(&mut self, timers: Timers) {
         match self {
@@ -543,6 +559,7 @@ impl Subtask {
                             .fetch_add(batch.len() as u64, Ordering::Relaxed);
                         self.push(0, batch)?;
                     }
+                    self.fire_processing_timers()?;
                     // Periodic, as Flink's auto-watermark interval: each
                     // watermark costs a guest call per chained operator and
                     // a message on every channel.
@@ -581,7 +598,15 @@ impl Subtask {
                 let mut gate = InputGate::new(channels);
                 let mut alignment_started = None;
                 while !gate.is_ended() {
-                    let message = self.recv(&mut rx)?;
+                    // Wait for input, or for the next processing-time timer.
+                    let due = self.next_processing_timer().map(|at| {
+                        let wait = at.saturating_sub(crate::connectors::now_millis());
+                        Duration::from_millis(wait.max(0) as u64)
+                    });
+                    let Some(message) = self.recv_until(&mut rx, due)? else {
+                        self.fire_processing_timers()?;
+                        continue;
+                    };
                     for event in gate.offer(message)? {
                         match event {
                             GateEvent::Records(channel, batch) => {
@@ -883,6 +908,66 @@ impl Subtask {
             .max_queued_batches
             .fetch_max(queued, Ordering::Relaxed);
         sent
+    }
+
+    /// The earliest processing-time timer of the chain.
+    fn next_processing_timer(&self) -> Option<i64> {
+        self.operators
+            .iter()
+            .filter_map(|op| op.instance.next_processing_timer())
+            .min()
+    }
+
+    /// Fires every processing-time timer of the chain that is due (Flink
+    /// fires them between records, on the task's thread, as here).
+    fn fire_processing_timers(&mut self) -> Result<(), TaskError> {
+        let Some(next) = self.next_processing_timer() else {
+            return Ok(());
+        };
+        let now = crate::connectors::now_millis();
+        if next > now {
+            return Ok(());
+        }
+        for i in 0..self.operators.len() {
+            let emitted = self.operators[i].instance.fire_processing_timers(now)?;
+            for e in emitted {
+                self.route(i, e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives the next message, or `None` once `timeout` (if any) passed.
+    fn recv_until(
+        &self,
+        rx: &mut mpsc::Receiver<Message>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Message>, TaskError> {
+        let Some(timeout) = timeout else {
+            return self.recv(rx).map(Some);
+        };
+        if self.abort.is_set() {
+            return Err(TaskError::Aborted);
+        }
+        match rx.try_recv() {
+            Ok(m) => return Ok(Some(m)),
+            Err(mpsc::error::TryRecvError::Disconnected) => return Err(TaskError::Aborted),
+            Err(mpsc::error::TryRecvError::Empty) if timeout.is_zero() => return Ok(None),
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
+        let waited = Instant::now();
+        let got = self.handle.block_on(async {
+            tokio::select! {
+                biased;
+                _ = self.abort.triggered() => Err(TaskError::Aborted),
+                m = rx.recv() => m.map(Some).ok_or(TaskError::Aborted),
+                _ = tokio::time::sleep(timeout) => Ok(None),
+            }
+        });
+        self.metrics.vertices[self.head_vertex]
+            .idle_ns
+            .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        got
     }
 
     fn recv(&self, rx: &mut mpsc::Receiver<Message>) -> Result<Message, TaskError> {

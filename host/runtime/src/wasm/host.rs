@@ -80,6 +80,18 @@ impl InstanceState {
         })
     }
 
+    /// The backend, for a guest call on state `state`: the host's hidden
+    /// states (after the guest's) are not the guest's to touch.
+    fn guest_backend(
+        &mut self,
+        state: u32,
+    ) -> Result<&mut Box<dyn crate::state::KeyedStateBackend>, state::StateError> {
+        if self.processing.is_some_and(|hidden| state >= hidden) {
+            return Err(state::StateError::UnknownState(state));
+        }
+        self.backend()
+    }
+
     fn check_key(&self, key: &[u8]) -> Result<(), state::StateError> {
         let Some(range) = self.key_groups else {
             return Err(state::StateError::Backend(format!(
@@ -103,7 +115,9 @@ impl state::Host for InstanceState {
         state: u32,
         key: Vec<u8>,
     ) -> Result<Option<Vec<u8>>, state::StateError> {
-        self.backend()?.value_get(state, &key).map_err(to_wit)
+        self.guest_backend(state)?
+            .value_get(state, &key)
+            .map_err(to_wit)
     }
 
     fn value_set(
@@ -112,13 +126,15 @@ impl state::Host for InstanceState {
         key: Vec<u8>,
         value: Vec<u8>,
     ) -> Result<(), state::StateError> {
-        self.backend()?
+        self.guest_backend(state)?
             .value_set(state, &key, &value)
             .map_err(to_wit)
     }
 
     fn list_get(&mut self, state: u32, key: Vec<u8>) -> Result<Vec<Vec<u8>>, state::StateError> {
-        self.backend()?.list_get(state, &key).map_err(to_wit)
+        self.guest_backend(state)?
+            .list_get(state, &key)
+            .map_err(to_wit)
     }
 
     fn list_add(
@@ -127,7 +143,7 @@ impl state::Host for InstanceState {
         key: Vec<u8>,
         element: Vec<u8>,
     ) -> Result<(), state::StateError> {
-        self.backend()?
+        self.guest_backend(state)?
             .list_add(state, &key, &element)
             .map_err(to_wit)
     }
@@ -138,7 +154,7 @@ impl state::Host for InstanceState {
         key: Vec<u8>,
         user_key: Vec<u8>,
     ) -> Result<Option<Vec<u8>>, state::StateError> {
-        self.backend()?
+        self.guest_backend(state)?
             .map_get(state, &key, &user_key)
             .map_err(to_wit)
     }
@@ -150,7 +166,7 @@ impl state::Host for InstanceState {
         user_key: Vec<u8>,
         value: Vec<u8>,
     ) -> Result<(), state::StateError> {
-        self.backend()?
+        self.guest_backend(state)?
             .map_put(state, &key, &user_key, &value)
             .map_err(to_wit)
     }
@@ -161,7 +177,7 @@ impl state::Host for InstanceState {
         key: Vec<u8>,
         user_key: Vec<u8>,
     ) -> Result<(), state::StateError> {
-        self.backend()?
+        self.guest_backend(state)?
             .map_remove(state, &key, &user_key)
             .map_err(to_wit)
     }
@@ -171,11 +187,15 @@ impl state::Host for InstanceState {
         state: u32,
         key: Vec<u8>,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, state::StateError> {
-        self.backend()?.map_entries(state, &key).map_err(to_wit)
+        self.guest_backend(state)?
+            .map_entries(state, &key)
+            .map_err(to_wit)
     }
 
     fn clear(&mut self, state: u32, key: Vec<u8>) -> Result<(), state::StateError> {
-        self.backend()?.clear(state, &key).map_err(to_wit)
+        self.guest_backend(state)?
+            .clear(state, &key)
+            .map_err(to_wit)
     }
 }
 
@@ -195,6 +215,52 @@ impl timers::Host for InstanceState {
 
     fn current_watermark(&mut self) -> i64 {
         self.watermark
+    }
+
+    fn register_processing_timer(
+        &mut self,
+        key: Vec<u8>,
+        time: i64,
+    ) -> Result<(), state::StateError> {
+        self.check_key(&key)?;
+        if !self.fires_processing_timers {
+            return Err(state::StateError::Backend(
+                "a processing-time timer needs the component to export \
+                 `weir:operator/processing-time` (where it fires)"
+                    .into(),
+            ));
+        }
+        let Some(hidden) = self.processing else {
+            return Err(state::StateError::Backend(
+                "processing-time timers need keyed state (give the operator a key_by)".into(),
+            ));
+        };
+        self.processing_timers
+            .insert(&mut self.quota, time, key.clone())
+            .map_err(state::StateError::Backend)?;
+        self.backend()?
+            .map_put(hidden, &key, &super::instance::time_bytes(time), &[])
+            .map_err(to_wit)
+    }
+
+    fn delete_processing_timer(
+        &mut self,
+        key: Vec<u8>,
+        time: i64,
+    ) -> Result<(), state::StateError> {
+        self.check_key(&key)?;
+        let Some(hidden) = self.processing else {
+            return Ok(());
+        };
+        self.processing_timers
+            .remove(&mut self.quota, time, key.clone());
+        self.backend()?
+            .map_remove(hidden, &key, &super::instance::time_bytes(time))
+            .map_err(to_wit)
+    }
+
+    fn current_processing_time(&mut self) -> i64 {
+        crate::connectors::now_millis()
     }
 }
 

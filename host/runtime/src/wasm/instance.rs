@@ -198,6 +198,14 @@ pub(crate) struct InstanceState {
     pub(crate) max_parallelism: u16,
     /// Registered event-time timers, ordered by time.
     pub(crate) timers: Timers,
+    /// Registered processing-time timers, ordered by time; mirrored in the
+    /// hidden state `processing` (so checkpoints keep them).
+    pub(crate) processing_timers: Timers,
+    /// The hidden state's id (after the guest's), once enabled: guest
+    /// state ids at or past it are refused.
+    pub(crate) processing: Option<u32>,
+    /// The component exports `processing-time`.
+    pub(crate) fires_processing_timers: bool,
     /// What the host keeps for the guest (timers, metric names, logs).
     pub(crate) quota: HostQuota,
     pub(crate) watermark: i64,
@@ -221,13 +229,13 @@ type MigrateState =
 /// The contract version this host implements (`wit/operator.wit`). It
 /// runs components built against any `0.1.x`: wasmtime links and looks up
 /// semver-compatible interface versions.
-pub const CONTRACT_VERSION: &str = "0.1.1";
+pub const CONTRACT_VERSION: &str = "0.1.2";
 
 /// The name of the optional migration interface among a component's exports.
-pub const MIGRATION_INTERFACE: &str = "weir:operator/migration@0.1.1";
+pub const MIGRATION_INTERFACE: &str = "weir:operator/migration@0.1.2";
 
 /// The name of the optional two-input interface (since 0.1.1).
-pub const TWO_INPUT_INTERFACE: &str = "weir:operator/two-input@0.1.1";
+pub const TWO_INPUT_INTERFACE: &str = "weir:operator/two-input@0.1.2";
 
 /// Whether `name` (an import or export of a component) is the contract's
 /// interface `interface` at any version this host runs (`0.1.x`).
@@ -237,6 +245,17 @@ pub fn is_contract_interface(name: &str, interface: &str) -> bool {
         .and_then(|rest| rest.strip_prefix("@0.1."))
         .is_some_and(|patch| !patch.is_empty() && patch.bytes().all(|b| b.is_ascii_digit()))
 }
+
+/// The name of the optional processing-time interface (since 0.1.2).
+pub const PROCESSING_TIME_INTERFACE: &str = "weir:operator/processing-time@0.1.2";
+
+/// The host's hidden map state of a keyed operator's processing-time
+/// timers (key → time → nothing), declared after the guest's states so
+/// checkpoints, savepoints and rescaling carry the timers with the keys.
+pub const PROCESSING_TIMERS_STATE: &str = "weir.processing-timers";
+
+/// `processing-time.on-processing-timer`: (key, time) → emitted.
+type OnProcessingTimer = wasmtime::component::TypedFunc<(Vec<u8>, i64), (Result<Emitted, String>,)>;
 
 /// `two-input.process-input`: (input, batch) → emitted.
 type ProcessInput = wasmtime::component::TypedFunc<(u32, Batch), (Result<Emitted, String>,)>;
@@ -249,6 +268,8 @@ pub struct OperatorInstance {
     migrate: Option<MigrateState>,
     /// `two-input.process-input`, if the component exports it.
     process_input: Option<ProcessInput>,
+    /// `processing-time.on-processing-timer`, if the component exports it.
+    on_processing_timer: Option<OnProcessingTimer>,
     config: InstanceConfig,
     deadline_ticks: u64,
     poisoned: bool,
@@ -280,20 +301,29 @@ impl OperatorInstance {
                     optional_export(&mut store, &instance, MIGRATION_INTERFACE, "migrate-state")?;
                 let process_input =
                     optional_export(&mut store, &instance, TWO_INPUT_INTERFACE, "process-input")?;
-                Ok((bindings, migrate, process_input))
+                let on_processing_timer = optional_export(
+                    &mut store,
+                    &instance,
+                    PROCESSING_TIME_INTERFACE,
+                    "on-processing-timer",
+                )?;
+                Ok((bindings, migrate, process_input, on_processing_timer))
             });
-        let (bindings, migrate, process_input) = instantiated.map_err(|e| {
-            let mut err = classify(&store, &config.operator, e, config.call_timeout);
-            if err.kind == FailureKind::Trap {
-                err.kind = FailureKind::Instantiate;
-            }
-            err
-        })?;
+        let (bindings, migrate, process_input, on_processing_timer) =
+            instantiated.map_err(|e| {
+                let mut err = classify(&store, &config.operator, e, config.call_timeout);
+                if err.kind == FailureKind::Trap {
+                    err.kind = FailureKind::Instantiate;
+                }
+                err
+            })?;
+        store.data_mut().fires_processing_timers = on_processing_timer.is_some();
         Ok(OperatorInstance {
             store,
             bindings,
             migrate,
             process_input,
+            on_processing_timer,
             config,
             deadline_ticks,
             poisoned: false,
@@ -311,6 +341,84 @@ impl OperatorInstance {
         let data = self.store.data_mut();
         data.state = Some(backend);
         data.key_groups = Some(key_groups);
+    }
+
+    /// Keeps processing-time timers in the hidden state `state` (declared
+    /// after the guest's, see [`PROCESSING_TIMERS_STATE`]), and restores the
+    /// ones it holds (a restored backend). Call after
+    /// [`OperatorInstance::attach_state`].
+    pub fn enable_processing_timers(&mut self, state: u32) -> Result<(), OperatorError> {
+        let data = self.store.data_mut();
+        data.processing = Some(state);
+        let Some(backend) = data.state.as_mut() else {
+            return Ok(());
+        };
+        let mut restored = Vec::new();
+        let exported = backend.export(&mut |id, stored_key, _| {
+            if id == state
+                && let Some((_, key, time)) = crate::state::layout::decode_key(stored_key)
+                && let Ok(time) = <[u8; 8]>::try_from(time)
+            {
+                restored.push((time_of(time), key.to_vec()));
+            }
+            Ok(())
+        });
+        exported.map_err(|e| {
+            OperatorError::new(
+                &self.config.operator,
+                FailureKind::Host,
+                format!("restoring processing-time timers: {e}"),
+            )
+        })?;
+        let data = self.store.data_mut();
+        data.processing_timers.restore(&mut data.quota, restored);
+        Ok(())
+    }
+
+    /// The earliest registered processing-time timer, if any.
+    pub fn next_processing_timer(&self) -> Option<i64> {
+        self.store
+            .data()
+            .processing_timers
+            .iter()
+            .next()
+            .map(|(t, _)| *t)
+    }
+
+    /// Fires every processing-time timer at or before `now` (ms since the
+    /// epoch), in time order, through `on-processing-timer`.
+    pub fn fire_processing_timers(&mut self, now: i64) -> Result<Vec<Emitted>, OperatorError> {
+        let mut out = Vec::new();
+        let Some(on_timer) = self.on_processing_timer else {
+            return Ok(out);
+        };
+        loop {
+            let data = self.store.data_mut();
+            let Some((time, key)) = data.processing_timers.pop_due(&mut data.quota, now) else {
+                break;
+            };
+            if let (Some(state), Some(backend)) = (data.processing, data.state.as_mut()) {
+                backend
+                    .map_remove(state, &key, &time_bytes(time))
+                    .map_err(|e| {
+                        OperatorError::new(
+                            &self.config.operator,
+                            FailureKind::Host,
+                            format!("processing-time timers: {e}"),
+                        )
+                    })?;
+            }
+            let emitted = guarded_call(
+                &mut self.store,
+                &mut self.poisoned,
+                &self.config,
+                self.deadline_ticks,
+                "on-processing-timer",
+                |store| on_timer.call(store, (key, time)).map(|(r,)| r),
+            )?;
+            out.push(self.check_output(emitted)?);
+        }
+        Ok(out)
     }
 
     /// Writes buffered state updates to the backend (at the end of input).
@@ -579,6 +687,16 @@ fn guarded_call<T>(
     }
 }
 
+/// Order-preserving bytes of a processing-time timer's time (the user key
+/// in [`PROCESSING_TIMERS_STATE`]).
+pub(crate) fn time_bytes(time: i64) -> [u8; 8] {
+    ((time as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn time_of(bytes: [u8; 8]) -> i64 {
+    (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
+}
+
 /// The component's function `function` of the optional interface
 /// `interface` (looked up semver-compatibly), if it exports it, with the
 /// contract's type.
@@ -629,6 +747,9 @@ fn new_store(engine: &wasmtime::Engine, config: &InstanceConfig) -> (Store<Insta
         key_groups: None,
         max_parallelism: config.max_parallelism,
         timers: Timers::default(),
+        processing_timers: Timers::default(),
+        processing: None,
+        fires_processing_timers: false,
         quota: HostQuota::new(config.memory_limit),
         watermark: i64::MIN,
         counters: BTreeMap::new(),

@@ -32,7 +32,7 @@ mod quota;
 pub use cache::CacheOutcome;
 pub use instance::{
     ATTEMPT_ENV, CONTRACT_VERSION, InstanceConfig, MIGRATION_INTERFACE, OperatorInstance,
-    TWO_INPUT_INTERFACE, is_contract_interface,
+    PROCESSING_TIME_INTERFACE, PROCESSING_TIMERS_STATE, TWO_INPUT_INTERFACE, is_contract_interface,
 };
 pub use quota::{LOG_BYTES_PER_CALL, MAX_LOG_LINE, MAX_METRIC_NAME, MAX_METRICS};
 
