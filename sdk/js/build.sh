@@ -17,7 +17,7 @@
 #      else `operator.migrateState`, else one keeping every stored value);
 #   2. bundle wrapper + entry + SDK into one ES module with rolldown
 #      (weir:* and wasi:* stay imports);
-#   3. componentize it for the world `stream-operator-with-migration`.
+#   3. componentize it for the world `full-operator`.
 #
 # Environment:
 #   WEIR_JS_BACKEND   quickjs (default: componentize-qjs; ~1.9 MB, fast
@@ -102,6 +102,23 @@ export const operator = user.operator;
 // The SDK's adapters implement migrate-state on the operator object; an
 // operator written by hand (or with an SDK copy from before migrations)
 // keeps every stored value as it is.
+// Two inputs and processing-time timers (contract 0.1.2): the SDK's
+// operators implement both; one written by hand gets input 0 only and no
+// processing-time timers (it cannot register any without this export).
+const op = user.operator;
+export const twoInput = user.twoInput ?? {
+  processInput: typeof op.processInput === 'function'
+    ? (input, records) => op.processInput(input, records)
+    : (input, records) => {
+        if (input === 0) return op.process(records);
+        throw new Error(\`this operator has one input, but a batch arrived on input \${input}\`);
+      },
+};
+export const processingTime = user.processingTime ?? {
+  onProcessingTimer: typeof op.onProcessingTimer === 'function'
+    ? (key, time) => op.onProcessingTimer(key, time)
+    : () => ({ main: { timestamps: new BigInt64Array(0), keyLens: new Int32Array(0), valueLens: new Uint32Array(0), data: new Uint8Array(0) }, side: [] }),
+};
 export const migration = user.migration ?? {
   migrateState: typeof user.operator.migrateState === 'function'
     ? (name, fromVersion, old) => user.operator.migrateState(name, fromVersion, old)
@@ -122,10 +139,10 @@ mkdir -p "$(dirname "$out")"
 if [ "$backend_tag" = sm ]; then
     # wasi:http is not linked by the host; fetch-event is an http export.
     node "$tools/node_modules/@bytecodealliance/componentize-js/src/cli.js" "$work/bundle.js" \
-        --wit "$wit" --world-name stream-operator-with-migration --disable http fetch-event -o "$out"
+        --wit "$wit" --world-name full-operator --disable http fetch-event -o "$out"
 else
     # --sync: plain (non-async) component ABI, which wasmtime 48 runs.
     "$tools/node_modules/.bin/componentize-qjs" --wit "$wit" --js "$work/bundle.js" \
-        --world stream-operator-with-migration --sync -o "$out" >/dev/null
+        --world full-operator --sync -o "$out" >/dev/null
 fi
 echo "built $out ($(wc -c <"$out") bytes, $backend)"

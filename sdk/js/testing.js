@@ -178,7 +178,15 @@ class FakeHost {
       },
       deleteEventTimer: (key, time) => void self.timerSet.delete(`${time}|${hex(key)}`),
       currentWatermark: () => self.watermark,
+      registerProcessingTimer: (key, time) => {
+        if (typeof time !== 'bigint') throw new TypeError('timer time must be a bigint (s64)');
+        self.processingTimers.set(`${time}|${hex(key)}`, [time, key.slice()]);
+      },
+      deleteProcessingTimer: (key, time) => void self.processingTimers.delete(`${time}|${hex(key)}`),
+      currentProcessingTime: () => self.processingTime,
     };
+    this.processingTimers = new Map();
+    this.processingTime = 0n;
     this.log = { log: (level, message) => void self.logs.push([level, message]) };
     this.metrics = {
       counterAdd: (name, delta) => {
@@ -329,6 +337,31 @@ export class Harness {
       out.extend(this._call(() => this.op.onTimer(due[1], due[0])));
     }
     out.extend(this._call(() => this.op.onWatermark(wm)));
+    return out;
+  }
+
+  /** Processes records as one batch on input `input` (0 left, 1 right) of a two-input operator. */
+  processInput(input, records) {
+    const batch = packBatch(records);
+    return this._call(() => this.op.processInput(input, batch));
+  }
+
+  /**
+   * Moves the harness's processing-time clock (it starts at 0) forward by
+   * `ms` and fires the processing-time timers now due, in (time, key) order.
+   */
+  advanceProcessingTime(ms) {
+    const host = this.host;
+    host.processingTime += BigInt(ms);
+    const out = new Output();
+    for (;;) {
+      const due = [...host.processingTimers.values()]
+        .filter((t) => t[0] <= host.processingTime)
+        .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : compareBytes(a[1], b[1])))[0];
+      if (!due) break;
+      host.processingTimers.delete(`${due[0]}|${hex(due[1])}`);
+      out.extend(this._call(() => this.op.onProcessingTimer(due[1], due[0])));
+    }
     return out;
   }
 

@@ -184,6 +184,11 @@ export class KeyedContext implements KeyScope {
   currentWatermark(): Timestamp;
   registerEventTimeTimer(time: TimestampLike): void;
   deleteEventTimeTimer(time: TimestampLike): void;
+  /** The subtask's wall clock in ms since the epoch (contract 0.1.2). */
+  currentProcessingTime(): Timestamp;
+  /** A processing-time timer for the current key, firing `onProcessingTimer`; checkpointed. */
+  registerProcessingTimeTimer(time: TimestampLike): void;
+  deleteProcessingTimeTimer(time: TimestampLike): void;
   collect(key: BytesLike | null, value: BytesLike, timestamp: TimestampLike): void;
   output(tag: string, key: BytesLike | null, value: BytesLike, timestamp: TimestampLike): void;
 }
@@ -228,6 +233,17 @@ export interface KeyedProcessFunction extends WithStates {
   open?(ctx: OpenContext): void;
   processElement(record: Record, ctx: KeyedContext): void;
   onTimer?(time: Timestamp, ctx: KeyedContext): void;
+  onProcessingTimer?(time: Timestamp, ctx: KeyedContext): void;
+  onWatermark?(watermark: Timestamp, out: Collector): void;
+  close?(out: Collector): void;
+}
+/** Two keyed inputs with shared state and timers (edges with `input = "left"` / `"right"`). */
+export interface KeyedCoProcessFunction extends WithStates {
+  open?(ctx: OpenContext): void;
+  processElement1(record: Record, ctx: KeyedContext): void;
+  processElement2(record: Record, ctx: KeyedContext): void;
+  onTimer?(time: Timestamp, ctx: KeyedContext): void;
+  onProcessingTimer?(time: Timestamp, ctx: KeyedContext): void;
   onWatermark?(watermark: Timestamp, out: Collector): void;
   close?(out: Collector): void;
 }
@@ -249,6 +265,10 @@ export interface OperatorExport {
   open(ctx: unknown): void;
   process(input: unknown): unknown;
   onTimer(key: Uint8Array, time: unknown): unknown;
+  /** `processing-time.on-processing-timer` (build.sh exports it). */
+  onProcessingTimer(key: Uint8Array, time: unknown): unknown;
+  /** `two-input.process-input` (build.sh exports it): input 1 needs `keyedCo`. */
+  processInput(input: number, records: unknown): unknown;
   onWatermark(watermark: unknown): unknown;
   close(): unknown;
   /** `migrate-state`: the state's `migrate` result, or `old` for a state without one. */
@@ -259,4 +279,5 @@ export function map(def: Def<MapFunction>): OperatorExport;
 export function flatMap(def: Def<FlatMapFunction>): OperatorExport;
 export function filter(def: Def<FilterFunction>): OperatorExport;
 export function keyed(def: Def<KeyedProcessFunction>): OperatorExport;
+export function keyedCo(def: Def<KeyedCoProcessFunction>): OperatorExport;
 export function operator(def: Def<BatchOperator>): OperatorExport;

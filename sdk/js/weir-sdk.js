@@ -1193,7 +1193,20 @@ function makeOperator(def, keyed, hooks) {
       inst = created;
     }),
     process: call((i, o, input) => hooks.process(i, input, o)),
+    processInput: call((i, o, input, records) => {
+      if (input === 0) return hooks.process(i, records, o);
+      if (input !== 1 || !hooks.processInput) {
+        throw new WeirError(
+          `this operator has one input, but a batch arrived on input ${input} ` +
+            '(`input = "right"` in the job spec needs keyedCo)',
+        );
+      }
+      return hooks.processInput(i, records, o);
+    }),
     onTimer: call((i, o, key, time) => hooks.onTimer && hooks.onTimer(i, key, timeIn(time), o)),
+    onProcessingTimer: call(
+      (i, o, key, time) => hooks.onProcessingTimer && hooks.onProcessingTimer(i, key, timeIn(time), o),
+    ),
     onWatermark: call((i, o, wm) => {
       if (typeof i.onWatermark === 'function') i.onWatermark(timeIn(wm), o);
     }),
@@ -1305,6 +1318,31 @@ export class KeyedContext {
       throw new WeirError(`delete timer at ${t}: ${explain(e)}`);
     }
   }
+  /** The subtask's wall clock, ms since the epoch (bigint; the harness's clock in tests). */
+  currentProcessingTime() {
+    return timeIn(H.timers.currentProcessingTime());
+  }
+  /**
+   * Registers a processing-time timer for the current key: it fires through
+   * `onProcessingTimer` once the wall clock reaches `time`; checkpointed.
+   */
+  registerProcessingTimeTimer(time) {
+    const t = timeArg(time, 'register processing-time timer');
+    try {
+      H.timers.registerProcessingTimer(this.key, timeOut(t));
+    } catch (e) {
+      throw new WeirError(`register processing-time timer at ${t}: ${explain(e)}`);
+    }
+  }
+  /** Deletes the current key's processing-time timer at `time`, if registered. */
+  deleteProcessingTimeTimer(time) {
+    const t = timeArg(time, 'delete processing-time timer');
+    try {
+      H.timers.deleteProcessingTimer(this.key, timeOut(t));
+    } catch (e) {
+      throw new WeirError(`delete processing-time timer at ${t}: ${explain(e)}`);
+    }
+  }
   /** Emits a record on the main output: collect(key, value, timestamp). */
   collect(key, value, timestamp) {
     this.out.main.push(key, value, timestamp);
@@ -1323,31 +1361,60 @@ export class KeyedContext {
  */
 export function keyed(def) {
   requireMethod(def, 'processElement');
+  return makeOperator(def, true, keyedHooks((inst) => inst.processElement.bind(inst)));
+}
+
+/**
+ * Per-key logic over two keyed inputs with shared state and timers (Flink's
+ * KeyedCoProcessFunction): `processElement1(record, ctx)` for the edges with
+ * `input = "left"`, `processElement2(record, ctx)` for `input = "right"`;
+ * otherwise as `keyed`.
+ */
+export function keyedCo(def) {
+  requireMethod(def, 'processElement1');
+  requireMethod(def, 'processElement2');
+  return makeOperator(
+    def,
+    true,
+    keyedHooks(
+      (inst) => inst.processElement1.bind(inst),
+      (inst) => inst.processElement2.bind(inst),
+    ),
+  );
+}
+
+/** The hooks of `keyed` and `keyedCo`: per-record calls with the key current. */
+function keyedHooks(element, element2) {
   let ctx = null;
   const context = (out) => {
     if (ctx === null || ctx.out !== out) ctx = new KeyedContext(out);
     return ctx;
   };
-  return makeOperator(def, true, {
-    process(inst, input, out) {
-      const c = context(out);
-      forEachRecord(input, (r, i) => {
-        if (r._kl < 0) {
-          throw new WeirError(`record ${i} of the batch has no key, but this operator runs on a keyed stream`);
-        }
-        c.key = r.key;
-        c._t = r._t;
-        inst.processElement(r, c);
-      });
-    },
-    onTimer(inst, key, time, out) {
-      if (typeof inst.onTimer !== 'function') return;
-      const c = context(out);
-      c.key = key;
-      c._t = time;
-      inst.onTimer(time, c);
-    },
-  });
+  const records = (process) => (inst, input, out) => {
+    const c = context(out);
+    const f = process(inst);
+    forEachRecord(input, (r, i) => {
+      if (r._kl < 0) {
+        throw new WeirError(`record ${i} of the batch has no key, but this operator runs on a keyed stream`);
+      }
+      c.key = r.key;
+      c._t = r._t;
+      f(r, c);
+    });
+  };
+  const timer = (name) => (inst, key, time, out) => {
+    if (typeof inst[name] !== 'function') return;
+    const c = context(out);
+    c.key = key;
+    c._t = time;
+    inst[name](time, c);
+  };
+  return {
+    process: records(element),
+    processInput: element2 ? records(element2) : undefined,
+    onTimer: timer('onTimer'),
+    onProcessingTimer: timer('onProcessingTimer'),
+  };
 }
 
 /**

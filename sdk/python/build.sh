@@ -18,7 +18,7 @@
 # binds it to the `Operator` class, so MODULE binds `Operator` alone), then
 # runs exactly:
 #
-#   componentize-py -d WIT_DIR -w stream-operator-with-migration \
+#   componentize-py -d WIT_DIR -w full-operator \
 #       componentize weir_component -p TMP -p PROJECT_DIR -p SDK_DIR -o OUT.wasm
 set -euo pipefail
 
@@ -68,11 +68,11 @@ cat >"$tmp/weir_component.py" <<EOF
 """The module componentize-py builds, written by weir_sdk's build.sh."""
 
 import $module
-from weir_sdk.operator import component_exports
+from weir_sdk.operator import component_exports_full
 
-Operator, Migration = component_exports($module)
+Operator, Migration, TwoInput, ProcessingTime = component_exports_full($module)
 EOF
 
 mkdir -p "$(dirname "$out")"
-"$venv/bin/componentize-py" -d "$wit" -w stream-operator-with-migration \
+"$venv/bin/componentize-py" -d "$wit" -w full-operator \
     componentize weir_component -p "$tmp" -p "$project" -p "$sdk" -o "$out"

@@ -492,6 +492,46 @@ impl<T: FilterFunction> Operator for Filter<T> {
     }
 }
 
+/// The timer, watermark and close callbacks of a keyed adapter (`Keyed`,
+/// `KeyedCo`): the function's own, with the key of the timer current.
+macro_rules! keyed_callbacks {
+    () => {
+        fn on_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {
+            self.out.clear();
+            let mut ctx = KeyedContext {
+                key: &key,
+                timestamp: time,
+                out: &mut self.out,
+            };
+            self.inner.on_timer(time, &mut ctx)?;
+            Ok(self.out.take())
+        }
+
+        fn on_processing_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {
+            self.out.clear();
+            let mut ctx = KeyedContext {
+                key: &key,
+                timestamp: time,
+                out: &mut self.out,
+            };
+            self.inner.on_processing_timer(time, &mut ctx)?;
+            Ok(self.out.take())
+        }
+
+        fn on_watermark(&mut self, watermark: i64) -> Result<Emitted, Error> {
+            self.out.clear();
+            self.inner.on_watermark(watermark, &mut self.out)?;
+            Ok(self.out.take())
+        }
+
+        fn close(&mut self) -> Result<Emitted, Error> {
+            self.out.clear();
+            self.inner.close(&mut self.out)?;
+            Ok(self.out.take())
+        }
+    };
+}
+
 impl<T: KeyedProcessFunction> Operator for Keyed<T> {
     const NAME: &'static str = T::NAME;
     const VERSION: &'static str = T::VERSION;
@@ -523,39 +563,7 @@ impl<T: KeyedProcessFunction> Operator for Keyed<T> {
         Ok(self.out.take())
     }
 
-    fn on_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {
-        self.out.clear();
-        let mut ctx = KeyedContext {
-            key: &key,
-            timestamp: time,
-            out: &mut self.out,
-        };
-        self.inner.on_timer(time, &mut ctx)?;
-        Ok(self.out.take())
-    }
-
-    fn on_processing_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {
-        self.out.clear();
-        let mut ctx = KeyedContext {
-            key: &key,
-            timestamp: time,
-            out: &mut self.out,
-        };
-        self.inner.on_processing_timer(time, &mut ctx)?;
-        Ok(self.out.take())
-    }
-
-    fn on_watermark(&mut self, watermark: i64) -> Result<Emitted, Error> {
-        self.out.clear();
-        self.inner.on_watermark(watermark, &mut self.out)?;
-        Ok(self.out.take())
-    }
-
-    fn close(&mut self) -> Result<Emitted, Error> {
-        self.out.clear();
-        self.inner.close(&mut self.out)?;
-        Ok(self.out.take())
-    }
+    keyed_callbacks!();
 }
 
 impl<T: KeyedCoProcessFunction> KeyedCo<T> {
@@ -605,37 +613,5 @@ impl<T: KeyedCoProcessFunction> Operator for KeyedCo<T> {
         self.elements(input, batch)
     }
 
-    fn on_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {
-        self.out.clear();
-        let mut ctx = KeyedContext {
-            key: &key,
-            timestamp: time,
-            out: &mut self.out,
-        };
-        self.inner.on_timer(time, &mut ctx)?;
-        Ok(self.out.take())
-    }
-
-    fn on_processing_timer(&mut self, key: Vec<u8>, time: i64) -> Result<Emitted, Error> {
-        self.out.clear();
-        let mut ctx = KeyedContext {
-            key: &key,
-            timestamp: time,
-            out: &mut self.out,
-        };
-        self.inner.on_processing_timer(time, &mut ctx)?;
-        Ok(self.out.take())
-    }
-
-    fn on_watermark(&mut self, watermark: i64) -> Result<Emitted, Error> {
-        self.out.clear();
-        self.inner.on_watermark(watermark, &mut self.out)?;
-        Ok(self.out.take())
-    }
-
-    fn close(&mut self) -> Result<Emitted, Error> {
-        self.out.clear();
-        self.inner.close(&mut self.out)?;
-        Ok(self.out.take())
-    }
+    keyed_callbacks!();
 }

@@ -17,14 +17,18 @@ use crate::util::{describe, read_sink, run_weir, toml_path};
 const DISORDER: u64 = 200;
 
 /// (key, left index, right index) → how often the pair was emitted.
-type Pairs = BTreeMap<(String, usize, usize), usize>;
+pub(crate) type Pairs = BTreeMap<(String, usize, usize), usize>;
 
-fn write(path: &Path, input: &[Input]) {
+pub(crate) fn write(path: &Path, input: &[Input]) {
     let text: Vec<String> = input.iter().map(Input::line).collect();
     std::fs::write(path, text.join("\n") + "\n").unwrap();
 }
 
-fn nested_loop(left: &[Input], right: &[Input], joins: impl Fn(i64, i64) -> bool) -> Pairs {
+pub(crate) fn nested_loop(
+    left: &[Input],
+    right: &[Input],
+    joins: impl Fn(i64, i64) -> bool,
+) -> Pairs {
     let mut out = Pairs::new();
     for l in left {
         for r in right {
@@ -37,7 +41,11 @@ fn nested_loop(left: &[Input], right: &[Input], joins: impl Fn(i64, i64) -> bool
 }
 
 /// The spec of `left` and `right` → join `j` (its `join` table) → `pairs`.
-fn join_spec(dir: &Path, join: &str, parallelism: u32) -> (std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn join_spec(
+    dir: &Path,
+    join: &str,
+    parallelism: u32,
+) -> (std::path::PathBuf, std::path::PathBuf) {
     let out = dir.join("pairs.jsonl");
     let spec = dir.join("join.toml");
     let source = |id: &str| {
@@ -91,7 +99,7 @@ to = "pairs"
     (spec, out)
 }
 
-fn parse_pairs(lines: &[String]) -> Pairs {
+pub(crate) fn parse_pairs(lines: &[String]) -> Pairs {
     let mut out = Pairs::new();
     for line in lines {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
@@ -168,32 +176,43 @@ fn an_interval_join_on_a_cluster_equals_a_nested_loop_join() {
 #[test]
 fn a_keyed_co_process_function_in_wasm_joins_both_inputs_like_a_nested_loop() {
     let dir = tempfile::tempdir().unwrap();
-    // 50 keys: every pair of a key is emitted, so few records per key keep
-    // the output of one call far below its cap.
+    let got = co_process_join(dir.path(), Path::new(artifacts::PAIR_JOIN));
+    let expected = co_process_expected(dir.path());
+    assert_eq!(got.len(), expected.len(), "distinct pairs");
+    assert!(got == expected, "pairs differ from the nested-loop join");
+}
+
+/// Writes the inputs of [`co_process_join`] into `dir`; returns every
+/// pair of a key (the nested-loop join without a time condition). 50 keys:
+/// every pair of a key is emitted, so few records per key keep the output
+/// of one call far below its cap.
+pub(crate) fn co_process_expected(dir: &Path) -> Pairs {
     let rekeyed = |mut input: Vec<Input>| {
         for r in &mut input {
             r.key = format!("k{}", mix(r.i as u64 ^ r.ts as u64) % 50);
         }
         input
     };
-    let (left, right) = inputs(dir.path());
+    let (left, right) = inputs(dir);
     let (left, right) = (rekeyed(left), rekeyed(right));
-    write(&dir.path().join("left.jsonl"), &left);
-    write(&dir.path().join("right.jsonl"), &right);
-    let expected = nested_loop(&left, &right, |_, _| true);
-    let (spec, out) = join_spec(dir.path(), "{ type = \"window\", size_ms = 1 }", 2);
-    // The same job with the `pair-join` module (every pair of a key, any
-    // times) in place of the host's join.
+    write(&dir.join("left.jsonl"), &left);
+    write(&dir.join("right.jsonl"), &right);
+    nested_loop(&left, &right, |_, _| true)
+}
+
+/// Runs the two inputs of `dir` (see [`co_process_expected`]) through the
+/// co-process `module` at parallelism 2; returns the pairs it wrote.
+pub(crate) fn co_process_join(dir: &Path, module: &Path) -> Pairs {
+    co_process_expected(dir);
+    let (spec, out) = join_spec(dir, "{ type = \"window\", size_ms = 1 }", 2);
     let text = std::fs::read_to_string(&spec).unwrap().replace(
         "join = { type = \"window\", size_ms = 1 }",
-        &format!("module = {}", toml_path(Path::new(artifacts::PAIR_JOIN))),
+        &format!("module = {}", toml_path(module)),
     );
     std::fs::write(&spec, text).unwrap();
-    let run = run_weir(&dir.path().join("cache"), &["run", spec.to_str().unwrap()]);
+    let run = run_weir(&dir.join("cache"), &["run", spec.to_str().unwrap()]);
     assert!(run.status.success(), "{}", describe(&run));
-    let got = parse_pairs(&read_sink(&out));
-    assert_eq!(got.len(), expected.len(), "distinct pairs");
-    assert!(got == expected, "pairs differ from the nested-loop join");
+    parse_pairs(&read_sink(&out))
 }
 
 #[test]

@@ -535,3 +535,21 @@ fn a_python_counter_upgraded_to_the_rust_one_counts_on_exactly() {
         "the counts differ from the input's"
     );
 }
+
+#[test]
+fn co_process_joins_in_python_and_js_equal_the_nested_loop_join() {
+    for (lang, folder) in [
+        ("python", "udfs/python/pair-join"),
+        ("js", "udfs/js/pair-join"),
+    ] {
+        let wasm = built(lang, &repo().join(folder), &format!("pair-join-{lang}"));
+        let dir = tempfile::tempdir().unwrap();
+        let expected = crate::joins::co_process_expected(dir.path());
+        let got = crate::joins::co_process_join(dir.path(), &wasm);
+        assert_eq!(got.len(), expected.len(), "{lang}: distinct pairs");
+        assert!(
+            got == expected,
+            "{lang}: pairs differ from the nested-loop join"
+        );
+    }
+}

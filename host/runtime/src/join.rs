@@ -27,9 +27,10 @@
 
 use std::collections::BTreeSet;
 
+use crate::host_operator::HostOperatorCore;
 use crate::job::{JoinKind, JoinSpec};
-use crate::record::{Batch, Emitted, SideOutput};
-use crate::state::{KeyedStateBackend, StateDescriptor, StateError, StateKind};
+use crate::record::{Batch, Emitted};
+use crate::state::{KeyedStateBackend, StateDescriptor, StateKind};
 use crate::wasm::{FailureKind, OperatorError};
 
 /// The state of buffered left records.
@@ -95,22 +96,15 @@ type Buffered = (i64, Vec<u8>);
 
 /// See the [module docs](self).
 pub struct JoinOperator {
-    operator: String,
     spec: JoinSpec,
-    state: Option<Box<dyn KeyedStateBackend>>,
-    /// `(time, key)`, in firing order.
-    timers: BTreeSet<(i64, Vec<u8>)>,
-    watermark: i64,
-    out: Emitted,
+    core: HostOperatorCore,
 }
 
 impl std::fmt::Debug for JoinOperator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JoinOperator")
-            .field("operator", &self.operator)
             .field("spec", &self.spec)
-            .field("timers", &self.timers.len())
-            .field("watermark", &self.watermark)
+            .field("core", &self.core)
             .finish()
     }
 }
@@ -120,48 +114,14 @@ impl JoinOperator {
     /// [`JoinOperator::attach_state`] before the first record.
     pub fn new(operator: &str, spec: JoinSpec) -> JoinOperator {
         JoinOperator {
-            operator: operator.to_owned(),
             spec,
-            state: None,
-            timers: BTreeSet::new(),
-            watermark: i64::MIN,
-            out: Emitted::empty(),
+            core: HostOperatorCore::new(operator),
         }
     }
 
     /// Gives it its keyed state (declared as [`join_states`]).
     pub fn attach_state(&mut self, backend: Box<dyn KeyedStateBackend>) {
-        self.state = Some(backend);
-    }
-
-    fn backend(&mut self) -> Result<&mut Box<dyn KeyedStateBackend>, OperatorError> {
-        if self.state.is_none() {
-            return Err(OperatorError::new(
-                &self.operator,
-                FailureKind::Host,
-                "join without state",
-            ));
-        }
-        Ok(self.state.as_mut().expect("checked above"))
-    }
-
-    fn host(&self, e: StateError) -> OperatorError {
-        OperatorError::new(
-            &self.operator,
-            FailureKind::Host,
-            format!("join state: {e}"),
-        )
-    }
-
-    fn corrupt(&self, key: &[u8]) -> OperatorError {
-        OperatorError::new(
-            &self.operator,
-            FailureKind::Host,
-            format!(
-                "corrupt join state for key {:?}",
-                String::from_utf8_lossy(key)
-            ),
-        )
+        self.core.attach(backend);
     }
 
     /// Joins the records of `batch`, which arrived on input `input` (0
@@ -170,14 +130,14 @@ impl JoinOperator {
         let side = u32::from(input.min(1));
         for r in batch.iter() {
             let Some(key) = r.key else {
-                return Err(OperatorError::new(
-                    &self.operator,
+                return Err(self.core.fail(
                     FailureKind::Host,
-                    "a record without a key reached a join (a bug: its input edges are keyed)",
+                    "a record without a key reached a join (a bug: its input edges are keyed)"
+                        .into(),
                 ));
             };
-            if r.timestamp <= self.watermark {
-                push_late(&mut self.out, key, r.value, r.timestamp);
+            if r.timestamp <= self.core.watermark {
+                self.core.side(LATE_TAG, key, r.value, r.timestamp);
                 continue;
             }
             match self.spec.kind {
@@ -188,18 +148,18 @@ impl JoinOperator {
                     let size = size_ms as i64;
                     let start = r.timestamp - r.timestamp.rem_euclid(size);
                     let end = start.saturating_add(size);
-                    if end - 1 <= self.watermark {
-                        push_late(&mut self.out, key, r.value, r.timestamp);
+                    if end - 1 <= self.core.watermark {
+                        self.core.side(LATE_TAG, key, r.value, r.timestamp);
                         continue;
                     }
                     let mut user_key = ts_bytes(start).to_vec();
                     user_key.extend_from_slice(&ts_bytes(r.timestamp));
                     self.append(side, key, &user_key, r.value)?;
-                    self.timers.insert((end - 1, key.to_vec()));
+                    self.core.timers.insert((end - 1, key.to_vec()));
                 }
             }
         }
-        Ok(std::mem::replace(&mut self.out, Emitted::empty()))
+        Ok(self.core.take_out())
     }
 
     /// Adds `value` to the values under `user_key` in `side`'s buffer.
@@ -211,17 +171,19 @@ impl JoinOperator {
         value: &[u8],
     ) -> Result<(), OperatorError> {
         let old = self
+            .core
             .backend()?
             .map_get(side, key, user_key)
-            .map_err(|e| self.host(e))?;
+            .map_err(|e| self.core.host(e))?;
         let mut values = match old {
-            Some(bytes) => decode_values(&bytes).ok_or_else(|| self.corrupt(key))?,
+            Some(bytes) => decode_values(&bytes).ok_or_else(|| self.core.corrupt(key))?,
             None => Vec::new(),
         };
         values.push(value.to_vec());
-        self.backend()?
+        self.core
+            .backend()?
             .map_put(side, key, user_key, &encode_values(&values))
-            .map_err(|e| self.host(e))
+            .map_err(|e| self.core.host(e))
     }
 
     /// Every buffered record of `side` for `key`: (user key, timestamp, value).
@@ -231,14 +193,15 @@ impl JoinOperator {
         key: &[u8],
     ) -> Result<Vec<(Vec<u8>, Buffered)>, OperatorError> {
         let entries = self
+            .core
             .backend()?
             .map_entries(side, key)
-            .map_err(|e| self.host(e))?;
+            .map_err(|e| self.core.host(e))?;
         let mut out = Vec::new();
         for (user_key, values) in entries {
             let ts = ts_of(&user_key[user_key.len().saturating_sub(8)..])
-                .ok_or_else(|| self.corrupt(key))?;
-            for v in decode_values(&values).ok_or_else(|| self.corrupt(key))? {
+                .ok_or_else(|| self.core.corrupt(key))?;
+            for v in decode_values(&values).ok_or_else(|| self.core.corrupt(key))? {
                 out.push((user_key.clone(), (ts, v)));
             }
         }
@@ -279,7 +242,7 @@ impl JoinOperator {
         } else {
             ts.saturating_sub(lower)
         };
-        self.timers.insert((cleanup, key.to_vec()));
+        self.core.timers.insert((cleanup, key.to_vec()));
         Ok(())
     }
 
@@ -298,38 +261,34 @@ impl JoinOperator {
             as_json(left),
             as_json(right)
         );
-        self.out.main.push(Some(key), value.as_bytes(), ts);
+        self.core.out.main.push(Some(key), value.as_bytes(), ts);
     }
 
     /// Advances the watermark: fires window joins and cleans buffers whose
     /// timers it passed, in time order.
     pub fn advance_watermark(&mut self, watermark: i64) -> Result<Vec<Emitted>, OperatorError> {
-        if watermark <= self.watermark {
+        if !self.core.advance_to(watermark) {
             return Ok(Vec::new());
         }
-        self.watermark = watermark;
-        while let Some((time, key)) = self.timers.first().cloned() {
-            if time > watermark {
-                break;
-            }
-            self.timers.pop_first();
+        while let Some((time, key)) = self.core.pop_due() {
             self.on_timer(&key, time)?;
         }
-        Ok(vec![std::mem::replace(&mut self.out, Emitted::empty())])
+        Ok(vec![self.core.take_out()])
     }
 
     fn on_timer(&mut self, key: &[u8], time: i64) -> Result<(), OperatorError> {
         match self.spec.kind {
             JoinKind::Interval { lower_ms, upper_ms } => {
                 // Drop what can no longer join, on both sides.
-                let watermark = self.watermark;
+                let watermark = self.core.watermark;
                 for (side, reach) in [(0u32, upper_ms), (1, lower_ms.saturating_neg())] {
                     let mut seen = BTreeSet::new();
                     for (user_key, (ts, _)) in self.buffered(side, key)? {
                         if ts.saturating_add(reach) <= watermark && seen.insert(user_key.clone()) {
-                            self.backend()?
+                            self.core
+                                .backend()?
                                 .map_remove(side, key, &user_key)
-                                .map_err(|e| self.host(e))?;
+                                .map_err(|e| self.core.host(e))?;
                         }
                     }
                 }
@@ -359,9 +318,10 @@ impl JoinOperator {
                 for (side, records) in [(0u32, &left), (1, &right)] {
                     let keys: BTreeSet<&Vec<u8>> = records.iter().map(|(k, _)| k).collect();
                     for user_key in keys {
-                        self.backend()?
+                        self.core
+                            .backend()?
                             .map_remove(side, key, user_key)
-                            .map_err(|e| self.host(e))?;
+                            .map_err(|e| self.core.host(e))?;
                     }
                 }
                 Ok(())
@@ -371,53 +331,35 @@ impl JoinOperator {
 
     /// Registered timers, in firing order (for checkpoints).
     pub fn timers(&self) -> Vec<(i64, Vec<u8>)> {
-        self.timers.iter().cloned().collect()
+        self.core.timer_list()
     }
 
     /// Restores timers from a checkpoint.
     pub fn restore_timers(&mut self, timers: Vec<(i64, Vec<u8>)>) {
-        self.timers = timers.into_iter().collect();
+        self.core.restore_timers(timers);
     }
 
     /// Writes buffered state updates to the backend.
     pub fn flush_state(&mut self) -> Result<(), OperatorError> {
-        let flushed = self.backend()?.flush();
-        flushed.map_err(|e| self.host(e))
+        self.core.flush()
     }
 
     /// The synchronous part of a checkpoint.
     pub fn snapshot_state(&mut self, dir: &std::path::Path) -> Result<bool, OperatorError> {
-        let backend = self.backend()?;
-        let taken = backend.flush().and_then(|()| backend.snapshot_local(dir));
-        taken.map_err(|e| self.host(e))?;
-        Ok(true)
+        self.core.snapshot(dir)
     }
 
     /// Entries in its state (buffered timestamps per key and side), counted
     /// in the backend: what the watermark must keep bounded.
     pub fn state_entries(&mut self) -> Result<usize, OperatorError> {
         let mut n = 0;
-        let exported = self.backend()?.export(&mut |_, _, _| {
+        let exported = self.core.backend()?.export(&mut |_, _, _| {
             n += 1;
             Ok(())
         });
-        exported.map_err(|e| self.host(e))?;
+        exported.map_err(|e| self.core.host(e))?;
         Ok(n)
     }
-}
-
-fn push_late(out: &mut Emitted, key: &[u8], value: &[u8], ts: i64) {
-    let side = match out.side.iter_mut().position(|s| s.tag == LATE_TAG) {
-        Some(i) => &mut out.side[i],
-        None => {
-            out.side.push(SideOutput {
-                tag: LATE_TAG.to_owned(),
-                records: Batch::new(),
-            });
-            out.side.last_mut().expect("just pushed")
-        }
-    };
-    side.records.push(Some(key), value, ts);
 }
 
 #[cfg(test)]

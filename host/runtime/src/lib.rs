@@ -44,6 +44,7 @@ pub mod channel;
 pub mod checkpoint;
 pub mod connectors;
 pub mod contract;
+mod host_operator;
 pub mod join;
 pub mod local;
 pub mod modules;

@@ -377,7 +377,7 @@ impl LocalCluster {
                             })?;
                             Ok::<_, RunError>((backend, range))
                         };
-                        match &vertex.kind {
+                        let instance = match &vertex.kind {
                             VertexKind::Operator(op) => {
                                 let (module, info) = &modules[&v];
                                 let limits = &settings.limits;
@@ -401,41 +401,30 @@ impl LocalCluster {
                                     instance.attach_state(backend, range);
                                     instance.enable_processing_timers(info.states.len() as u32)?;
                                 }
-                                let mut instance = Operator::Wasm(instance);
-                                if let Some(timers) = restored.and_then(|r| r.timers.get(&v)) {
-                                    instance.restore_timers(timers.clone());
-                                }
-                                operators.push(ChainedOperator {
-                                    vertex: v,
-                                    instance,
-                                });
+                                Some(Operator::Wasm(instance))
                             }
                             VertexKind::Join(spec) => {
                                 let mut join = JoinOperator::new(&vertex.id.0, spec.clone());
-                                let (backend, _) = keyed_backend(&join_states())?;
-                                join.attach_state(backend);
-                                let mut instance = Operator::Join(join);
-                                if let Some(timers) = restored.and_then(|r| r.timers.get(&v)) {
-                                    instance.restore_timers(timers.clone());
-                                }
-                                operators.push(ChainedOperator {
-                                    vertex: v,
-                                    instance,
-                                });
+                                join.attach_state(keyed_backend(&join_states())?.0);
+                                Some(Operator::Join(join))
                             }
                             VertexKind::Window(spec) => {
                                 let mut window = WindowOperator::new(&vertex.id.0, spec.clone());
-                                let (backend, _) = keyed_backend(&window_states())?;
-                                window.attach_state(backend);
-                                let mut instance = Operator::Window(window);
-                                if let Some(timers) = restored.and_then(|r| r.timers.get(&v)) {
-                                    instance.restore_timers(timers.clone());
-                                }
-                                operators.push(ChainedOperator {
-                                    vertex: v,
-                                    instance,
-                                });
+                                window.attach_state(keyed_backend(&window_states())?.0);
+                                Some(Operator::Window(window))
                             }
+                            VertexKind::Sink(_) | VertexKind::Source(_) => None,
+                        };
+                        if let Some(mut instance) = instance {
+                            if let Some(timers) = restored.and_then(|r| r.timers.get(&v)) {
+                                instance.restore_timers(timers.clone());
+                            }
+                            operators.push(ChainedOperator {
+                                vertex: v,
+                                instance,
+                            });
+                        }
+                        match &vertex.kind {
                             VertexKind::Sink(spec) => {
                                 sink =
                                     Some(TailSink {
@@ -461,7 +450,10 @@ impl LocalCluster {
                                         },
                                     });
                             }
-                            VertexKind::Source(_) => {}
+                            VertexKind::Source(_)
+                            | VertexKind::Operator(_)
+                            | VertexKind::Window(_)
+                            | VertexKind::Join(_) => {}
                         }
                     }
                     let mut outputs = Vec::new();

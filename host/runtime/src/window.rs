@@ -32,11 +32,10 @@
 //! so checkpoints, savepoints and rescaling treat it like any operator's
 //! map state.
 
-use std::collections::BTreeSet;
-
+use crate::host_operator::HostOperatorCore;
 use crate::job::{Aggregate, KeySelector, WindowAssigner, WindowSpec};
-use crate::record::{Batch, Emitted, SideOutput};
-use crate::state::{KeyedStateBackend, StateDescriptor, StateError, StateKind};
+use crate::record::{Batch, Emitted};
+use crate::state::{KeyedStateBackend, StateDescriptor, StateKind};
 use crate::wasm::{FailureKind, OperatorError};
 
 /// The name of the window operator's one state.
@@ -158,22 +157,15 @@ impl Acc {
 
 /// See the [module docs](self).
 pub struct WindowOperator {
-    operator: String,
     spec: WindowSpec,
-    state: Option<Box<dyn KeyedStateBackend>>,
-    /// `(time, key)`, in firing order.
-    timers: BTreeSet<(i64, Vec<u8>)>,
-    watermark: i64,
-    out: Emitted,
+    core: HostOperatorCore,
 }
 
 impl std::fmt::Debug for WindowOperator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WindowOperator")
-            .field("operator", &self.operator)
             .field("spec", &self.spec)
-            .field("timers", &self.timers.len())
-            .field("watermark", &self.watermark)
+            .field("core", &self.core)
             .finish()
     }
 }
@@ -183,42 +175,19 @@ impl WindowOperator {
     /// with [`WindowOperator::attach_state`] before the first record.
     pub fn new(operator: &str, spec: WindowSpec) -> WindowOperator {
         WindowOperator {
-            operator: operator.to_owned(),
             spec,
-            state: None,
-            timers: BTreeSet::new(),
-            watermark: i64::MIN,
-            out: Emitted::empty(),
+            core: HostOperatorCore::new(operator),
         }
     }
 
     /// Its operator uid.
     pub fn operator(&self) -> &str {
-        &self.operator
+        &self.core.operator
     }
 
     /// Gives it its keyed state (declared as [`window_states`]).
     pub fn attach_state(&mut self, backend: Box<dyn KeyedStateBackend>) {
-        self.state = Some(backend);
-    }
-
-    fn fail(&self, kind: FailureKind, message: String) -> OperatorError {
-        OperatorError::new(&self.operator, kind, message)
-    }
-
-    fn backend(&mut self) -> Result<&mut Box<dyn KeyedStateBackend>, OperatorError> {
-        if self.state.is_none() {
-            return Err(OperatorError::new(
-                &self.operator,
-                FailureKind::Host,
-                "window operator without state",
-            ));
-        }
-        Ok(self.state.as_mut().expect("checked above"))
-    }
-
-    fn host(&self, e: StateError) -> OperatorError {
-        self.fail(FailureKind::Host, format!("window state: {e}"))
+        self.core.attach(backend);
     }
 
     /// Adds every record of `batch` to its windows; returns what fired at
@@ -227,7 +196,7 @@ impl WindowOperator {
     pub fn process(&mut self, batch: &Batch) -> Result<Emitted, OperatorError> {
         for r in batch.iter() {
             let Some(key) = r.key else {
-                return Err(self.fail(
+                return Err(self.core.fail(
                     FailureKind::Host,
                     "a record without a key reached a window (a bug: its input edge is keyed)"
                         .into(),
@@ -260,16 +229,16 @@ impl WindowOperator {
                 }
             };
             if !on_time {
-                push_side(&mut self.out, LATE_TAG, key, r.value, r.timestamp);
+                self.core.side(LATE_TAG, key, r.value, r.timestamp);
             }
         }
-        Ok(std::mem::replace(&mut self.out, Emitted::empty()))
+        Ok(self.core.take_out())
     }
 
     /// The number a record contributes (1 for `count`).
     fn number(&self, key: &[u8], value: &[u8]) -> Result<f64, OperatorError> {
         let bad = |what: String| {
-            self.fail(
+            self.core.fail(
                 FailureKind::Host,
                 format!(
                     "bad record for aggregate = \"{}\" (key {:?}, value {:?}): {what}",
@@ -305,7 +274,7 @@ impl WindowOperator {
         window
             .max_timestamp()
             .saturating_add(self.spec.allowed_lateness_ms as i64)
-            <= self.watermark
+            <= self.core.watermark
     }
 
     /// Adds `x` to `window` of `key` unless the window is late; registers
@@ -316,9 +285,10 @@ impl WindowOperator {
         }
         let user_key = window.encode();
         let old = self
+            .core
             .backend()?
             .map_get(STATE, key, &user_key)
-            .map_err(|e| self.host(e))?;
+            .map_err(|e| self.core.host(e))?;
         let acc = match old.as_deref().and_then(Acc::decode) {
             Some(mut acc) => {
                 acc.merge(self.spec.aggregate, Acc::of(x));
@@ -336,10 +306,11 @@ impl WindowOperator {
     /// Writes `acc` for `window`, and fires it if the watermark already
     /// passed its end (a late record within the allowed lateness).
     fn put(&mut self, key: &[u8], window: Window, acc: Acc) -> Result<(), OperatorError> {
-        self.backend()?
+        self.core
+            .backend()?
             .map_put(STATE, key, &window.encode(), &acc.encode())
-            .map_err(|e| self.host(e))?;
-        if window.max_timestamp() <= self.watermark {
+            .map_err(|e| self.core.host(e))?;
+        if window.max_timestamp() <= self.core.watermark {
             self.emit(key, window, acc, window.max_timestamp());
         }
         Ok(())
@@ -347,24 +318,26 @@ impl WindowOperator {
 
     fn register(&mut self, key: &[u8], window: Window) {
         let fire = window.max_timestamp();
-        self.timers.insert((fire, key.to_vec()));
+        self.core.timers.insert((fire, key.to_vec()));
         let lateness = self.spec.allowed_lateness_ms as i64;
         if lateness > 0 {
-            self.timers
+            self.core
+                .timers
                 .insert((fire.saturating_add(lateness), key.to_vec()));
         }
     }
 
     fn windows_of(&mut self, key: &[u8]) -> Result<Vec<(Window, Acc)>, OperatorError> {
         let entries = self
+            .core
             .backend()?
             .map_entries(STATE, key)
-            .map_err(|e| self.host(e))?;
+            .map_err(|e| self.core.host(e))?;
         entries
             .iter()
             .map(|(w, a)| match (Window::decode(w), Acc::decode(a)) {
                 (Some(w), Some(a)) => Ok((w, a)),
-                _ => Err(self.fail(
+                _ => Err(self.core.fail(
                     FailureKind::Host,
                     format!(
                         "corrupt window state for key {:?}",
@@ -405,9 +378,10 @@ impl WindowOperator {
             if absorbed[i] {
                 acc.merge(self.spec.aggregate, *a);
                 if *w != merged {
-                    self.backend()?
+                    self.core
+                        .backend()?
                         .map_remove(STATE, key, &w.encode())
-                        .map_err(|e| self.host(e))?;
+                        .map_err(|e| self.core.host(e))?;
                 }
             }
         }
@@ -427,22 +401,23 @@ impl WindowOperator {
     ) -> Result<(), OperatorError> {
         let user_key = GLOBAL.encode();
         let old = self
+            .core
             .backend()?
             .map_get(STATE, key, &user_key)
-            .map_err(|e| self.host(e))?;
+            .map_err(|e| self.core.host(e))?;
         let mut acc = Acc::of(x);
         if let Some(old) = old.as_deref().and_then(Acc::decode) {
             let mut old = old;
             old.merge(self.spec.aggregate, acc);
             acc = old;
         }
-        let backend = self.backend()?;
+        let backend = self.core.backend()?;
         let written = if acc.count >= count {
             backend.map_remove(STATE, key, &user_key)
         } else {
             backend.map_put(STATE, key, &user_key, &acc.encode())
         };
-        written.map_err(|e| self.host(e))?;
+        written.map_err(|e| self.core.host(e))?;
         if acc.count >= count {
             self.emit(key, GLOBAL, acc, ts);
         }
@@ -467,24 +442,22 @@ impl WindowOperator {
                 acc.result(aggregate)
             )
         };
-        self.out.main.push(Some(key), value.as_bytes(), timestamp);
+        self.core
+            .out
+            .main
+            .push(Some(key), value.as_bytes(), timestamp);
     }
 
     /// Advances the watermark: fires (and cleans up) every window whose
     /// timer it passed, in time order.
     pub fn advance_watermark(&mut self, watermark: i64) -> Result<Vec<Emitted>, OperatorError> {
-        if watermark <= self.watermark {
+        if !self.core.advance_to(watermark) {
             return Ok(Vec::new());
         }
-        self.watermark = watermark;
-        while let Some((time, key)) = self.timers.first().cloned() {
-            if time > watermark {
-                break;
-            }
-            self.timers.pop_first();
+        while let Some((time, key)) = self.core.pop_due() {
             self.on_timer(&key, time)?;
         }
-        Ok(vec![std::mem::replace(&mut self.out, Emitted::empty())])
+        Ok(vec![self.core.take_out()])
     }
 
     fn on_timer(&mut self, key: &[u8], time: i64) -> Result<(), OperatorError> {
@@ -506,12 +479,13 @@ impl WindowOperator {
                     continue;
                 }
                 let found = self
+                    .core
                     .backend()?
                     .map_get(STATE, key, &window.encode())
-                    .map_err(|e| self.host(e))?;
+                    .map_err(|e| self.core.host(e))?;
                 if let Some(bytes) = found {
                     let acc = Acc::decode(&bytes).ok_or_else(|| {
-                        self.fail(
+                        self.core.fail(
                             FailureKind::Host,
                             format!(
                                 "corrupt window state for key {:?}",
@@ -535,9 +509,10 @@ impl WindowOperator {
                 self.emit(key, window, acc, fire);
             }
             if fire.saturating_add(lateness) == time {
-                self.backend()?
+                self.core
+                    .backend()?
                     .map_remove(STATE, key, &window.encode())
-                    .map_err(|e| self.host(e))?;
+                    .map_err(|e| self.core.host(e))?;
             }
         }
         Ok(())
@@ -545,33 +520,28 @@ impl WindowOperator {
 
     /// Registered timers, in firing order (for checkpoints).
     pub fn timers(&self) -> Vec<(i64, Vec<u8>)> {
-        self.timers.iter().cloned().collect()
+        self.core.timer_list()
     }
 
     /// Restores timers from a checkpoint.
     pub fn restore_timers(&mut self, timers: Vec<(i64, Vec<u8>)>) {
-        self.timers = timers.into_iter().collect();
+        self.core.restore_timers(timers);
     }
 
     /// Writes buffered state updates to the backend.
     pub fn flush_state(&mut self) -> Result<(), OperatorError> {
-        let flushed = self.backend()?.flush();
-        flushed.map_err(|e| self.host(e))
+        self.core.flush()
     }
 
     /// The synchronous part of a checkpoint (see
     /// [`crate::wasm::OperatorInstance::snapshot_state`]).
     pub fn snapshot_state(&mut self, dir: &std::path::Path) -> Result<bool, OperatorError> {
-        let backend = self.backend()?;
-        let taken = backend.flush().and_then(|()| backend.snapshot_local(dir));
-        taken.map_err(|e| self.fail(FailureKind::Host, format!("checkpoint: {e}")))?;
-        Ok(true)
+        self.core.snapshot(dir)
     }
 
-    /// Windows and timers held (for tests and metrics): the number of
-    /// timers pending.
+    /// The number of timers pending (for tests).
     pub fn pending_timers(&self) -> usize {
-        self.timers.len()
+        self.core.timers.len()
     }
 }
 
@@ -580,20 +550,6 @@ fn start_window(start: i64, size: i64) -> Window {
         start,
         end: start.saturating_add(size),
     }
-}
-
-fn push_side(out: &mut Emitted, tag: &str, key: &[u8], value: &[u8], ts: i64) {
-    let side = match out.side.iter_mut().position(|s| s.tag == tag) {
-        Some(i) => &mut out.side[i],
-        None => {
-            out.side.push(SideOutput {
-                tag: tag.to_owned(),
-                records: Batch::new(),
-            });
-            out.side.last_mut().expect("just pushed")
-        }
-    };
-    side.records.push(Some(key), value, ts);
 }
 
 /// The first 64 bytes of a value, for error messages.

@@ -12,6 +12,7 @@ import {
   filter,
   flatMap,
   keyed,
+  keyedCo,
   log,
   map,
   metrics,
@@ -339,4 +340,70 @@ test('a failed migration leaves stored state as it was; the same version migrate
   const same = seeded();
   same.migrateStoredState('2.0.0');
   assert.deepEqual(same.rawValueState('total', 'k'), codecs.u32.encode(5));
+});
+
+test('keyedCo pairs both inputs; a one-input operator refuses input 1', () => {
+  const pairs = keyedCo({
+    states: [state.list('left'), state.list('right')],
+    open(ctx) {
+      this.left = ctx.listState('left', codecs.bytes);
+      this.right = ctx.listState('right', codecs.bytes);
+    },
+    arrive(record, ctx, mine, other, isLeft) {
+      for (const o of other.get(ctx)) {
+        const [l, r] = isLeft ? [record.value, o] : [o, record.value];
+        ctx.collect(ctx.key, new Uint8Array([...l, 124, ...r]), record.timestamp);
+      }
+      mine.add(ctx, record.value);
+    },
+    processElement1(record, ctx) {
+      this.arrive(record, ctx, this.left, this.right, true);
+    },
+    processElement2(record, ctx) {
+      this.arrive(record, ctx, this.right, this.left, false);
+    },
+  });
+  const h = Harness.open(pairs);
+  assert.ok(h.processInput(0, [{ key: 'a', value: 'l1', timestamp: 1n }]).isEmpty());
+  const out = h.processInput(1, [
+    { key: 'a', value: 'r1', timestamp: 2n },
+    { key: 'b', value: 'r2', timestamp: 3n },
+  ]);
+  assert.deepEqual(out.values(), ['l1|r1']);
+  assert.deepEqual(h.process([{ key: 'a', value: 'l2', timestamp: 4n }]).values(), ['l2|r1']);
+
+  const one = Harness.open(keyed({ processElement() {} }));
+  assert.throws(() => one.processInput(1, [{ key: 'a', value: 'x' }]), /one input/);
+});
+
+test('processing-time timers fire on the harness clock', () => {
+  const idle = keyed({
+    states: [state.value('deadline')],
+    open(ctx) {
+      this.deadline = ctx.valueState('deadline', codecs.i64);
+    },
+    processElement(record, ctx) {
+      const old = this.deadline.get(ctx);
+      if (old !== undefined && old !== null) ctx.deleteProcessingTimeTimer(old);
+      const at = ctx.currentProcessingTime() + 1000n;
+      ctx.registerProcessingTimeTimer(at);
+      this.deadline.set(ctx, at);
+    },
+    onProcessingTimer(time, ctx) {
+      if (this.deadline.get(ctx) === time) {
+        this.deadline.clear(ctx);
+        ctx.collect(ctx.key, `${ctx.keyString()}\tidle`, time);
+      }
+    },
+  });
+  const h = Harness.open(idle);
+  h.process([
+    { key: 'a', value: 'x', timestamp: 1n },
+    { key: 'b', value: 'x', timestamp: 1n },
+  ]);
+  assert.ok(h.advanceProcessingTime(500).isEmpty());
+  h.process([{ key: 'a', value: 'x', timestamp: 2n }]);
+  assert.deepEqual(h.advanceProcessingTime(600).values(), ['b\tidle']);
+  assert.deepEqual(h.advanceProcessingTime(400).values(), ['a\tidle']);
+  assert.ok(h.advanceProcessingTime(10000).isEmpty());
 });

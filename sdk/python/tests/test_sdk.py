@@ -475,5 +475,67 @@ class ExportTest(unittest.TestCase):
         self.assertEqual(MAX_TIMESTAMP, 2**63 - 1)
 
 
+
+class PairJoin(weir_sdk.KeyedCoProcessFunction):
+    """Every left record with every right record of its key."""
+
+    left = ListState("left", BYTES)
+    right = ListState("right", BYTES)
+
+    def _arrive(self, record, ctx, mine, other, is_left):
+        for o in other.get(ctx):
+            pair = (record.value, o) if is_left else (o, record.value)
+            ctx.emit(ctx.key, pair[0] + b"|" + pair[1], record.timestamp)
+        mine.add(ctx, record.value)
+
+    def process_element1(self, record, ctx):
+        self._arrive(record, ctx, self.left, self.right, True)
+
+    def process_element2(self, record, ctx):
+        self._arrive(record, ctx, self.right, self.left, False)
+
+
+class IdleAlert(KeyedProcessFunction):
+    deadline = ValueState("deadline", I64)
+
+    def process_element(self, record, ctx):
+        old = self.deadline.get(ctx)
+        if old is not None:
+            ctx.delete_processing_time_timer(old)
+        at = ctx.current_processing_time() + 1000
+        ctx.register_processing_time_timer(at)
+        self.deadline.set(ctx, at)
+
+    def on_processing_timer(self, time, ctx):
+        if self.deadline.get(ctx) == time:
+            self.deadline.clear(ctx)
+            ctx.emit(ctx.key, ctx.key + b"\tidle", time)
+
+
+class TwoInputsAndProcessingTimeTest(unittest.TestCase):
+    def test_a_co_process_function_pairs_both_inputs(self):
+        h = Harness(PairJoin)
+        self.assertTrue(h.process_input(0, [("a", "l1", 1)]).is_empty())
+        out = h.process_input(1, [("a", "r1", 2), ("b", "r2", 3)])
+        self.assertEqual(out.values(), ["l1|r1"])
+        # Input 0 through `process` is the left side too.
+        self.assertEqual(h.process([("a", "l2", 4)]).values(), ["l2|r1"])
+
+    def test_a_one_input_function_refuses_input_1(self):
+        h = Harness(IdleAlert)
+        with self.assertRaises(OperatorFailed) as failed:
+            h.process_input(1, [("a", "x", 1)])
+        self.assertIn("one input", str(failed.exception))
+
+    def test_processing_time_timers_fire_on_the_harness_clock(self):
+        h = Harness(IdleAlert)
+        h.process([("a", "x", 1), ("b", "x", 1)])
+        self.assertTrue(h.advance_processing_time(500).is_empty())
+        h.process([("a", "x", 2)])
+        self.assertEqual(h.advance_processing_time(600).values(), ["b\tidle"])
+        self.assertEqual(h.advance_processing_time(400).values(), ["a\tidle"])
+        self.assertTrue(h.advance_processing_time(10_000).is_empty())
+
+
 if __name__ == "__main__":
     unittest.main()

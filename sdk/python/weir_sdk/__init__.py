@@ -113,6 +113,7 @@ from .operator import (
     FilterFunction,
     FlatMapFunction,
     KeyedContext,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     MapFunction,
     OpenContext,
@@ -129,7 +130,7 @@ __all__ = [
     "BOOL", "BYTES", "F32", "F64", "I8", "I16", "I32", "I64", "STR", "U8", "U16", "U32",
     "U64", "UNIT", "DecodeError", "EncodeError", "MAX_TIMESTAMP", "MIN_TIMESTAMP",
     "Collector", "Config", "Error", "FilterFunction", "FlatMapFunction", "KeyedContext",
-    "KeyedProcessFunction", "MapFunction", "OpenContext", "Record", "current_watermark",
+    "KeyedCoProcessFunction", "KeyedProcessFunction", "MapFunction", "OpenContext", "Record", "current_watermark",
     "export", "filter", "flat_map", "map", "ListState", "MapState", "StateError",
     "ValueState", "log", "metrics",
 ]  # fmt: skip

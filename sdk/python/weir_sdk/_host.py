@@ -46,6 +46,9 @@ try:  # Inside a component.
     register_event_timer = _wit_timers.register_event_timer
     delete_event_timer = _wit_timers.delete_event_timer
     current_watermark = _wit_timers.current_watermark
+    register_processing_timer = _wit_timers.register_processing_timer
+    delete_processing_timer = _wit_timers.delete_processing_timer
+    current_processing_time = _wit_timers.current_processing_time
     counter_add = _wit_metrics.counter_add
     gauge_set = _wit_metrics.gauge_set
 
@@ -121,6 +124,7 @@ except ImportError:  # Natively: plain Python stand-ins for the WIT types.
     value_get = value_set = list_get = list_add = _no_host
     map_get = map_put = map_remove = map_entries = clear = _no_host
     register_event_timer = delete_event_timer = current_watermark = _no_host
+    register_processing_timer = delete_processing_timer = current_processing_time = _no_host
     counter_add = gauge_set = _no_host
 
     def log(level, message):
@@ -160,6 +164,9 @@ HOST_FUNCTIONS = (
     "register_event_timer",
     "delete_event_timer",
     "current_watermark",
+    "register_processing_timer",
+    "delete_processing_timer",
+    "current_processing_time",
     "log",
     "counter_add",
     "gauge_set",

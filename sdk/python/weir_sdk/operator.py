@@ -208,6 +208,26 @@ class KeyedContext(Collector):
         """The current event-time watermark of this subtask."""
         return _host.current_watermark()
 
+    def register_processing_time_timer(self, time):
+        """Registers a processing-time timer for the current key; it fires
+        through ``on_processing_timer`` once the subtask's wall clock reaches
+        ``time`` (ms since the epoch). Checkpointed with the state."""
+        try:
+            _host.register_processing_timer(self.key, time)
+        except _host.HostError as e:
+            raise Error(f"register processing-time timer at {time}: {_host.explain(e)}") from None
+
+    def delete_processing_time_timer(self, time):
+        """Deletes the current key's processing-time timer at ``time``, if registered."""
+        try:
+            _host.delete_processing_timer(self.key, time)
+        except _host.HostError as e:
+            raise Error(f"delete processing-time timer at {time}: {_host.explain(e)}") from None
+
+    def current_processing_time(self):
+        """The subtask's wall clock, ms since the epoch (the harness's clock in tests)."""
+        return _host.current_processing_time()
+
 
 def current_watermark():
     """The current event-time watermark of this subtask (``MIN_TIMESTAMP`` before the first)."""
@@ -390,11 +410,29 @@ class KeyedProcessFunction(_Function):
         """A timer fired: ``ctx.key`` is the key it was registered for and
         ``time`` (also ``ctx.timestamp``) its time."""
 
+    def on_processing_timer(self, time, ctx):
+        """A processing-time timer fired: ``ctx.key`` is its key, ``time`` its time."""
+
     def on_watermark(self, watermark, out):
         """The watermark advanced (after due timers fired). No key is current here."""
 
     def close(self, out):
         """Called once after the last record. No key is current here."""
+
+
+class KeyedCoProcessFunction(KeyedProcessFunction):
+    """Per-key logic over two keyed inputs with shared state and timers
+    (Flink's ``KeyedCoProcessFunction``): ``process_element1`` gets the
+    records of the edges with ``input = "left"``, ``process_element2`` those
+    with ``input = "right"``."""
+
+    def process_element1(self, record, ctx):
+        """Processes one record of the left input."""
+        raise NotImplementedError
+
+    def process_element2(self, record, ctx):
+        """Processes one record of the right input."""
+        raise NotImplementedError
 
 
 def _decorator(base, method):
@@ -483,6 +521,7 @@ class Runtime:
                 "FilterFunction or KeyedProcessFunction"
             )
         self.cls = function_class
+        self.two_inputs = issubclass(function_class, KeyedCoProcessFunction)
         self.states = declared_states(function_class) if self.kind is KeyedProcessFunction else []
         self.fn = None
         self.out = None
@@ -527,12 +566,26 @@ class Runtime:
         flush_states(self.states)
         return self.out._take()
 
-    def process(self, batch):
+    def process_input(self, input, batch):
+        """The WIT ``two-input.process-input``: input 0 is ``process``; input
+        1 needs a :class:`KeyedCoProcessFunction`."""
+        if input == 0:
+            return self.process(batch)
+        if not self.two_inputs or input != 1:
+            raise Error(
+                f"this operator has one input, but a batch arrived on input {input} "
+                '(`input = "right"` in the job spec needs a KeyedCoProcessFunction)'
+            )
+        return self.process(batch, self._opened().process_element2)
+
+    def process(self, batch, element=None):
         fn, out = self._begin()
         kind = self.kind
         if kind is KeyedProcessFunction:
             # The hot loop of keyed operators, inlined (no generator).
-            process_element = fn.process_element
+            process_element = element or (
+                fn.process_element1 if self.two_inputs else fn.process_element
+            )
             new_record = object.__new__
             data = batch.data
             _check_columns(batch)
@@ -581,6 +634,14 @@ class Runtime:
             out.key = key
             out.timestamp = time
             fn.on_timer(time, out)
+        return self._end()
+
+    def on_processing_timer(self, key, time):
+        fn, out = self._begin()
+        if self.kind is KeyedProcessFunction:
+            out.key = key
+            out.timestamp = time
+            fn.on_processing_timer(time, out)
         return self._end()
 
     def on_watermark(self, watermark):
@@ -690,7 +751,8 @@ def export(function_class):
         return call
 
     class Operator:
-        """The WIT ``operator`` and ``migration`` exports of ``function_class``."""
+        """The WIT ``operator``, ``migration``, ``two-input`` and
+        ``processing-time`` exports of ``function_class``."""
 
         runtime_ = runtime
 
@@ -700,6 +762,8 @@ def export(function_class):
         open = guarded("open")
         process = guarded("process")
         on_timer = guarded("on_timer")
+        on_processing_timer = guarded("on_processing_timer")
+        process_input = guarded("process_input")
         on_watermark = guarded("on_watermark")
         close = guarded("close")
         migrate_state = guarded("migrate_state")
@@ -714,6 +778,43 @@ class _KeepState:
 
     def migrate_state(self, state, from_version, old):
         return old
+
+
+class _OneInput:
+    """A ``two-input`` export for an ``Operator`` written by hand: input 0 only."""
+
+    def process_input(self, input, records):
+        if input == 0:
+            return _OPERATOR_OF_MODULE[0]().process(records)
+        raise _host.HostError(f"this operator has one input, but a batch arrived on input {input}")
+
+
+class _NoProcessingTimers:
+    """A ``processing-time`` export for an ``Operator`` written by hand (it
+    cannot have registered processing-time timers without one)."""
+
+    def on_processing_timer(self, key, time):
+        return _host.Emitted(_host.Batch([], [], [], b""), [])
+
+
+#: The module's ``Operator`` class, for :class:`_OneInput`.
+_OPERATOR_OF_MODULE = [None]
+
+
+def component_exports_full(module):
+    """``(Operator, Migration, TwoInput, ProcessingTime)``: the classes
+    componentize-py exports for the operator module ``module`` (world
+    ``full-operator``): an :func:`export` class implements all four; for a
+    hand-written ``Operator``, the module's own bindings or stand-ins."""
+    operator, migration = component_exports(module)
+    _OPERATOR_OF_MODULE[0] = operator
+    two_input = getattr(module, "TwoInput", None) or (
+        operator if hasattr(operator, "process_input") else _OneInput
+    )
+    processing = getattr(module, "ProcessingTime", None) or (
+        operator if hasattr(operator, "on_processing_timer") else _NoProcessingTimers
+    )
+    return operator, migration, two_input, processing
 
 
 def component_exports(module):

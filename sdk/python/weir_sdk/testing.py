@@ -119,6 +119,8 @@ class _FakeHost:
         self.kinds = kinds  # state id -> "value" | "list" | "map"
         self.stores = [{} for _ in kinds]
         self.timers = set()  # (time, key)
+        self.processing_timers = set()  # (time, key)
+        self.processing_time = 0
         self.watermark = MIN_TIMESTAMP
         self.logs = []
         self.counters = {}
@@ -165,6 +167,15 @@ class _FakeHost:
 
     def delete_event_timer(self, key, time):
         self.timers.discard((time, bytes(key)))
+
+    def register_processing_timer(self, key, time):
+        self.processing_timers.add((time, bytes(key)))
+
+    def delete_processing_timer(self, key, time):
+        self.processing_timers.discard((time, bytes(key)))
+
+    def current_processing_time(self):
+        return self.processing_time
 
     def current_watermark(self):
         return self.watermark
@@ -239,6 +250,35 @@ class Harness:
             self.host.timers.discard(due[0])
             out.extend(self._emitted("on-timer", self._call("on_timer", key, time)))
         out.extend(self._emitted("on-watermark", self._call("on_watermark", self.host.watermark)))
+        return out
+
+    def process_input(self, input, records):
+        """Processes ``records`` as one batch on input ``input`` (0 left, 1
+        right) of a two-input operator."""
+        buffer = _Buffer()
+        for r in records:
+            if isinstance(r, Record):
+                buffer.emit(r.key, r.value, r.timestamp)
+            else:
+                buffer.emit(*r)
+        return self._emitted(
+            "process-input", self._call("process_input", input, buffer.batch())
+        )
+
+    def advance_processing_time(self, ms):
+        """Moves the harness's processing-time clock (it starts at 0) forward
+        by ``ms`` and fires the processing-time timers now due, in time order."""
+        out = Output()
+        self.host.processing_time += ms
+        while True:
+            due = sorted(t for t in self.host.processing_timers if t[0] <= self.host.processing_time)
+            if not due:
+                break
+            time, key = due[0]
+            self.host.processing_timers.discard(due[0])
+            out.extend(
+                self._emitted("on-processing-timer", self._call("on_processing_timer", key, time))
+            )
         return out
 
     def close(self):

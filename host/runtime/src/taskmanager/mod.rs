@@ -938,30 +938,37 @@ impl Subtask {
     }
 
     /// Receives the next message, or `None` once `timeout` (if any) passed.
+    /// Time spent waiting counts as idle.
     fn recv_until(
         &self,
         rx: &mut mpsc::Receiver<Message>,
         timeout: Option<Duration>,
     ) -> Result<Option<Message>, TaskError> {
-        let Some(timeout) = timeout else {
-            return self.recv(rx).map(Some);
-        };
         if self.abort.is_set() {
             return Err(TaskError::Aborted);
         }
         match rx.try_recv() {
             Ok(m) => return Ok(Some(m)),
             Err(mpsc::error::TryRecvError::Disconnected) => return Err(TaskError::Aborted),
-            Err(mpsc::error::TryRecvError::Empty) if timeout.is_zero() => return Ok(None),
+            Err(mpsc::error::TryRecvError::Empty) if timeout.is_some_and(|t| t.is_zero()) => {
+                return Ok(None);
+            }
             Err(mpsc::error::TryRecvError::Empty) => {}
         }
+        // Nothing queued: wait, and count the wait as idle time.
         let waited = Instant::now();
         let got = self.handle.block_on(async {
+            let timeout = async {
+                match timeout {
+                    Some(t) => tokio::time::sleep(t).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 _ = self.abort.triggered() => Err(TaskError::Aborted),
                 m = rx.recv() => m.map(Some).ok_or(TaskError::Aborted),
-                _ = tokio::time::sleep(timeout) => Ok(None),
+                _ = timeout => Ok(None),
             }
         });
         self.metrics.vertices[self.head_vertex]
@@ -971,26 +978,10 @@ impl Subtask {
     }
 
     fn recv(&self, rx: &mut mpsc::Receiver<Message>) -> Result<Message, TaskError> {
-        if self.abort.is_set() {
-            return Err(TaskError::Aborted);
-        }
-        match rx.try_recv() {
-            Ok(m) => return Ok(m),
-            Err(mpsc::error::TryRecvError::Disconnected) => return Err(TaskError::Aborted),
-            Err(mpsc::error::TryRecvError::Empty) => {}
-        }
-        // Nothing queued: wait, and count the wait as idle time.
-        let waited = Instant::now();
-        let got = self.handle.block_on(async {
-            tokio::select! {
-                biased;
-                _ = self.abort.triggered() => Err(TaskError::Aborted),
-                m = rx.recv() => m.ok_or(TaskError::Aborted),
+        loop {
+            if let Some(message) = self.recv_until(rx, None)? {
+                return Ok(message);
             }
-        });
-        self.metrics.vertices[self.head_vertex]
-            .idle_ns
-            .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        got
+        }
     }
 }
