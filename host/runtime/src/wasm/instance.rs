@@ -1039,4 +1039,72 @@ mod tests {
         metrics::Host::counter_add(data, "records".into(), 1);
         assert!(data.counters.is_empty());
     }
+
+    #[test]
+    fn the_hidden_timer_state_is_not_the_guests_and_processing_timers_need_the_export() {
+        use crate::state::{BackendConfig, BackendKind, KeyGroupRange, StateDescriptor, StateKind};
+        use crate::wasm::bindings::weir::operator::{state, timers};
+        let config = InstanceConfig::new("hidden");
+        let runtime = Runtime::new(RuntimeConfig { cache_dir: None }).unwrap();
+        let (mut store, _) = new_store(runtime.engine(), &config);
+        let states = [
+            StateDescriptor {
+                name: "mine".into(),
+                kind: StateKind::Value,
+                ttl: None,
+            },
+            StateDescriptor {
+                name: PROCESSING_TIMERS_STATE.into(),
+                kind: StateKind::Map,
+                ttl: None,
+            },
+        ];
+        let range = KeyGroupRange::all(128);
+        let backend = crate::state::open_backend(BackendConfig {
+            kind: BackendKind::Heap,
+            dir: std::path::Path::new("/nonexistent"),
+            states: &states,
+            key_groups: range,
+            max_parallelism: 128,
+        })
+        .unwrap();
+        let data = store.data_mut();
+        data.state = Some(backend);
+        data.key_groups = Some(range);
+        data.max_parallelism = 128;
+        data.processing = Some(1);
+        // The guest's own state works; the host's hidden one is unknown to it.
+        state::Host::value_set(data, 0, b"k".to_vec(), b"v".to_vec()).unwrap();
+        for call in [
+            state::Host::map_entries(data, 1, b"k".to_vec()).map(|_| ()),
+            state::Host::map_put(data, 1, b"k".to_vec(), b"t".to_vec(), Vec::new()),
+            state::Host::clear(data, 1, b"k".to_vec()),
+        ] {
+            assert!(
+                matches!(call, Err(state::StateError::UnknownState(1))),
+                "{call:?}"
+            );
+        }
+        // Without the `processing-time` export a timer could never fire.
+        let refused = timers::Host::register_processing_timer(data, b"k".to_vec(), 5);
+        assert!(
+            format!("{refused:?}").contains("processing-time"),
+            "{refused:?}"
+        );
+        // With it, the timer lands in the hidden state too (so checkpoints keep it).
+        data.fires_processing_timers = true;
+        timers::Host::register_processing_timer(data, b"k".to_vec(), 5).unwrap();
+        let stored = data.state.as_mut().unwrap().map_entries(1, b"k").unwrap();
+        assert_eq!(stored, [(time_bytes(5).to_vec(), Vec::new())]);
+        timers::Host::delete_processing_timer(data, b"k".to_vec(), 5).unwrap();
+        assert!(
+            data.state
+                .as_mut()
+                .unwrap()
+                .map_entries(1, b"k")
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(data.processing_timers.len(), 0);
+    }
 }
