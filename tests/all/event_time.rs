@@ -15,6 +15,7 @@ use weir_tests::artifacts;
 
 use super::cluster::harness::{Cluster, wait_for};
 use crate::util::{describe, read_sink, run_weir, toml_path};
+use crate::windows::{per_batch_watermarks, window_job};
 
 /// Window length of every test here.
 const WINDOW_MS: i64 = 1_000;
@@ -102,64 +103,8 @@ fn run(
     let data = dir.join("input.jsonl");
     let lines: Vec<String> = input.iter().map(Input::line).collect();
     std::fs::write(&data, lines.join("\n") + "\n").unwrap();
-    let (windows, late) = (dir.join("windows.jsonl"), dir.join("late.jsonl"));
-    let spec = dir.join("job.toml");
-    std::fs::write(
-        &spec,
-        format!(
-            r#"
-[job]
-name = "out-of-order"
-batch_size = {batch}
-watermark_interval_ms = 0
-state_backend = "{backend}"
-
-[[source]]
-id = "events"
-type = "file"
-path = {data}
-format = "json-lines"
-key_field = "k"
-timestamp_field = "ts"
-watermark = {{ max_out_of_orderness_ms = {bound} }}
-
-[[operator]]
-id = "count"
-{count}
-key_by = "key"
-parallelism = {parallelism}
-
-[[sink]]
-id = "windows"
-type = "file"
-path = {windows}
-parallelism = {parallelism}
-
-[[sink]]
-id = "late"
-type = "file"
-path = {late}
-parallelism = 1
-
-[[edge]]
-from = "events"
-to = "count"
-partition = "hash"
-
-[[edge]]
-from = "count"
-to = "windows"
-
-[[edge]]
-from = "count:late"
-to = "late"
-"#,
-            data = toml_path(&data),
-            windows = toml_path(&windows),
-            late = toml_path(&late),
-        ),
-    )
-    .unwrap();
+    let (spec, windows, late) = window_job(dir, &data, count, parallelism, backend, bound as u64);
+    per_batch_watermarks(&spec, batch);
     let out = run_weir(&dir.join("cache"), &["run", spec.to_str().unwrap()]);
     assert!(out.status.success(), "{}", describe(&out));
 
@@ -312,12 +257,7 @@ to = "null"
 
 /// The `count` vertex of job `id`: (records in, records out, watermark).
 fn count_vertex(cluster: &Cluster, id: &str) -> Option<(u64, u64, Option<i64>)> {
-    let (_, job) = cluster.get(&format!("/v1/jobs/{id}"));
-    let v = job["vertices"]
-        .as_array()?
-        .iter()
-        .find(|v| v["id"] == "count")?
-        .clone();
+    let v = cluster.vertex(id, "count")?;
     Some((
         v["records_in"].as_u64()?,
         v["records_out"].as_u64()?,

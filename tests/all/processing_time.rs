@@ -78,12 +78,7 @@ to = "out"
     // Every record reached the operator, then a checkpoint completed: it
     // holds every key's timer.
     wait_for("every record at the operator", || {
-        let (_, job) = cluster.get(&format!("/v1/jobs/{id}"));
-        let alert = job["vertices"]
-            .as_array()?
-            .iter()
-            .find(|v| v["id"] == "alert")?
-            .clone();
+        let alert = cluster.vertex(&id, "alert")?;
         (alert["records_in"].as_u64()? == (KEYS * 3) as u64).then_some(())
     });
     let seen = completed_checkpoints(&cluster, &id)

@@ -79,7 +79,7 @@ fn session_counts(input: &[Input], gap: i64) -> Windows {
 
 /// A job: the input file → window operator `w` (its TOML lines in
 /// `window`) → `windows`, late records → `late`.
-fn window_job(
+pub(crate) fn window_job(
     dir: &Path,
     data: &Path,
     window: &str,
@@ -143,6 +143,16 @@ to = "late"
     )
     .unwrap();
     (spec, windows, late)
+}
+
+/// Makes the job at `spec` emit its watermark after every batch of
+/// `batch` records: then which records are late depends on the input only.
+pub(crate) fn per_batch_watermarks(spec: &Path, batch: usize) {
+    let text = std::fs::read_to_string(spec).unwrap().replace(
+        "[job]\n",
+        &format!("[job]\nbatch_size = {batch}\nwatermark_interval_ms = 0\n"),
+    );
+    std::fs::write(spec, text).unwrap();
 }
 
 /// The windows in a sink's lines; `field` is the aggregate's name.
@@ -245,11 +255,7 @@ fn a_late_record_within_the_lateness_refires_its_window_and_one_beyond_goes_asid
         "rocksdb",
         0,
     );
-    let text = std::fs::read_to_string(&spec).unwrap().replace(
-        "[job]\n",
-        "[job]\nbatch_size = 1\nwatermark_interval_ms = 0\n",
-    );
-    std::fs::write(&spec, text).unwrap();
+    per_batch_watermarks(&spec, 1);
     let out = run_weir(&dir.path().join("cache"), &["run", spec.to_str().unwrap()]);
     assert!(out.status.success(), "{}", describe(&out));
     // 1200 moves the watermark to 1199: [0, 1000) fires with 2. 300 is late

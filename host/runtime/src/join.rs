@@ -329,24 +329,15 @@ impl JoinOperator {
         }
     }
 
-    /// Registered timers, in firing order (for checkpoints).
-    pub fn timers(&self) -> Vec<(i64, Vec<u8>)> {
-        self.core.timer_list()
+    /// Its state, timers and watermark (checkpoints and restores go
+    /// through them).
+    pub(crate) fn core_mut(&mut self) -> &mut HostOperatorCore {
+        &mut self.core
     }
 
-    /// Restores timers from a checkpoint.
-    pub fn restore_timers(&mut self, timers: Vec<(i64, Vec<u8>)>) {
-        self.core.restore_timers(timers);
-    }
-
-    /// Writes buffered state updates to the backend.
-    pub fn flush_state(&mut self) -> Result<(), OperatorError> {
-        self.core.flush()
-    }
-
-    /// The synchronous part of a checkpoint.
-    pub fn snapshot_state(&mut self, dir: &std::path::Path) -> Result<bool, OperatorError> {
-        self.core.snapshot(dir)
+    /// Its state, timers and watermark, to read.
+    pub(crate) fn core(&self) -> &HostOperatorCore {
+        &self.core
     }
 
     /// Entries in its state (buffered timestamps per key and side), counted

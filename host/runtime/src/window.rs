@@ -518,30 +518,15 @@ impl WindowOperator {
         Ok(())
     }
 
-    /// Registered timers, in firing order (for checkpoints).
-    pub fn timers(&self) -> Vec<(i64, Vec<u8>)> {
-        self.core.timer_list()
+    /// Its state, timers and watermark (checkpoints and restores go
+    /// through them).
+    pub(crate) fn core_mut(&mut self) -> &mut HostOperatorCore {
+        &mut self.core
     }
 
-    /// Restores timers from a checkpoint.
-    pub fn restore_timers(&mut self, timers: Vec<(i64, Vec<u8>)>) {
-        self.core.restore_timers(timers);
-    }
-
-    /// Writes buffered state updates to the backend.
-    pub fn flush_state(&mut self) -> Result<(), OperatorError> {
-        self.core.flush()
-    }
-
-    /// The synchronous part of a checkpoint (see
-    /// [`crate::wasm::OperatorInstance::snapshot_state`]).
-    pub fn snapshot_state(&mut self, dir: &std::path::Path) -> Result<bool, OperatorError> {
-        self.core.snapshot(dir)
-    }
-
-    /// The number of timers pending (for tests).
-    pub fn pending_timers(&self) -> usize {
-        self.core.timers.len()
+    /// Its state, timers and watermark, to read.
+    pub(crate) fn core(&self) -> &HostOperatorCore {
+        &self.core
     }
 }
 

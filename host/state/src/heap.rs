@@ -551,49 +551,60 @@ impl KeyedStateBackend for HeapBackend {
     }
 
     fn export(&mut self, visit: &mut crate::ExportVisitor<'_>) -> Result<(), StateError> {
+        for state in 0..self.tables.len() as u32 {
+            self.export_state(state, visit)?;
+        }
+        Ok(())
+    }
+
+    fn export_state(
+        &mut self,
+        state: u32,
+        visit: &mut crate::ExportVisitor<'_>,
+    ) -> Result<(), StateError> {
+        let Some(table) = self.tables.get(state as usize) else {
+            return Err(StateError::UnknownState(state));
+        };
         let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        for (state, table) in self.tables.iter().enumerate() {
-            entries.clear();
-            let canonical = |kg: u16, key: &[u8], namespace: &[u8]| {
-                let mut stored = Vec::new();
-                layout::encode_key(&mut stored, KeyGroup(kg), key)?;
-                stored.extend_from_slice(namespace);
-                Ok::<_, StateError>(stored)
-            };
-            match table {
-                Table::Value(groups) => {
-                    for (kg, t) in groups.iter() {
-                        for (key, value) in t {
-                            entries.push((canonical(kg, key, &[])?, value.clone()));
-                        }
+        let canonical = |kg: u16, key: &[u8], namespace: &[u8]| {
+            let mut stored = Vec::new();
+            layout::encode_key(&mut stored, KeyGroup(kg), key)?;
+            stored.extend_from_slice(namespace);
+            Ok::<_, StateError>(stored)
+        };
+        match table {
+            Table::Value(groups) => {
+                for (kg, t) in groups.iter() {
+                    for (key, value) in t {
+                        entries.push((canonical(kg, key, &[])?, value.clone()));
                     }
                 }
-                Table::List(groups) => {
-                    for (kg, t) in groups.iter() {
-                        for (key, elements) in t {
-                            let mut list = Vec::new();
-                            for e in elements {
-                                layout::push_stored_list_element(&mut list, e)?;
-                            }
-                            entries.push((canonical(kg, key, &[])?, list));
+            }
+            Table::List(groups) => {
+                for (kg, t) in groups.iter() {
+                    for (key, elements) in t {
+                        let mut list = Vec::new();
+                        for e in elements {
+                            layout::push_stored_list_element(&mut list, e)?;
                         }
+                        entries.push((canonical(kg, key, &[])?, list));
                     }
                 }
-                Table::Map(groups) => {
-                    for (kg, t) in groups.iter() {
-                        for (key, map) in t {
-                            for (user_key, value) in map {
-                                entries.push((canonical(kg, key, user_key)?, value.clone()));
-                            }
+            }
+            Table::Map(groups) => {
+                for (kg, t) in groups.iter() {
+                    for (key, map) in t {
+                        for (user_key, value) in map {
+                            entries.push((canonical(kg, key, user_key)?, value.clone()));
                         }
                     }
                 }
             }
-            // Stored-key order, as RocksDB keeps it.
-            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            for (key, value) in &entries {
-                visit(state as u32, key, value)?;
-            }
+        }
+        // Stored-key order, as RocksDB keeps it.
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (key, value) in &entries {
+            visit(state, key, value)?;
         }
         Ok(())
     }

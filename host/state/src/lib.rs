@@ -250,6 +250,10 @@ pub trait KeyedStateBackend: Send {
     /// backend. Expired entries not yet removed may be included (they
     /// still expire on read after an import).
     fn export(&mut self, visit: &mut ExportVisitor<'_>) -> Result<(), StateError>;
+    /// The entries of state `state` alone, as [`KeyedStateBackend::export`]
+    /// gives them (flushes first): reads that state only.
+    fn export_state(&mut self, state: u32, visit: &mut ExportVisitor<'_>)
+    -> Result<(), StateError>;
     /// Writes one entry as [`KeyedStateBackend::export`] gives it (a list
     /// replaces the key's list). Its key group must be this subtask's
     /// ([`StateError::KeyOutOfRange`] if not: callers restoring a subset

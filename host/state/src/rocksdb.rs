@@ -637,13 +637,24 @@ impl KeyedStateBackend for RocksDbBackend {
     }
 
     fn export(&mut self, visit: &mut crate::ExportVisitor<'_>) -> Result<(), StateError> {
-        self.flush()?;
-        for state in 0..self.store.cf_names.len() {
-            // The column family holds exactly the canonical form.
-            self.store
-                .scan_prefix(state, &[], |key, value| visit(state as u32, key, value))?;
+        for state in 0..self.store.cf_names.len() as u32 {
+            self.export_state(state, visit)?;
         }
         Ok(())
+    }
+
+    fn export_state(
+        &mut self,
+        state: u32,
+        visit: &mut crate::ExportVisitor<'_>,
+    ) -> Result<(), StateError> {
+        if state as usize >= self.store.cf_names.len() {
+            return Err(StateError::UnknownState(state));
+        }
+        self.flush()?;
+        // The column family holds exactly the canonical form.
+        self.store
+            .scan_prefix(state as usize, &[], |key, value| visit(state, key, value))
     }
 
     fn import(

@@ -126,6 +126,9 @@ impl KeyedStateBackend for FlushEveryWrite {
     fn export(&mut self, visit: &mut ExportVisitor<'_>) -> Result<(), StateError> {
         self.0.export(visit)
     }
+    fn export_state(&mut self, s: u32, visit: &mut ExportVisitor<'_>) -> Result<(), StateError> {
+        self.0.export_state(s, visit)
+    }
     fn import(&mut self, s: u32, k: &[u8], v: &[u8]) -> Result<(), StateError> {
         self.0.import(s, k, v)?;
         self.0.flush()
@@ -806,6 +809,7 @@ suite!(
     expired_entries_are_removed_when_read,
     matches_a_model_under_random_operations,
     export_imports_into_either_backend_unchanged,
+    export_state_gives_one_states_entries_of_the_export,
     import_splits_by_key_group,
     import_refuses_malformed_entries,
     import_in_any_order_keeps_the_last_value_of_a_key,

@@ -334,6 +334,16 @@ impl Cluster {
         })
     }
 
+    /// Vertex `vertex` of job `id`, as `GET /v1/jobs/{id}` shows it.
+    pub fn vertex(&self, id: &str, vertex: &str) -> Option<Value> {
+        let (_, job) = self.get(&format!("/v1/jobs/{id}"));
+        job["vertices"]
+            .as_array()?
+            .iter()
+            .find(|v| v["id"] == vertex)
+            .cloned()
+    }
+
     /// A TaskManager's entry of `GET /v1/taskmanagers`.
     pub fn taskmanager(&self, id: &str) -> Value {
         let (_, v) = self.get("/v1/taskmanagers");

@@ -289,24 +289,24 @@ impl Operator {
     fn flush_state(&mut self) -> Result<(), OperatorError> {
         match self {
             Operator::Wasm(i) => i.flush_state(),
-            Operator::Window(w) => w.flush_state(),
-            Operator::Join(j) => j.flush_state(),
+            Operator::Window(w) => w.core_mut().flush(),
+            Operator::Join(j) => j.core_mut().flush(),
         }
     }
 
     fn snapshot_state(&mut self, dir: &std::path::Path) -> Result<bool, OperatorError> {
         match self {
             Operator::Wasm(i) => i.snapshot_state(dir),
-            Operator::Window(w) => w.snapshot_state(dir),
-            Operator::Join(j) => j.snapshot_state(dir),
+            Operator::Window(w) => w.core_mut().snapshot(dir),
+            Operator::Join(j) => j.core_mut().snapshot(dir),
         }
     }
 
     fn timers(&self) -> Timers {
         match self {
             Operator::Wasm(i) => i.timers(),
-            Operator::Window(w) => w.timers(),
-            Operator::Join(j) => j.timers(),
+            Operator::Window(w) => w.core().timer_list(),
+            Operator::Join(j) => j.core().timer_list(),
         }
     }
 
@@ -330,8 +330,8 @@ impl Operator {
     pub fn restore_timers(&mut self, timers: Timers) {
         match self {
             Operator::Wasm(i) => i.restore_timers(timers),
-            Operator::Window(w) => w.restore_timers(timers),
-            Operator::Join(j) => j.restore_timers(timers),
+            Operator::Window(w) => w.core_mut().restore_timers(timers),
+            Operator::Join(j) => j.core_mut().restore_timers(timers),
         }
     }
 }
@@ -474,13 +474,11 @@ impl Subtask {
         result
     }
 
-    /// Every vertex of this subtask's chain.
-    fn chain_vertices(&self) -> Vec<usize> {
-        let mut vertices = vec![self.head_vertex];
-        vertices.extend(self.operators.iter().map(|op| op.vertex));
-        vertices.extend(self.sink.as_ref().map(|s| s.vertex));
-        vertices.dedup();
-        vertices
+    /// Every vertex of this subtask's chain (the head may come twice).
+    fn chain_vertices(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.head_vertex)
+            .chain(self.operators.iter().map(|op| op.vertex))
+            .chain(self.sink.as_ref().map(|s| s.vertex))
     }
 
     fn run_inner(&mut self) -> Result<(), TaskError> {
@@ -611,7 +609,7 @@ impl Subtask {
                         match event {
                             GateEvent::Records(channel, batch) => {
                                 let input = inputs.get(channel as usize).copied().unwrap_or(0);
-                                self.push_input(input, batch)?
+                                self.push_at(0, input, batch)?
                             }
                             GateEvent::Watermark(watermark) => self.watermark(watermark)?,
                             GateEvent::Idle(idle) => {
@@ -744,17 +742,13 @@ impl Subtask {
         Ok(())
     }
 
-    /// Passes `batch`, which arrived on input `input` of the head, through
-    /// the chain.
-    fn push_input(&mut self, input: u8, batch: Batch) -> Result<(), TaskError> {
-        self.push_at(0, input, batch)
-    }
-
     /// Passes `batch` through operators `from..`, then to the sink or outputs.
     fn push(&mut self, from: usize, batch: Batch) -> Result<(), TaskError> {
         self.push_at(from, 0, batch)
     }
 
+    /// Passes `batch`, which arrived on input `input` of operator `from`
+    /// (0 but for the head of a two-input task), down the chain.
     fn push_at(&mut self, from: usize, input: u8, batch: Batch) -> Result<(), TaskError> {
         if from < self.operators.len() {
             let op = &mut self.operators[from];

@@ -354,9 +354,8 @@ impl OperatorInstance {
             return Ok(());
         };
         let mut restored = Vec::new();
-        let exported = backend.export(&mut |id, stored_key, _| {
-            if id == state
-                && let Some((_, key, time)) = crate::state::layout::decode_key(stored_key)
+        let exported = backend.export_state(state, &mut |_, stored_key, _| {
+            if let Some((_, key, time)) = crate::state::layout::decode_key(stored_key)
                 && let Ok(time) = <[u8; 8]>::try_from(time)
             {
                 restored.push((time_of(time), key.to_vec()));

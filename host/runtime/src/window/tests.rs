@@ -106,7 +106,7 @@ fn tumbling_windows_fire_once_at_their_last_millisecond() {
         fire(&mut op, i64::MAX),
         [r#"{"key":"a","start":10,"end":20,"count":2}"#]
     );
-    assert_eq!(op.pending_timers(), 0);
+    assert_eq!(op.core().timers.len(), 0);
 }
 
 #[test]

@@ -89,6 +89,28 @@ pub(super) fn export_imports_into_either_backend_unchanged(h: Harness) {
     }
 }
 
+pub(super) fn export_state_gives_one_states_entries_of_the_export(h: Harness) {
+    let mut b = h.open(&states());
+    fill(b.as_mut());
+    let all = export_all(b.as_mut());
+    for state in 0..states().len() as u32 {
+        let mut one = Vec::new();
+        b.export_state(state, &mut |s, key, value| {
+            one.push((s, key.to_vec(), value.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        let expected: Exported = all.iter().filter(|e| e.0 == state).cloned().collect();
+        assert!(!expected.is_empty(), "state {state}");
+        assert_eq!(one, expected, "state {state}");
+    }
+    let unknown = b.export_state(9, &mut |_, _, _| Ok(()));
+    assert!(
+        matches!(unknown, Err(StateError::UnknownState(9))),
+        "{unknown:?}"
+    );
+}
+
 pub(super) fn import_splits_by_key_group(h: Harness) {
     let mut source = h.open(&states());
     fill(source.as_mut());
