@@ -80,7 +80,7 @@ fn component_of_another_world_does_not_fit_the_contract() {
 
     let dir = tempfile::tempdir().unwrap();
     let inspect = run_weir(dir.path(), &["inspect", artifacts::BOUNDARY_PROBE]);
-    assert_fails_with(&inspect, 2, &["does not implement weir:operator@0.1.2"]);
+    assert_fails_with(&inspect, 2, &["does not implement weir:operator@0.1.3"]);
     assert!(String::from_utf8_lossy(&inspect.stdout).contains("weir:boundary-bench/probe"));
 }
 

@@ -229,13 +229,13 @@ type MigrateState =
 /// The contract version this host implements (`wit/operator.wit`). It
 /// runs components built against any `0.1.x`: wasmtime links and looks up
 /// semver-compatible interface versions.
-pub const CONTRACT_VERSION: &str = "0.1.2";
+pub const CONTRACT_VERSION: &str = "0.1.3";
 
 /// The name of the optional migration interface among a component's exports.
-pub const MIGRATION_INTERFACE: &str = "weir:operator/migration@0.1.2";
+pub const MIGRATION_INTERFACE: &str = "weir:operator/migration@0.1.3";
 
 /// The name of the optional two-input interface (since 0.1.1).
-pub const TWO_INPUT_INTERFACE: &str = "weir:operator/two-input@0.1.2";
+pub const TWO_INPUT_INTERFACE: &str = "weir:operator/two-input@0.1.3";
 
 /// Whether `name` (an import or export of a component) is the contract's
 /// interface `interface` at any version this host runs (`0.1.x`).
@@ -247,7 +247,7 @@ pub fn is_contract_interface(name: &str, interface: &str) -> bool {
 }
 
 /// The name of the optional processing-time interface (since 0.1.2).
-pub const PROCESSING_TIME_INTERFACE: &str = "weir:operator/processing-time@0.1.2";
+pub const PROCESSING_TIME_INTERFACE: &str = "weir:operator/processing-time@0.1.3";
 
 /// The host's hidden map state of a keyed operator's processing-time
 /// timers (key → time → nothing), declared after the guest's states so
