@@ -10,15 +10,18 @@
 # componentize-py builds, TMP/weir_component.py:
 #
 #   import MODULE
-#   from weir_sdk.operator import component_exports
-#   Operator, Migration = component_exports(MODULE)
+#   from weir_sdk.operator import component_exports_window
+#   Operator, Migration, TwoInput, ProcessingTime, WindowFunction = \
+#       component_exports_window(MODULE)
 #
-# (the world `stream-operator-with-migration` exports `migration` too, which
-# componentize-py takes from a top-level `Migration`: component_exports
-# binds it to the `Operator` class, so MODULE binds `Operator` alone), then
-# runs exactly:
+# (the world `window-operator` exports `migration`, `two-input`,
+# `processing-time` and `window-function` too, which componentize-py takes
+# from those top-level names: component_exports_window binds them to the
+# `Operator` class, which implements them all, so MODULE binds `Operator`
+# alone; an operator's `window-function` says kind `none`), then runs
+# exactly:
 #
-#   componentize-py -d WIT_DIR -w full-operator \
+#   componentize-py -d WIT_DIR -w window-operator \
 #       componentize weir_component -p TMP -p PROJECT_DIR -p SDK_DIR -o OUT.wasm
 set -euo pipefail
 
@@ -68,11 +71,11 @@ cat >"$tmp/weir_component.py" <<EOF
 """The module componentize-py builds, written by weir_sdk's build.sh."""
 
 import $module
-from weir_sdk.operator import component_exports_full
+from weir_sdk.operator import component_exports_window
 
-Operator, Migration, TwoInput, ProcessingTime = component_exports_full($module)
+Operator, Migration, TwoInput, ProcessingTime, WindowFunction = component_exports_window($module)
 EOF
 
 mkdir -p "$(dirname "$out")"
-"$venv/bin/componentize-py" -d "$wit" -w full-operator \
+"$venv/bin/componentize-py" -d "$wit" -w window-operator \
     componentize weir_component -p "$tmp" -p "$project" -p "$sdk" -o "$out"

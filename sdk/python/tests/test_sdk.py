@@ -537,5 +537,232 @@ class TwoInputsAndProcessingTimeTest(unittest.TestCase):
         self.assertTrue(h.advance_processing_time(10_000).is_empty())
 
 
+# ---------------------------------------------------------------------------
+# Window functions (contract 0.1.3)
+
+
+class Mean(weir_sdk.AggregateFunction):
+    """The mean of the values per window; the accumulator [count, sum] in JSON."""
+
+    def open(self, ctx):
+        self.label = ctx.config.get_str("label", "mean")
+
+    def create_accumulator(self):
+        return [0, 0]
+
+    def add(self, acc, record):
+        acc[0] += 1  # changed in place, then returned
+        acc[1] += int(record.value)
+        return acc
+
+    def merge(self, a, b):
+        return [a[0] + b[0], a[1] + b[1]]
+
+    def get_result(self, key, window, acc):
+        return b"%s %s [%d,%d) %g" % (
+            self.label.encode(), key, window.start, window.end, acc[1] / acc[0]
+        )
+
+
+@weir_sdk.process_window
+def concat(key, window, records, out):
+    """All values joined, and the record count to a side output."""
+    out.emit(key, b",".join(r.value for r in records), 0)
+    out.emit_to("counts", None, str(len(records)), window.max_timestamp())
+
+
+class WindowFunctionTest(unittest.TestCase):
+    def test_kinds_and_describe(self):
+        self.assertEqual(Harness(Mean).window_kind(), "aggregate")
+        self.assertEqual(Harness(concat).window_kind(), "process-window")
+        self.assertEqual(Harness(Counter).window_kind(), "none")
+        self.assertEqual(Harness(Contains, config={"contains": "x"}).window_kind(), "none")
+        info = Harness(Mean).info
+        self.assertEqual((info.name, info.keyed, info.states), ("mean", False, []))
+        self.assertEqual(Harness(concat).info.name, "concat")
+
+    def test_aggregate_round_trips_the_accumulator_as_json_bytes(self):
+        records = [("k", str(v), v) for v in (1, 2, 3, 6)]
+        for chunk in (1, 3, 4):
+            self.assertEqual(
+                weir_sdk.testing.aggregate(Mean, "k", (0, 10), records, chunk, {"label": "m"}),
+                b"m k [0,10) 3",
+            )
+        h = Harness(Mean)
+        self.assertEqual(h.add([None], [0, 0], [("k", "1", 1), ("k", "2", 2)]), [b"[2,3]"])
+        self.assertEqual(h.merge([(b"[2,3]", b"[1,5]")]), [b"[3,8]"])
+
+    def test_merged_aggregate(self):
+        result = weir_sdk.testing.merged_aggregate(Mean, "k", (0, 10), ["1", "2", "3"], ["10"])
+        self.assertEqual(result, b"mean k [0,10) 4")
+
+    def test_add_returns_every_accumulator_in_order(self):
+        h = Harness(Mean)
+        out = h.add(
+            [b"[1,100]", None, None, b"[9,9]"],
+            [2, 0, 2],
+            [("a", "1", 1), (None, "2", 2), ("a", "3", 3)],
+        )
+        # Untouched: as given, or a new one; a record without a key is fine.
+        self.assertEqual(out, [b"[2,102]", b"[0,0]", b"[2,4]", b"[9,9]"])
+        self.assertEqual(h.add([], [], []), [])
+
+    def test_add_errors(self):
+        h = Harness(Mean)
+        with self.assertRaises(OperatorFailed) as e:
+            h.add([None, None], [0, 2], [("a", "1", 1), ("a", "2", 2)])
+        self.assertEqual(
+            e.exception.message, "add: record 1 targets accumulator 2, but 2 accumulator(s) were given"
+        )
+        with self.assertRaises(OperatorFailed) as e:
+            h.add([None], [0], [("a", "1", 1), ("a", "2", 2)])
+        self.assertIn("1 targets for 2 records", e.exception.message)
+        with self.assertRaises(OperatorFailed) as e:
+            h.add([b"not json"], [0], [("a", "1", 1)])
+        self.assertTrue(e.exception.message.startswith("add: accumulator 0: cannot decode JSON"))
+        with self.assertRaises(OperatorFailed) as e:
+            h.add([None], [0], [("a", "x", 1)])
+        self.assertIn("ValueError", e.exception.message)
+        self.assertIn("in add", e.exception.message)
+
+        class Forgetful(Mean):
+            def add(self, acc, record):
+                acc[0] += 1  # no return
+
+        with self.assertRaises(OperatorFailed) as e:
+            Harness(Forgetful).add([None], [0], [("a", "1", 1)])
+        self.assertIn("Forgetful.add returned None", e.exception.message)
+
+    def test_get_result_must_be_bytes_or_str(self):
+        class Bad(Mean):
+            def get_result(self, key, window, acc):
+                return acc
+
+        with self.assertRaises(OperatorFailed) as e:
+            weir_sdk.testing.aggregate(Bad, "k", (0, 10), ["1"])
+        self.assertEqual(e.exception.message, "Bad.get_result returned list, not bytes or str")
+
+        class Text(Mean):
+            def get_result(self, key, window, acc):
+                return "é"
+
+        self.assertEqual(weir_sdk.testing.aggregate(Text, "k", (0, 10), ["1"]), "é".encode())
+
+    def test_a_custom_accumulator_codec(self):
+        class Total(weir_sdk.AggregateFunction):
+            ACCUMULATOR = I64
+
+            def create_accumulator(self):
+                return 0
+
+            def add(self, acc, record):
+                return acc + int(record.value)
+
+            def merge(self, a, b):
+                return a + b
+
+            def get_result(self, key, window, acc):
+                return str(acc)
+
+        h = Harness(Total)
+        self.assertEqual(h.add([None], [0], [("k", "-5", 1)]), [I64.encode(-5)])
+        self.assertEqual(weir_sdk.testing.merged_aggregate(Total, "k", (0, 1), ["1"], ["2"]), b"3")
+        with self.assertRaises(OperatorFailed) as e:
+            h.add([b"\x01"], [0], [("k", "1", 1)])
+        self.assertEqual(
+            e.exception.message, "add: accumulator 0: cannot decode i64: expected 8 bytes, got 1"
+        )
+
+    def test_process_window_emits_with_end_minus_one(self):
+        out = weir_sdk.testing.process_window(
+            concat, "k", weir_sdk.Window(10, 20), [("k", "a", 11), "b", Record(b"k", b"c", 12)]
+        )
+        self.assertEqual(out.main, [Record(b"k", b"a,b,c", 19)])
+        self.assertEqual(out.side, [("counts", Record(None, b"3", 19))])
+
+    def test_the_window_calls_of_the_other_kind_are_errors(self):
+        with self.assertRaises(OperatorFailed) as e:
+            Harness(Mean).process_window("k", (0, 10), ["1"])
+        self.assertEqual(
+            e.exception.message,
+            "`process-window` called, but the window function `mean` is an AggregateFunction, "
+            "not a ProcessWindowFunction",
+        )
+        for call, args in (("merge", ([],)), ("get_result", ([],)), ("add", ([], [], []))):
+            with self.assertRaises(OperatorFailed) as e:
+                getattr(Harness(concat), call)(*args)
+            self.assertIn("is a ProcessWindowFunction, not an AggregateFunction", e.exception.message)
+
+    def test_an_operator_is_not_a_window_function(self):
+        h = Harness(Counter)
+        for call, args in (
+            ("add", ([None], [], [])),
+            ("merge", ([],)),
+            ("get_result", ([],)),
+            ("process_window", ("k", (0, 1), [])),
+        ):
+            with self.assertRaises(OperatorFailed) as e:
+                getattr(h, call)(*args)
+            self.assertIn("`counter` is not a window function", e.exception.message)
+
+    def test_a_window_function_is_not_an_operator(self):
+        h = Harness(Mean)
+        with self.assertRaises(OperatorFailed) as e:
+            h.process([("k", "1", 1)])
+        self.assertEqual(
+            e.exception.message,
+            "`process` called, but `mean` is a window function (AggregateFunction): use it as "
+            "the `module` of an [[operator]] with a `window` table",
+        )
+        for call, args in (
+            ("on_timer", (b"k", 1)),
+            ("on_processing_timer", (b"k", 1)),
+            ("process_input", (0, weir_sdk.operator._Buffer().batch())),
+        ):
+            with self.assertRaises(OperatorFailed):
+                h._call(call, *args)
+        # The lifecycle calls that carry no records do nothing.
+        self.assertTrue(h.finish().is_empty())
+
+    def test_a_window_function_declares_no_state(self):
+        class Stateful(Mean):
+            seen = ValueState("seen", U64)
+
+        with self.assertRaises(TypeError):
+            weir_sdk.export(Stateful)
+
+    def test_window_calls_need_open(self):
+        operator = weir_sdk.export(Mean)()
+        with self.assertRaises(weir_sdk.operator._host.HostError):
+            operator.add([None], [], weir_sdk.operator._Buffer().batch())
+
+    def test_component_exports_bind_the_window_function(self):
+        import types
+
+        operator = weir_sdk.export(Mean)
+        module = types.ModuleType("app")
+        module.Operator = operator
+        exports = weir_sdk.operator.component_exports_window(module)
+        self.assertEqual(exports, (operator,) * 5)
+
+        class Operator:
+            pass
+
+        module.Operator = Operator
+        window = weir_sdk.operator.component_exports_window(module)[4]
+        self.assertEqual(window().kind(), weir_sdk.operator._host.WindowFunctionKind.NONE)
+        with self.assertRaises(weir_sdk.operator._host.HostError):
+            window().add([None], [], None)
+
+    def test_json_codec(self):
+        self.assertEqual(weir_sdk.JSON.encode({"a": [1, "é"]}), '{"a":[1,"é"]}'.encode())
+        self.assertEqual(weir_sdk.JSON.decode(b'{"a":[1]}'), {"a": [1]})
+        with self.assertRaises(DecodeError):
+            weir_sdk.JSON.decode(b"\xff")
+        with self.assertRaises(weir_sdk.EncodeError):
+            weir_sdk.JSON.encode(b"bytes")
+
+
+
 if __name__ == "__main__":
     unittest.main()

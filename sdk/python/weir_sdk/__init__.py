@@ -1,7 +1,7 @@
 """weir_sdk: write Weir stream operators in Python.
 
 A Weir operator is a WebAssembly component implementing ``wit/operator.wit``
-(``weir:operator@0.1.1``). This package hides the contract behind Flink's
+(``weir:operator@0.1.3``, world ``window-operator``). This package hides the contract behind Flink's
 function classes, typed keyed state and one ``export`` call, the same shape
 as the Rust SDK (``sdk/src``); componentize-py builds the module into a
 component (see ``sdk/python/README.md``), and ``weir_sdk.testing`` runs the
@@ -51,6 +51,41 @@ An exception fails the call: the host fails the task with kind
 ``operator error`` and the message (``Type: message (at file:line in fn)``;
 an :class:`Error`'s message as it is).
 
+Window functions
+----------------
+
+The ``module`` of a window operator (an ``[[operator]]`` with a ``window``
+table; the host assigns records to windows, keeps their state and fires
+them) is an :class:`AggregateFunction` (``create_accumulator()``,
+``add(acc, record) -> acc``, ``merge(a, b) -> acc``, ``get_result(key,
+window, acc) -> bytes | str``; the accumulator crosses to the host as bytes
+through the ``ACCUMULATOR`` codec, default ``JSON``) or a
+:class:`ProcessWindowFunction` (``process_window(key, window, records,
+out)``, or ``@weir_sdk.process_window``), exported with the same
+``export``. ``window`` is a :class:`Window` (``start``, ``end``); the host
+gives the results the timestamp ``end - 1``. ``weir_sdk.testing.aggregate``,
+``merged_aggregate`` and ``process_window`` run one window through the
+component's own export::
+
+    class Total(AggregateFunction):
+        ACCUMULATOR = I64
+
+        def create_accumulator(self):
+            return 0
+
+        def add(self, acc, record):
+            return acc + int(record.value)
+
+        def merge(self, a, b):
+            return a + b
+
+        def get_result(self, key, window, acc):
+            return str(acc)
+
+    Operator = export(Total)
+
+Every other function's ``window-function`` export says kind ``none``.
+
 Migrating state on upgrade
 --------------------------
 
@@ -74,12 +109,13 @@ upgrade (the job goes back to its old modules) with ``migrating state
 Layout
 ------
 
-- ``operator``: records, collectors, contexts, config, the function classes,
-  the decorators, and ``export`` with the runtime behind it (the WIT
-  ``operator`` and ``migration`` exports).
+- ``operator``: records, collectors, contexts, config, the function classes
+  (window functions too), the decorators, and ``export`` with the runtime
+  behind it (every WIT export of the world ``window-operator``).
 - ``state``: ``ValueState``, ``ListState``, ``MapState`` (declaration,
   handle and migration).
-- ``codec``: the byte encoding of state values, shared by every Weir SDK.
+- ``codec``: the byte encoding of state values, shared by every Weir SDK
+  (and ``JSON``, for accumulators).
 - ``log`` and ``metrics``: the host's log and metrics.
 - ``testing``: ``Harness``, the native test harness.
 - ``_host``: the only caller of the host imports (fakes natively).
@@ -95,6 +131,7 @@ from .codec import (
     I16,
     I32,
     I64,
+    JSON,
     STR,
     U8,
     U16,
@@ -107,6 +144,7 @@ from .codec import (
 from .operator import (
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
+    AggregateFunction,
     Collector,
     Config,
     Error,
@@ -117,20 +155,24 @@ from .operator import (
     KeyedProcessFunction,
     MapFunction,
     OpenContext,
+    ProcessWindowFunction,
     Record,
+    Window,
     current_watermark,
     export,
     filter,  # noqa: A004 (weir_sdk.filter, as in the Rust SDK)
     flat_map,
     map,  # noqa: A004
+    process_window,
 )
 from .state import ListState, MapState, StateError, ValueState
 
 __all__ = [
-    "BOOL", "BYTES", "F32", "F64", "I8", "I16", "I32", "I64", "STR", "U8", "U16", "U32",
-    "U64", "UNIT", "DecodeError", "EncodeError", "MAX_TIMESTAMP", "MIN_TIMESTAMP",
-    "Collector", "Config", "Error", "FilterFunction", "FlatMapFunction", "KeyedContext",
-    "KeyedCoProcessFunction", "KeyedProcessFunction", "MapFunction", "OpenContext", "Record", "current_watermark",
-    "export", "filter", "flat_map", "map", "ListState", "MapState", "StateError",
-    "ValueState", "log", "metrics",
+    "BOOL", "BYTES", "F32", "F64", "I8", "I16", "I32", "I64", "JSON", "STR", "U8", "U16",
+    "U32", "U64", "UNIT", "DecodeError", "EncodeError", "MAX_TIMESTAMP", "MIN_TIMESTAMP",
+    "AggregateFunction", "Collector", "Config", "Error", "FilterFunction", "FlatMapFunction",
+    "KeyedContext", "KeyedCoProcessFunction", "KeyedProcessFunction", "MapFunction",
+    "OpenContext", "ProcessWindowFunction", "Record", "Window", "current_watermark",
+    "export", "filter", "flat_map", "map", "process_window", "ListState", "MapState",
+    "StateError", "ValueState", "log", "metrics",
 ]  # fmt: skip

@@ -6,7 +6,9 @@ timers, logging and metrics (``value_get``, ``register_event_timer``, ``log``,
 ...), the WIT record types an export returns (``Batch``, ``Emitted``,
 ``SideOutput``, ``OperatorInfo``, ``StateDescriptor``, ``StateKind``), and
 ``HostError``, what a failed host call raises (its ``value`` is one of the
-``StateError_*`` cases).
+``StateError_*`` cases). The types of the ``window-function`` export
+(``WindowFunctionKind``, ``Window``, ``Accumulated``; contract 0.1.3) come
+from the same place.
 
 Inside a component (built by componentize-py, which generates the
 ``wit_world`` package from ``wit/operator.wit``) the functions *are* the
@@ -30,6 +32,11 @@ try:  # Inside a component.
         SideOutput,
         StateDescriptor,
         StateKind,
+    )
+    from wit_world.exports.window_function import (
+        Accumulated,
+        Window,
+        WindowFunctionKind,
     )
 
     IN_COMPONENT = True
@@ -115,6 +122,17 @@ except ImportError:  # Natively: plain Python stand-ins for the WIT types.
 
     class OperatorInfo(_Record):
         __slots__ = ("name", "version", "keyed", "states")
+
+    class WindowFunctionKind(enum.Enum):
+        NONE = 0
+        AGGREGATE = 1
+        PROCESS_WINDOW = 2
+
+    class Window(_Record):
+        __slots__ = ("start", "end")
+
+    class Accumulated(_Record):
+        __slots__ = ("key", "window", "accumulator")
 
     def _no_host(*_args):
         raise RuntimeError(

@@ -18,8 +18,10 @@ codec                      bytes
 =========================  ==========================================================
 
 A codec is any object with ``encode(value) -> bytes`` and
-``decode(bytes) -> value``; write your own for other types (e.g. JSON inside
-``encode``/``decode``). Decoding raises :class:`DecodeError`, whose message
+``decode(bytes) -> value``; write your own for other types. ``JSON``
+(compact JSON in UTF-8) is not part of the shared table: it is for bytes
+only the same operator reads back, such as a window function's accumulator
+(``AggregateFunction.ACCUMULATOR``, its default). Decoding raises :class:`DecodeError`, whose message
 is the Rust SDK's (``cannot decode u64: expected 8 bytes, got 3``).
 
 Note for map state: entries are ordered by the user key's *bytes*, so
@@ -132,6 +134,33 @@ class _Unit:
         return "UNIT"
 
 
+class _Json:
+    """Compact JSON in UTF-8 (``json.dumps(..., separators=(",", ":"))``).
+    Tuples come back as lists; JSON has no bytes."""
+
+    __slots__ = ()
+    name = "JSON"
+
+    def encode(self, value):
+        import json  # here, not at the top: keeps `json` out of components that never use it
+
+        try:
+            return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError) as e:
+            raise EncodeError(f"cannot encode {value!r} as JSON: {e}") from None
+
+    def decode(self, data):
+        import json
+
+        try:
+            return json.loads(bytes(data))
+        except ValueError as e:  # also UnicodeDecodeError
+            raise DecodeError("JSON", str(e)) from None
+
+    def __repr__(self):
+        return "JSON"
+
+
 U8 = FixedWidth("u8", "B")
 U16 = FixedWidth("u16", "H")
 U32 = FixedWidth("u32", "I")
@@ -146,3 +175,4 @@ BOOL = _Bool()
 STR = _Str()
 BYTES = _Bytes()
 UNIT = _Unit()
+JSON = _Json()

@@ -4,11 +4,14 @@ Owns :class:`Record`, :class:`Collector` (one output buffer: the packed
 batch columns built in bulk), :class:`KeyedContext`, :class:`Config`,
 :class:`OpenContext`, the function base classes (:class:`MapFunction`,
 :class:`FlatMapFunction`, :class:`FilterFunction`,
-:class:`KeyedProcessFunction`), the decorators ``map`` / ``flat_map`` /
-``filter`` for plain functions, :class:`Error`, :func:`export`, which
-turns a function into the class componentize-py exports as the WIT
-``operator`` and ``migration`` interfaces, and :func:`component_exports`,
-which the module built by ``build.sh`` uses to bind both.
+:class:`KeyedProcessFunction`, and the window functions
+:class:`AggregateFunction` and :class:`ProcessWindowFunction` with their
+:class:`Window`), the decorators ``map`` / ``flat_map`` / ``filter`` /
+``process_window`` for plain functions, :class:`Error`, :func:`export`,
+which turns a function into the class componentize-py exports as the WIT
+``operator``, ``migration``, ``two-input``, ``processing-time`` and
+``window-function`` interfaces, and :func:`component_exports_window`, which
+the module built by ``build.sh`` uses to bind them all.
 
 Invariants (the batch design of wit/operator.wit):
 
@@ -24,7 +27,13 @@ Invariants (the batch design of wit/operator.wit):
 - a keyed function always runs with a key: a record without one is an error;
 - ``migrate-state`` needs no ``open`` (the host calls it on a fresh
   instance): it runs the state's ``migrate`` function, or returns the old
-  bytes as they are when the state has none or is not declared.
+  bytes as they are when the state has none or is not declared;
+- every component exports ``window-function``: kind ``none`` (and an error
+  for its other calls) unless the function is a window function, which in
+  turn refuses the ``operator`` calls that carry records (``process``,
+  ``process-input``, the timers); an aggregate's accumulators cross the
+  boundary as bytes (``ACCUMULATOR`` codec) on every call, decoded once per
+  call and window, encoded once when the call returns.
 
 Must not touch: the host imports (``_host`` is their only caller).
 """
@@ -32,7 +41,7 @@ Must not touch: the host imports (``_host`` is their only caller).
 import os
 
 from . import _host
-from .codec import DecodeError, EncodeError
+from .codec import JSON, DecodeError, EncodeError
 from .state import declared_states, discard_states, flush_states, wit_descriptors
 
 #: The largest timestamp: the host's final watermark at the end of bounded
@@ -435,6 +444,93 @@ class KeyedCoProcessFunction(KeyedProcessFunction):
         raise NotImplementedError
 
 
+# ---------------------------------------------------------------------------
+# Window functions (contract 0.1.3): the user's function of a window operator
+
+
+class Window:
+    """A window ``[start, end)`` in ms of event time, as the host fired it.
+
+    A count window's (``type = "global"``) spans the whole time line:
+    ``start`` is ``MIN_TIMESTAMP``, ``end`` is ``MAX_TIMESTAMP``."""
+
+    __slots__ = ("start", "end")
+
+    def __init__(self, start, end):
+        self.start = start
+        self.end = end
+
+    def max_timestamp(self):
+        """``end - 1``: the last millisecond in the window, the timestamp the
+        host gives the window's results."""
+        return self.end - 1
+
+    def __eq__(self, other):
+        return isinstance(other, Window) and (self.start, self.end) == (other.start, other.end)
+
+    def __hash__(self):
+        return hash((self.start, self.end))
+
+    def __repr__(self):
+        return f"Window(start={self.start}, end={self.end})"
+
+
+class AggregateFunction(_Function):
+    """Incremental aggregation of a window's records (Flink's
+    ``AggregateFunction``): the ``module`` of an ``[[operator]]`` with a
+    ``window`` table. The host assigns records to windows and keeps one
+    accumulator per key and window in its keyed backend; the function only
+    computes:
+
+    - ``create_accumulator()``: a new window's accumulator;
+    - ``add(accumulator, record)``: returns the accumulator with ``record``
+      (a :class:`Record`) added (may be the same object, changed);
+    - ``merge(a, b)``: one accumulator of two (session windows that a
+      record joined);
+    - ``get_result(key, window, accumulator)``: the window's result value,
+      ``bytes`` or ``str``; the host emits it with the key ``key`` (bytes)
+      and the timestamp ``window.end - 1``.
+
+    Between calls the accumulator is bytes on the host: ``ACCUMULATOR`` is
+    the codec that makes it bytes and back (default :data:`~weir_sdk.codec.JSON`:
+    numbers, strings, lists, dicts; tuples come back as lists)."""
+
+    #: The accumulator's codec (any object with ``encode`` / ``decode``).
+    ACCUMULATOR = JSON
+
+    def create_accumulator(self):
+        """A new, empty accumulator."""
+        raise NotImplementedError
+
+    def add(self, accumulator, record):
+        """Returns ``accumulator`` with ``record`` added."""
+        raise NotImplementedError
+
+    def merge(self, a, b):
+        """Returns one accumulator holding what ``a`` and ``b`` hold."""
+        raise NotImplementedError
+
+    def get_result(self, key, window, accumulator):
+        """The result value (``bytes`` or ``str``) of the fired ``window``
+        (a :class:`Window`) of ``key``."""
+        raise NotImplementedError
+
+
+class ProcessWindowFunction(_Function):
+    """All records of a window at once, when it fires (Flink's
+    ``ProcessWindowFunction``): the ``module`` of an ``[[operator]]`` with a
+    ``window`` table. The host buffers the window's records in its keyed
+    backend and calls ``process_window`` once per fired window."""
+
+    def process_window(self, key, window, records, out):
+        """The window ``window`` (a :class:`Window`) of ``key`` (bytes) fired:
+        ``records`` are all its :class:`Record` s in arrival order. Emits any
+        records into ``out`` (a :class:`Collector`; side outputs too); the
+        host gives each the timestamp ``window.end - 1``
+        (``window.max_timestamp()``)."""
+        raise NotImplementedError
+
+
 def _decorator(base, method):
     def decorate(fn):
         cls = type(
@@ -458,6 +554,9 @@ map = _decorator(MapFunction, "map")  # noqa: A001 (the SDK's name for it)
 flat_map = _decorator(FlatMapFunction, "flat_map")
 #: ``@weir_sdk.filter`` turns ``def f(record) -> bool`` into a :class:`FilterFunction`.
 filter = _decorator(FilterFunction, "filter")  # noqa: A001
+#: ``@weir_sdk.process_window`` turns ``def f(key, window, records, out)`` into
+#: a :class:`ProcessWindowFunction`.
+process_window = _decorator(ProcessWindowFunction, "process_window")
 
 
 # ---------------------------------------------------------------------------
@@ -511,17 +610,24 @@ class Runtime:
     turns the exception into the WIT ``err``."""
 
     def __init__(self, function_class):
-        for base in (KeyedProcessFunction, MapFunction, FlatMapFunction, FilterFunction):
-            if issubclass(function_class, base):
+        for base in _FUNCTION_KINDS:
+            if isinstance(function_class, type) and issubclass(function_class, base):
                 self.kind = base
                 break
         else:
             raise TypeError(
-                f"{function_class.__name__} is not a MapFunction, FlatMapFunction, "
-                "FilterFunction or KeyedProcessFunction"
+                f"{getattr(function_class, '__name__', function_class)} is not a MapFunction, "
+                "FlatMapFunction, FilterFunction, KeyedProcessFunction, AggregateFunction "
+                "or ProcessWindowFunction"
             )
         self.cls = function_class
         self.two_inputs = issubclass(function_class, KeyedCoProcessFunction)
+        self.window = self.kind in (AggregateFunction, ProcessWindowFunction)
+        if self.window and declared_states(function_class):
+            raise TypeError(
+                f"{function_class.__name__} declares keyed state, but a window function has "
+                "none: the host keeps the window's state (the accumulator, or the records)"
+            )
         self.states = declared_states(function_class) if self.kind is KeyedProcessFunction else []
         self.fn = None
         self.out = None
@@ -566,9 +672,19 @@ class Runtime:
         flush_states(self.states)
         return self.out._take()
 
+    def _not_an_operator(self, call):
+        """Refuses an ``operator`` call on a window function."""
+        if self.window:
+            raise Error(
+                f"`{call}` called, but `{self.describe().name}` is a window function "
+                f"({self.kind.__name__}): use it as the `module` of an [[operator]] "
+                "with a `window` table"
+            )
+
     def process_input(self, input, batch):
         """The WIT ``two-input.process-input``: input 0 is ``process``; input
         1 needs a :class:`KeyedCoProcessFunction`."""
+        self._not_an_operator("process-input")
         if input == 0:
             return self.process(batch)
         if not self.two_inputs or input != 1:
@@ -579,6 +695,8 @@ class Runtime:
         return self.process(batch, self._opened().process_element2)
 
     def process(self, batch, element=None):
+        if self.window:
+            self._not_an_operator("process")
         fn, out = self._begin()
         kind = self.kind
         if kind is KeyedProcessFunction:
@@ -629,6 +747,7 @@ class Runtime:
         return self._end()
 
     def on_timer(self, key, time):
+        self._not_an_operator("on-timer")
         fn, out = self._begin()
         if self.kind is KeyedProcessFunction:
             out.key = key
@@ -637,6 +756,7 @@ class Runtime:
         return self._end()
 
     def on_processing_timer(self, key, time):
+        self._not_an_operator("on-processing-timer")
         fn, out = self._begin()
         if self.kind is KeyedProcessFunction:
             out.key = key
@@ -656,6 +776,150 @@ class Runtime:
         if self.kind is KeyedProcessFunction:
             out.key = None
             fn.close(out)
+        return self._end()
+
+    # -- the WIT `window-function` export ------------------------------------
+
+    def window_kind(self):
+        """The WIT ``kind``: ``none`` unless this is a window function."""
+        if self.kind is AggregateFunction:
+            return _host.WindowFunctionKind.AGGREGATE
+        if self.kind is ProcessWindowFunction:
+            return _host.WindowFunctionKind.PROCESS_WINDOW
+        return _host.WindowFunctionKind.NONE
+
+    def _window_function(self, call, kind):
+        """The opened function, if it is of ``kind``; else the error that says what it is."""
+        if self.kind is not kind:
+            name = self.describe().name
+            if self.window:
+                raise Error(
+                    f"`{call}` called, but the window function `{name}` is "
+                    f"{_a(self.kind.__name__)}, not {_a(kind.__name__)}"
+                )
+            raise Error(
+                f"`{call}` called, but `{name}` is not a window function (it is "
+                f"{_a(self.kind.__name__)}): the `module` of a window operator must be an "
+                "AggregateFunction or a ProcessWindowFunction"
+            )
+        return self._opened()
+
+    def _accumulator(self, data, what):
+        """An accumulator's bytes, decoded with the function's codec."""
+        try:
+            return self.cls.ACCUMULATOR.decode(data)
+        except DecodeError as e:
+            raise Error(f"{what}: {e}") from None
+
+    def _accumulator_bytes(self, accumulator, what):
+        """An accumulator, encoded with the function's codec."""
+        try:
+            data = self.cls.ACCUMULATOR.encode(accumulator)
+        except EncodeError as e:
+            raise Error(f"{what}: {e}") from None
+        # componentize-py lowers `list<u8>` from `bytes` only.
+        return data if type(data) is bytes else bytes(data)
+
+    def add(self, accumulators, targets, batch):
+        """The WIT ``add``: record i into ``accumulators[targets[i]]`` (a
+        ``None`` one created first), every accumulator back, in order."""
+        fn = self._window_function("add", AggregateFunction)
+        _check_columns(batch)
+        n = len(accumulators)
+        if len(targets) != len(batch.timestamps):
+            raise Error(
+                f"add: {len(targets)} targets for {len(batch.timestamps)} records "
+                "(one target per record)"
+            )
+        add = fn.add
+        live = {}  # index -> the decoded accumulator, once a record went to it
+        new_record = object.__new__
+        data = batch.data
+        pos = 0
+        for i, (target, ts, kl, vl) in enumerate(
+            zip(targets, batch.timestamps, batch.key_lens, batch.value_lens)
+        ):
+            if kl < 0:
+                key = None
+            else:
+                end = pos + kl
+                key = data[pos:end]
+                pos = end
+            end = pos + vl
+            record = new_record(Record)
+            record.key = key
+            record.value = data[pos:end]
+            record.timestamp = ts
+            pos = end
+            acc = live.get(target, _NONE)
+            if acc is _NONE:
+                if not 0 <= target < n:
+                    raise Error(
+                        f"add: record {i} targets accumulator {target}, "
+                        f"but {n} accumulator(s) were given"
+                    )
+                given = accumulators[target]
+                if given is None:
+                    acc = fn.create_accumulator()
+                else:
+                    acc = self._accumulator(given, f"add: accumulator {target}")
+            acc = add(acc, record)
+            if acc is None:
+                raise Error(
+                    f"{self.cls.__name__}.add returned None: it must return the "
+                    "accumulator (add(accumulator, record) -> accumulator)"
+                )
+            live[target] = acc
+        out = []
+        for i, given in enumerate(accumulators):
+            acc = live.get(i, _NONE)
+            if acc is not _NONE:
+                out.append(self._accumulator_bytes(acc, f"add: accumulator {i}"))
+            elif given is None:
+                out.append(self._accumulator_bytes(fn.create_accumulator(), f"add: accumulator {i}"))
+            else:
+                out.append(given if type(given) is bytes else bytes(given))
+        return out
+
+    def merge(self, pairs):
+        """The WIT ``merge``: one merged accumulator per pair, in order."""
+        fn = self._window_function("merge", AggregateFunction)
+        out = []
+        for i, (a, b) in enumerate(pairs):
+            merged = fn.merge(
+                self._accumulator(a, f"merge: pair {i}, first accumulator"),
+                self._accumulator(b, f"merge: pair {i}, second accumulator"),
+            )
+            if merged is None:
+                raise Error(f"{self.cls.__name__}.merge returned None: it must return the accumulator")
+            out.append(self._accumulator_bytes(merged, f"merge: pair {i}"))
+        return out
+
+    def get_result(self, windows):
+        """The WIT ``get-result``: one result value per fired window, in order."""
+        fn = self._window_function("get-result", AggregateFunction)
+        out = []
+        for i, w in enumerate(windows):
+            acc = self._accumulator(w.accumulator, f"get-result: window {i}")
+            result = fn.get_result(bytes(w.key), Window(w.window.start, w.window.end), acc)
+            if type(result) is str:
+                result = result.encode("utf-8")
+            elif isinstance(result, (bytearray, memoryview)):
+                result = bytes(result)
+            elif type(result) is not bytes:
+                raise Error(
+                    f"{self.cls.__name__}.get_result returned {type(result).__name__}, "
+                    "not bytes or str"
+                )
+            out.append(result)
+        return out
+
+    def process_window(self, key, window, batch):
+        """The WIT ``process-window``: every record of the fired window at once."""
+        self._window_function("process-window", ProcessWindowFunction)
+        fn, out = self._begin()
+        records = [Record(k, v, t) for k, v, t in _records(batch)]
+        fn.process_window(bytes(key), Window(window.start, window.end), records, out)
         return self._end()
 
     def migrate_state(self, name, from_version, old):
@@ -681,6 +945,24 @@ class Runtime:
             )
         return new
 
+
+#: The function classes an operator or window function may be, in the order checked.
+_FUNCTION_KINDS = (
+    KeyedProcessFunction,
+    MapFunction,
+    FlatMapFunction,
+    FilterFunction,
+    AggregateFunction,
+    ProcessWindowFunction,
+)
+
+def _a(noun):
+    """``noun`` with its indefinite article."""
+    return ("an " if noun[0] in "AEIOU" else "a ") + noun
+
+
+#: "No accumulator yet": unlike None, no value an accumulator can be.
+_NONE = object()
 
 _SDK_DIR = os.path.dirname(__file__)
 
@@ -726,17 +1008,21 @@ def _short_path(path):
 
 
 def export(function_class):
-    """The class componentize-py exports as the WIT ``operator`` and
-    ``migration`` interfaces for ``function_class`` (a function class, or a
-    function decorated with ``@map``/``@flat_map``/``@filter``). Bind it to
-    ``Operator`` at the top level of the module you build::
+    """The class componentize-py exports as the WIT ``operator``,
+    ``migration``, ``two-input``, ``processing-time`` and ``window-function``
+    interfaces for ``function_class`` (a function class, or a function
+    decorated with ``@map``/``@flat_map``/``@filter``/``@process_window``).
+    Bind it to ``Operator`` at the top level of the module you build::
 
         Operator = weir_sdk.export(WordCount)
 
-    (``build.sh`` binds ``Migration`` to the same class, see
-    :func:`component_exports`.) componentize-py creates an ``Operator`` per
-    call, so the operator instance lives in this closure: one per component,
-    as the contract says.
+    (``build.sh`` binds the other exports to the same class, see
+    :func:`component_exports_window`.) An operator's ``window-function``
+    says kind ``none``; a window function (:class:`AggregateFunction`,
+    :class:`ProcessWindowFunction`) answers ``describe`` and ``open`` and
+    refuses the ``operator`` calls that carry records. componentize-py
+    creates an ``Operator`` per call, so the operator instance lives in this
+    closure: one per component, as the contract says.
     """
     runtime = Runtime(function_class)
 
@@ -751,8 +1037,8 @@ def export(function_class):
         return call
 
     class Operator:
-        """The WIT ``operator``, ``migration``, ``two-input`` and
-        ``processing-time`` exports of ``function_class``."""
+        """The WIT ``operator``, ``migration``, ``two-input``,
+        ``processing-time`` and ``window-function`` exports of ``function_class``."""
 
         runtime_ = runtime
 
@@ -767,6 +1053,14 @@ def export(function_class):
         on_watermark = guarded("on_watermark")
         close = guarded("close")
         migrate_state = guarded("migrate_state")
+
+        def kind(self):
+            return runtime.window_kind()
+
+        add = guarded("add")
+        merge = guarded("merge")
+        get_result = guarded("get_result")
+        process_window = guarded("process_window")
 
     Operator.__qualname__ = Operator.__name__ = "Operator"
     return Operator
@@ -797,8 +1091,37 @@ class _NoProcessingTimers:
         return _host.Emitted(_host.Batch([], [], [], b""), [])
 
 
+class _NoWindowFunction:
+    """A ``window-function`` export for an ``Operator`` written by hand: kind
+    ``none``, and every other call an error."""
+
+    def kind(self):
+        return _host.WindowFunctionKind.NONE
+
+    def _refuse(self, *_args):
+        raise _host.HostError(
+            "this module is not a window function: the `module` of a window operator must "
+            "be an AggregateFunction or a ProcessWindowFunction"
+        )
+
+    add = merge = get_result = process_window = _refuse
+
+
 #: The module's ``Operator`` class, for :class:`_OneInput`.
 _OPERATOR_OF_MODULE = [None]
+
+
+def component_exports_window(module):
+    """``(Operator, Migration, TwoInput, ProcessingTime, WindowFunction)``:
+    the classes componentize-py exports for the operator module ``module``
+    (world ``window-operator``, what ``build.sh`` builds): an :func:`export`
+    class implements all five; for a hand-written ``Operator``, the module's
+    own bindings or stand-ins (a ``WindowFunction`` of kind ``none``)."""
+    operator, migration, two_input, processing = component_exports_full(module)
+    window = getattr(module, "WindowFunction", None) or (
+        operator if hasattr(operator, "process_window") else _NoWindowFunction
+    )
+    return operator, migration, two_input, processing, window
 
 
 def component_exports_full(module):

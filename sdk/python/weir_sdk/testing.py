@@ -2,12 +2,16 @@
 
 Owns :class:`Harness`, which drives a function class through the very
 export a component uses (``weir_sdk.export``): ``open``, ``process`` with
-packed batches, ``on-timer``, ``on-watermark``, ``close``, and
+packed batches, ``on-timer``, ``on-watermark``, ``close``,
 ``migrate-state`` (``migrate_state`` for one value, ``migrate_stored_state``
-for everything stored, as ``weir upgrade`` does), against an
+for everything stored, as ``weir upgrade`` does), and the window-function
+calls (``add``, ``merge``, ``get_result``, ``process_window``, and the
+host's whole round trips ``aggregate`` and ``merged_aggregate``), against an
 in-memory host (keyed state, timers, log, metrics); :class:`Output`, what
 each call emitted; and :class:`OperatorFailed`, what a failed call raises,
-carrying the message the host would report.
+carrying the message the host would report. The module-level
+:func:`aggregate`, :func:`merged_aggregate` and :func:`process_window` open
+a harness and make one such round trip.
 
 Semantics kept from the host: state is scoped by the key passed with each
 access; undeclared state ids and wrong kinds are errors; a timer fires once,
@@ -24,12 +28,17 @@ Example::
     assert out.values() == ["a\\t1", "b\\t1"]
     assert h.value_state("count", "a") == 1
     new_bytes = h.migrate_state("count", "1.0.0", old_bytes)  # as `weir upgrade` would
+
+    # Window functions: the host's calls for one window of key "a", [0, 10).
+    assert aggregate(WindowStats, "a", (0, 10), ["3", "4"], chunk=2) == b'{"key":"a",...}'
+    out = process_window(WindowTop, "a", (0, 10), [("a", "3", 1), ("a", "4", 2)])
+    assert out.main[0].timestamp == 9  # end - 1, as the host sets it
 """
 
 import json
 
 from . import _host
-from .operator import MAX_TIMESTAMP, MIN_TIMESTAMP, Record, _Buffer, export
+from .operator import MAX_TIMESTAMP, MIN_TIMESTAMP, Record, Window, _Buffer, export
 
 
 class OperatorFailed(Exception):
@@ -332,6 +341,96 @@ class Harness:
             stores[state.id] = store
         self.host.stores = stores
 
+    # -- window functions (contract 0.1.3) -----------------------------------
+
+    def window_kind(self):
+        """What the component's ``kind`` says: ``"none"``, ``"aggregate"`` or
+        ``"process-window"``."""
+        return self._operator.kind().name.lower().replace("_", "-")
+
+    def add(self, accumulators, targets, records):
+        """The WIT ``add`` as the host calls it: record i of ``records``
+        (``Record``s or ``(key, value, timestamp)`` tuples) into
+        ``accumulators[targets[i]]`` (bytes, or None for a new window).
+        Returns every accumulator's bytes, checked as the host checks them."""
+        accumulators = [None if a is None else _key(a) for a in accumulators]
+        out = self._call("add", accumulators, list(targets), _batch(records))
+        _check_byte_list(out, "add", len(accumulators))
+        return out
+
+    def merge(self, pairs):
+        """The WIT ``merge``: one merged accumulator per ``(a, b)`` pair of bytes."""
+        pairs = [(_key(a), _key(b)) for a, b in pairs]
+        out = self._call("merge", pairs)
+        _check_byte_list(out, "merge", len(pairs))
+        return out
+
+    def get_result(self, windows):
+        """The WIT ``get-result``: ``windows`` are ``(key, window,
+        accumulator)`` (window a :class:`~weir_sdk.Window` or ``(start,
+        end)``); one result value (bytes) per window."""
+        accumulated = [
+            _host.Accumulated(_key(k), _wit_window(w), _key(acc)) for k, w, acc in windows
+        ]
+        out = self._call("get_result", accumulated)
+        _check_byte_list(out, "get-result", len(accumulated))
+        return out
+
+    def aggregate(self, key, window, records, chunk=1):
+        """The result value (bytes) of an aggregate over ``records`` for the
+        window ``window`` of ``key``, as the host computes it: ``add`` calls
+        of ``chunk`` records each, the accumulator's bytes from one call
+        passed to the next (``None`` to the first), then ``get-result``.
+
+        A record is a ``Record``, a ``(key, value, timestamp)`` tuple, or a
+        value alone (bytes or str: the key ``key``, the timestamp ``window``'s
+        start)."""
+        window = _window(window)
+        acc = self._accumulate(_window_records(key, window, records), chunk)
+        return self.get_result([(key, window, acc)])[0]
+
+    def merged_aggregate(self, key, window, records_a, records_b):
+        """The result value of an aggregate whose records came in two windows
+        that then merged (session windows): one ``add`` call with the
+        records of both, interleaved, ``records_a`` into one new accumulator
+        and ``records_b`` into another; ``merge`` of the two; then
+        ``get-result`` for ``window``."""
+        window = _window(window)
+        a = _window_records(key, window, records_a)
+        b = _window_records(key, window, records_b)
+        records, targets = [], []
+        for i in range(max(len(a), len(b))):
+            for target, half in ((0, a), (1, b)):
+                if i < len(half):
+                    records.append(half[i])
+                    targets.append(target)
+        acc_a, acc_b = self.add([None, None], targets, records)
+        [merged] = self.merge([(acc_a, acc_b)])
+        return self.get_result([(key, window, merged)])[0]
+
+    def process_window(self, key, window, records):
+        """What a process-window function emits when the window ``window``
+        of ``key`` fires with ``records`` (as for :meth:`aggregate`): an
+        :class:`Output` whose records have the timestamp ``end - 1``, as the
+        host gives them."""
+        window = _window(window)
+        batch = _batch(_window_records(key, window, records))
+        emitted = self._call("process_window", _key(key), _wit_window(window), batch)
+        out = self._emitted("process-window", emitted)
+        for record in out.main + [r for _, r in out.side]:
+            record.timestamp = window.end - 1
+        return out
+
+    def _accumulate(self, records, chunk):
+        """One accumulator's bytes after ``records``, ``chunk`` per ``add``."""
+        if not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+        acc = None
+        for start in range(0, max(len(records), 1), chunk):
+            part = records[start : start + chunk]
+            [acc] = self.add([acc], [0] * len(part), part)
+        return acc
+
     # -- inspecting and seeding state ----------------------------------------
 
     def _state(self, name, kind):
@@ -418,6 +517,69 @@ class Harness:
             for record in _decode_batch(side.records, f"{call}: side output `{side.tag}`"):
                 out.side.append((side.tag, record))
         return out
+
+
+def aggregate(function, key, window, records, chunk=1, config=None):
+    """:meth:`Harness.aggregate` on a new harness of ``function`` opened with ``config``."""
+    return Harness(function, config).aggregate(key, window, records, chunk)
+
+
+def merged_aggregate(function, key, window, records_a, records_b, config=None):
+    """:meth:`Harness.merged_aggregate` on a new harness of ``function``."""
+    return Harness(function, config).merged_aggregate(key, window, records_a, records_b)
+
+
+def process_window(function, key, window, records, config=None):
+    """:meth:`Harness.process_window` on a new harness of ``function``."""
+    return Harness(function, config).process_window(key, window, records)
+
+
+def _window(window):
+    """``window`` (a :class:`~weir_sdk.Window` or ``(start, end)``) as a Window."""
+    if isinstance(window, Window):
+        return window
+    start, end = window
+    return Window(start, end)
+
+
+def _wit_window(window):
+    window = _window(window)
+    return _host.Window(window.start, window.end)
+
+
+def _window_records(key, window, records):
+    """``records`` as ``Record``s; a value alone gets ``key`` and the window's start."""
+    out = []
+    for r in records:
+        if isinstance(r, Record):
+            out.append(r)
+        elif isinstance(r, (str, bytes, bytearray)):
+            out.append(Record(_key(key), _key(r), window.start))
+        else:
+            k, v, t = r
+            out.append(Record(None if k is None else _key(k), _key(v), t))
+    return out
+
+
+def _batch(records):
+    """``records`` (``Record``s or ``(key, value, timestamp)`` tuples) as one WIT batch."""
+    buffer = _Buffer()
+    for r in records:
+        if isinstance(r, Record):
+            buffer.emit(r.key, r.value, r.timestamp)
+        else:
+            buffer.emit(*r)
+    return buffer.batch()
+
+
+def _check_byte_list(values, call, expected):
+    """What the host checks of a ``list<list<u8>>`` result: its length, and
+    (natively) that each entry is ``bytes``, the only type componentize-py lowers."""
+    if len(values) != expected:
+        raise AssertionError(f"{call}: returned {len(values)} values, expected {expected}")
+    for i, v in enumerate(values):
+        if type(v) is not bytes:
+            raise AssertionError(f"{call}: value {i} is {type(v).__name__}, not bytes")
 
 
 class _OpenContextRecord:
