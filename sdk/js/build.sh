@@ -14,10 +14,13 @@
 #   1. write a wrapper entry that imports the four host interfaces of
 #      wit/operator.wit, binds them for the SDK, re-exports `operator` and
 #      exports `migration` (the entry's own `migration` if it exports one,
-#      else `operator.migrateState`, else one keeping every stored value);
+#      else `operator.migrateState`, else one keeping every stored value),
+#      `two-input`, `processing-time` and `window-function` (the entry's
+#      own, else the operator object's `windowFunction`: the user's
+#      aggregate()/processWindow() function, kind `none` for the others);
 #   2. bundle wrapper + entry + SDK into one ES module with rolldown
 #      (weir:* and wasi:* stay imports);
-#   3. componentize it for the world `full-operator`.
+#   3. componentize it for the world `window-operator` (contract 0.1.3).
 #
 # Environment:
 #   WEIR_JS_BACKEND   quickjs (default: componentize-qjs; ~1.9 MB, fast
@@ -119,6 +122,19 @@ export const processingTime = user.processingTime ?? {
     ? (key, time) => op.onProcessingTimer(key, time)
     : () => ({ main: { timestamps: new BigInt64Array(0), keyLens: new Int32Array(0), valueLens: new Uint32Array(0), data: new Uint8Array(0) }, side: [] }),
 };
+// Window functions (contract 0.1.3): aggregate() and processWindow() set
+// \`windowFunction\`; every other operator's (and one written by hand) has
+// kind none and refuses the window calls.
+const notWindow = (call) => () => {
+  throw \`window-function.\${call}: this module is not a window function (its window-function kind is none)\`;
+};
+export const windowFunction = user.windowFunction ?? op.windowFunction ?? {
+  kind: () => 'none',
+  add: notWindow('add'),
+  merge: notWindow('merge'),
+  getResult: notWindow('get-result'),
+  processWindow: notWindow('process-window'),
+};
 export const migration = user.migration ?? {
   migrateState: typeof user.operator.migrateState === 'function'
     ? (name, fromVersion, old) => user.operator.migrateState(name, fromVersion, old)
@@ -139,10 +155,10 @@ mkdir -p "$(dirname "$out")"
 if [ "$backend_tag" = sm ]; then
     # wasi:http is not linked by the host; fetch-event is an http export.
     node "$tools/node_modules/@bytecodealliance/componentize-js/src/cli.js" "$work/bundle.js" \
-        --wit "$wit" --world-name full-operator --disable http fetch-event -o "$out"
+        --wit "$wit" --world-name window-operator --disable http fetch-event -o "$out"
 else
     # --sync: plain (non-async) component ABI, which wasmtime 48 runs.
     "$tools/node_modules/.bin/componentize-qjs" --wit "$wit" --js "$work/bundle.js" \
-        --world full-operator --sync -o "$out" >/dev/null
+        --world window-operator --sync -o "$out" >/dev/null
 fi
 echo "built $out ($(wc -c <"$out") bytes, $backend)"

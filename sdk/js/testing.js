@@ -18,6 +18,14 @@
 //   const out = h.process([{ key: 'a', value: 'a', timestamp: 1n }]);
 //   out.values(); // ['a\t1']
 //   h.migrateState('count', '1.0.0', oldBytes); // what the upgrade stores instead
+//
+// Window functions (aggregate() / processWindow(), contract 0.1.3) run
+// through the same export code as in the component, at the wire level:
+//
+//   Harness.aggregate(fn, 'k', { start: 0n, end: 10n }, ['3', '5'], 2).valueString();
+//   Harness.mergedAggregate(fn, 'k', win, ['3'], ['5']);  // two accumulators, merged
+//   Harness.processWindow(fn, 'k', win, ['3', '5']).values();
+//   h.windowAdd(accumulators, targets, records) ... // the raw calls, on Harness.open(fn)
 
 import { MAX_TIMESTAMP, MIN_TIMESTAMP, errorMessage, utf8 } from './weir-sdk.js';
 
@@ -231,6 +239,30 @@ export function packBatch(records) {
   return { timestamps, keyLens, valueLens, data };
 }
 
+/** A window argument `{ start, end }` (bigints or integers) as the contract's record, with bigints. */
+function windowArg(w) {
+  if (w === null || typeof w !== 'object' || w.start === undefined || w.end === undefined) {
+    throw new TypeError('expected a window { start, end }');
+  }
+  return { start: BigInt(w.start), end: BigInt(w.end) };
+}
+
+/** The host's timestamp of a window's output: end - 1. */
+const windowTime = (w) => (w.end > MIN_TIMESTAMP ? w.end - 1n : w.end);
+
+/**
+ * Records of one key's window: a string or Uint8Array is a value (key: the
+ * window's key, timestamp: the window's start); an object `{ key?, value,
+ * timestamp? }` the same with its own fields.
+ */
+function windowRecords(key, window, records) {
+  return Array.from(records, (r) =>
+    typeof r === 'string' || r instanceof Uint8Array
+      ? { key, value: r, timestamp: window.start }
+      : { key: r.key === undefined ? key : r.key, value: r.value, timestamp: r.timestamp ?? window.start },
+  );
+}
+
 /**
  * Runs an exported `operator` object (what keyed()/map()/... return)
  * against the fake host. Create with `Harness.open(operator, options)`.
@@ -377,6 +409,149 @@ export class Harness {
     const out = this.advanceWatermark(MAX_TIMESTAMP);
     out.extend(this.close());
     return out;
+  }
+
+  // -------------------------------------------------------------------------
+  // Window functions (contract 0.1.3): the component's `window-function`
+  // export, called as the host's window operator calls it.
+  // -------------------------------------------------------------------------
+
+  _window() {
+    const wf = this.op.windowFunction;
+    if (!wf) throw new Error('the operator object has no `windowFunction` (build.sh exports kind `none` for it)');
+    return wf;
+  }
+
+  /** `window-function.kind`: 'none', 'aggregate' or 'process-window'. */
+  windowKind() {
+    return this._guest(() => this._window().kind());
+  }
+
+  _accumulators(call, got, n) {
+    const list = Array.from(got);
+    if (list.length !== n) throw new Error(`bad output (${call}): ${list.length} accumulators for ${n}`);
+    return list.map((a, i) => {
+      if (!(a instanceof Uint8Array)) throw new Error(`bad output (${call}): accumulator ${i} is not a Uint8Array`);
+      return a.slice();
+    });
+  }
+
+  /**
+   * `window-function.add`: record i of `records` ({ key?, value, timestamp? })
+   * into `accumulators[targets[i]]`; an accumulator is bytes, or null for a
+   * new window's. Returns every accumulator after the adds (copies), checked
+   * as the host checks them (as many as given).
+   */
+  windowAdd(accumulators, targets, records) {
+    const accs = Array.from(accumulators, (a) => (a === null || a === undefined ? undefined : bytes(a)));
+    const t = Uint32Array.from(targets);
+    const batch = packBatch(records);
+    const got = this._guest(() => this._window().add(accs, t, batch));
+    return this._accumulators('add', got, accs.length);
+  }
+
+  /** `window-function.merge`: one accumulator (a copy) per [a, b] pair. */
+  windowMerge(pairs) {
+    const ps = Array.from(pairs, ([a, b]) => [bytes(a), bytes(b)]);
+    const got = this._guest(() => this._window().merge(ps));
+    return this._accumulators('merge', got, ps.length);
+  }
+
+  /** `window-function.get-result`: one result value (a copy) per { key, window, accumulator }. */
+  windowGetResult(windows) {
+    const ws = Array.from(windows, (w) => ({
+      key: bytes(w.key),
+      window: windowArg(w.window),
+      accumulator: bytes(w.accumulator),
+    }));
+    const got = this._guest(() => this._window().getResult(ws));
+    return this._accumulators('get-result', got, ws.length);
+  }
+
+  /**
+   * `window-function.process-window` for `key`'s `window` with `records`
+   * (values, or { key?, value, timestamp? }; see Harness.processWindow).
+   * Returns the Output with every record's timestamp `end - 1`, as the host
+   * emits them.
+   */
+  windowProcess(key, window, records) {
+    const w = windowArg(window);
+    const batch = packBatch(windowRecords(key, w, records));
+    const out = this._call(() => this._window().processWindow(bytes(key), w, batch));
+    const t = windowTime(w);
+    for (const r of out.main) r.timestamp = t;
+    for (const s of out.sideRecords) s.record.timestamp = t;
+    return out;
+  }
+
+  /** Adds `records` to a new accumulator, `chunk` records per `add` call; the accumulator's bytes. */
+  _accumulate(key, w, records, chunk) {
+    if (!Number.isInteger(chunk) || chunk < 1) throw new TypeError(`chunk must be a positive integer, got ${chunk}`);
+    const rs = windowRecords(key, w, records);
+    if (rs.length === 0) return this.windowAdd([null], [], [])[0];
+    let acc = null;
+    for (let i = 0; i < rs.length; i += chunk) {
+      const part = rs.slice(i, i + chunk);
+      [acc] = this.windowAdd([acc], new Array(part.length).fill(0), part);
+    }
+    return acc;
+  }
+
+  _result(key, w, accumulator) {
+    const [value] = this.windowGetResult([{ key, window: w, accumulator }]);
+    return new OutputRecord(bytes(key), value, windowTime(w));
+  }
+
+  _expectKind(kind) {
+    const k = this.windowKind();
+    if (k !== kind) throw new Error(`expected a window function of kind ${kind}, but its kind is ${k}`);
+  }
+
+  /**
+   * Runs the aggregate `fn` (what aggregate() returns) over one window as
+   * the host does, through the component's export code: opens it
+   * (`options` as Harness.open's), adds `records` to a new accumulator
+   * `chunk` at a time, the accumulator round-tripped as bytes between the
+   * calls, then gets the result. `records`: values (strings or bytes; key:
+   * `key`, timestamp: the window's start) or { key?, value, timestamp? }.
+   * Returns the record the host emits: an OutputRecord with key `key`, the
+   * result as its value and the timestamp `end - 1`. A failing call throws
+   * an Error with the guest's message.
+   */
+  static aggregate(fn, key, window, records, chunk = 1, options = {}) {
+    const h = Harness.open(fn, options);
+    h._expectKind('aggregate');
+    const w = windowArg(window);
+    return h._result(key, w, h._accumulate(key, w, records, chunk));
+  }
+
+  /**
+   * As `aggregate`, but `recordsA` and `recordsB` each go into their own
+   * accumulator (`options.chunk` per add, default 1), which `merge`
+   * combines (as when a record joins two session windows) before the
+   * result.
+   */
+  static mergedAggregate(fn, key, window, recordsA, recordsB, options = {}) {
+    const h = Harness.open(fn, options);
+    h._expectKind('aggregate');
+    const w = windowArg(window);
+    const chunk = options.chunk ?? 1;
+    const a = h._accumulate(key, w, recordsA, chunk);
+    const b = h._accumulate(key, w, recordsB, chunk);
+    const [merged] = h.windowMerge([[a, b]]);
+    return h._result(key, w, merged);
+  }
+
+  /**
+   * Runs the process-window function `fn` (what processWindow() returns) on
+   * one fired window: opens it (`options` as Harness.open's) and calls
+   * `process-window` with `records` (as for `aggregate`). Returns the
+   * Output, every record with the timestamp `end - 1` as the host emits it.
+   */
+  static processWindow(fn, key, window, records, options = {}) {
+    const h = Harness.open(fn, options);
+    h._expectKind('process-window');
+    return h.windowProcess(key, window, records);
   }
 
   /** The current watermark. */

@@ -175,6 +175,12 @@ export class Collector {
   output(tag: string, key: BytesLike | null, value: BytesLike, timestamp: TimestampLike): void;
 }
 
+/** A process-window function's outputs: the timestamp may be left out (the host gives every record `end - 1`). */
+export interface WindowCollector extends Collector {
+  collect(key: BytesLike | null, value: BytesLike, timestamp?: TimestampLike): void;
+  output(tag: string, key: BytesLike | null, value: BytesLike, timestamp?: TimestampLike): void;
+}
+
 /** The current key, time, timers and outputs of a keyed call; reused per record, do not keep it. */
 export class KeyedContext implements KeyScope {
   readonly key: Uint8Array;
@@ -256,6 +262,55 @@ export interface BatchOperator extends WithStates {
   close?(out: Collector): void;
 }
 
+/** A window `[start, end)` in ms of event time, as the host fired it. */
+export class Window {
+  constructor(start: Timestamp, end: Timestamp);
+  /** The first millisecond in the window. */
+  readonly start: Timestamp;
+  /** The first millisecond after it. */
+  readonly end: Timestamp;
+  /** `end - 1`: the timestamp the host gives the window's output (Flink's maxTimestamp). */
+  maxTimestamp(): Timestamp;
+  /** True for a count window's (`type = "global"`): MIN_TIMESTAMP to MAX_TIMESTAMP. */
+  isGlobal(): boolean;
+}
+
+/**
+ * An aggregate window function (Flink's AggregateFunction) over accumulators
+ * of type A, which the host stores as bytes (`accumulator` codec, default
+ * `codecs.json`). `add` and `merge` return the accumulator, or mutate the
+ * first argument and return nothing.
+ */
+export interface AggregateFunction<A = any> extends Meta {
+  /** The accumulator's codec; a class gives it as a static field. Default: codecs.json. */
+  accumulator?: Codec<A>;
+  open?(ctx: OpenContext): void;
+  createAccumulator(): A;
+  add(accumulator: A, record: Record): A | void;
+  /** Two accumulators as one (session windows); without it, a session window fails. */
+  merge?(a: A, b: A): A | void;
+  /** The fired window's result; the host emits it with `key` and the timestamp `window.end - 1`. */
+  getResult(key: Uint8Array, window: Window, accumulator: A): Uint8Array | string;
+}
+
+/** A process-window function (Flink's ProcessWindowFunction). */
+export interface ProcessWindowFunction extends Meta {
+  open?(ctx: OpenContext): void;
+  /** All records of `key`'s fired `window`, in arrival order (views valid during the call). */
+  processWindow(key: Uint8Array, window: Window, records: Record[], out: WindowCollector): void;
+}
+
+export type WindowFunctionKind = 'none' | 'aggregate' | 'process-window';
+
+/** The contract's `window-function` interface (0.1.3), as build.sh exports it. */
+export interface WindowFunctionExport {
+  kind(): WindowFunctionKind;
+  add(accumulators: Array<Uint8Array | null | undefined>, targets: ArrayLike<number>, records: unknown): Uint8Array[];
+  merge(pairs: Array<[Uint8Array, Uint8Array]>): Uint8Array[];
+  getResult(windows: Array<{ key: Uint8Array; window: { start: unknown; end: unknown }; accumulator: Uint8Array }>): Uint8Array[];
+  processWindow(key: Uint8Array, window: { start: unknown; end: unknown }, records: unknown): unknown;
+}
+
 /**
  * The contract's `operator` interface, as the component exports it. Export it as `operator`;
  * build.sh exports its `migrateState` as the `migration` interface.
@@ -273,6 +328,12 @@ export interface OperatorExport {
   close(): unknown;
   /** `migrate-state`: the state's `migrate` result, or `old` for a state without one. */
   migrateState(state: string, fromVersion: string, old: Uint8Array): Uint8Array;
+  /**
+   * `window-function` (build.sh exports it): kind `none` for every operator
+   * but those of aggregate() and processWindow(), whose `operator` answers
+   * records and timers with an error (watermarks and close emit nothing).
+   */
+  windowFunction: WindowFunctionExport;
 }
 
 export function map(def: Def<MapFunction>): OperatorExport;
@@ -281,3 +342,7 @@ export function filter(def: Def<FilterFunction>): OperatorExport;
 export function keyed(def: Def<KeyedProcessFunction>): OperatorExport;
 export function keyedCo(def: Def<KeyedCoProcessFunction>): OperatorExport;
 export function operator(def: Def<BatchOperator>): OperatorExport;
+/** A window function computing per-window aggregates (use it in an [[operator]] with a `window` table). */
+export function aggregate<A = any>(def: Def<AggregateFunction<A>>): OperatorExport;
+/** A window function getting each fired window's records at once (use it in an [[operator]] with a `window` table). */
+export function processWindow(def: Def<ProcessWindowFunction>): OperatorExport;

@@ -1,10 +1,11 @@
 // weir-sdk.js: write Weir stream operators in JavaScript (or TypeScript).
 //
 // A Weir operator is a WebAssembly component implementing the contract in
-// wit/operator.wit (package weir:operator@0.1.1). This module hides the
-// contract behind Flink's functions -- map, flatMap, filter and a keyed
-// process function -- with typed keyed state, event-time timers, side
-// outputs, logging, metrics and config. It mirrors the Rust SDK (sdk/src).
+// wit/operator.wit (package weir:operator@0.1.3). This module hides the
+// contract behind Flink's functions -- map, flatMap, filter, a keyed
+// process function, and window functions (an aggregate function or a
+// process-window function) -- with typed keyed state, event-time timers,
+// side outputs, logging, metrics and config. It mirrors the Rust SDK (sdk/src).
 //
 // Layout of this file:
 //   - host binding: how calls reach the host (bound by the build wrapper,
@@ -662,15 +663,22 @@ export class Collector {
     this.main = new BatchBuilder();
     /** @type {Map<string, BatchBuilder>} */
     this._side = new Map();
+    /** The timestamp of records emitted without one (process-window: the window's end - 1). */
+    this._defaultTs = undefined;
   }
 
-  /** Emits a record on the main output (see BatchBuilder.push for the argument types). */
+  /**
+   * Emits a record on the main output (see BatchBuilder.push for the
+   * argument types). In a process-window function the timestamp may be
+   * left out: the host gives every record it emits the window's `end - 1`.
+   */
   collect(key, value, timestamp) {
-    this.main.push(key, value, timestamp);
+    this.main.push(key, value, timestamp === undefined ? this._defaultTs : timestamp);
   }
 
   /** Emits a record on the side output `tag` (edges `from = "<op>:<tag>"`). */
   output(tag, key, value, timestamp) {
+    if (timestamp === undefined) timestamp = this._defaultTs;
     let b = this._side.get(tag);
     if (b === undefined) {
       if (typeof tag !== 'string') throw new WeirError(`side output tag must be a string, got ${describeValue(tag)}`);
@@ -1214,6 +1222,7 @@ function makeOperator(def, keyed, hooks) {
       if (typeof i.close === 'function') i.close(o);
     }),
     migrateState: guarded((name, fromVersion, old) => migrateState(def, name, fromVersion, old)),
+    windowFunction: NO_WINDOW_FUNCTION,
   };
 }
 
@@ -1435,4 +1444,256 @@ export function operator(def) {
       if (typeof inst.onTimer === 'function') inst.onTimer(key, time, out);
     },
   });
+}
+
+// ---------------------------------------------------------------------------
+// Window functions (contract 0.1.3): the `window-function` export
+// ---------------------------------------------------------------------------
+//
+// The host's window operator (an [[operator]] with a `window` table and a
+// `module`) assigns records to windows, keeps the window state in its keyed
+// backend and fires windows on the watermark; the component only computes.
+// `aggregate(def)` and `processWindow(def)` return the same kind of object
+// as the adapters above, with `windowFunction` set: build.sh exports it as
+// `window-function`. Every other operator answers `kind` with `none`.
+
+/** A window `[start, end)` in ms of event time (bigints), as the host fired it. */
+export class Window {
+  constructor(start, end) {
+    /** The first millisecond in the window. */
+    this.start = start;
+    /** The first millisecond after it. */
+    this.end = end;
+    Object.freeze(this);
+  }
+  /** The window's last millisecond, `end - 1`: the timestamp the host gives its output (Flink's maxTimestamp). */
+  maxTimestamp() {
+    return this.end > MIN_TIMESTAMP ? this.end - 1n : this.end;
+  }
+  /** True for a count window's (`type = "global"`): the whole time line. */
+  isGlobal() {
+    return this.start === MIN_TIMESTAMP && this.end === MAX_TIMESTAMP;
+  }
+}
+
+function windowIn(w) {
+  if (w === null || typeof w !== 'object') throw new WeirError(`expected a window { start, end }, got ${describeValue(w)}`);
+  return new Window(timeIn(w.start), timeIn(w.end));
+}
+
+/** A list<u8> from the host as a Uint8Array (QuickJS's bindings may pass an Array). */
+function bytesIn(b) {
+  return isBytes(b) ? b : Uint8Array.from(b);
+}
+
+/** Throws the contract's err(message) without a host (the wrapper's default export has none bound). */
+function refuse(message) {
+  return () => {
+    throw message;
+  };
+}
+
+const NOT_A_WINDOW_FUNCTION =
+  'this module is not a window function (its window-function kind is `none`); ' +
+  'a window operator needs one built with the SDK\'s aggregate() or processWindow()';
+
+/** What every operator that is not a window function exports as `window-function`. */
+const NO_WINDOW_FUNCTION = Object.freeze({
+  kind: () => 'none',
+  add: refuse(`window-function.add: ${NOT_A_WINDOW_FUNCTION}`),
+  merge: refuse(`window-function.merge: ${NOT_A_WINDOW_FUNCTION}`),
+  getResult: refuse(`window-function.get-result: ${NOT_A_WINDOW_FUNCTION}`),
+  processWindow: refuse(`window-function.process-window: ${NOT_A_WINDOW_FUNCTION}`),
+});
+
+/**
+ * The exported object of a window function of `kind` ('aggregate' or
+ * 'process-window'). `calls(opened)` builds its window-function calls;
+ * `operator`'s describe and open work as usual (keyed = false, no state);
+ * records and timers arriving through `operator` are errors (the module
+ * belongs in an [[operator]] with a `window` table); watermarks and close
+ * emit nothing.
+ */
+function makeWindowFunction(def, kind, calls) {
+  if (def === null || (typeof def !== 'object' && typeof def !== 'function')) {
+    throw new TypeError('weir-sdk: expected a window function definition (an object or a class)');
+  }
+  const states = metaOf(def, 'states', []);
+  if (!Array.isArray(states) || states.length > 0) {
+    throw new TypeError('weir-sdk: a window function has no keyed state (the host keeps the window state)');
+  }
+  let inst = null;
+  const opened = () => {
+    if (inst === null) throw new WeirError('window function called before a successful `open`');
+    return inst;
+  };
+  const nameOf = () => describeOf(def, false).name;
+  const misuse = (call) =>
+    guarded(() => {
+      throw new WeirError(
+        `operator.${call}: \`${nameOf()}\` is a window function (${kind}): use it in an [[operator]] ` +
+          'with a `window` table, not as a plain operator',
+      );
+    });
+  const kindName = (k) => (k === 'aggregate' ? 'an aggregate function' : 'a process-window function');
+  const wrongKind = (call) =>
+    guarded(() => {
+      const other = call === 'process-window' ? 'process-window' : 'aggregate';
+      throw new WeirError(`window-function.${call}: \`${nameOf()}\` is ${kindName(kind)}, not ${kindName(other)}`);
+    });
+  const wf = {
+    kind: () => kind,
+    add: wrongKind('add'),
+    merge: wrongKind('merge'),
+    getResult: wrongKind('get-result'),
+    processWindow: wrongKind('process-window'),
+  };
+  const own = calls(opened);
+  for (const k of Object.keys(own)) wf[k] = guarded(own[k]);
+  const empty = new Collector();
+  return {
+    describe: guarded(() => describeOf(def, false)),
+    open: guarded((ctx) => {
+      const created = instantiate(def);
+      if (typeof created.open === 'function') created.open(new OpenContext(ctx, []));
+      inst = created;
+    }),
+    process: misuse('process'),
+    processInput: misuse('process-input'),
+    onTimer: misuse('on-timer'),
+    onProcessingTimer: misuse('on-processing-timer'),
+    // Nothing to do or flush (as the Rust SDK's window functions), so a host
+    // may pass watermarks to, or close, any instance it opened.
+    onWatermark: guarded(() => empty._emitted()),
+    close: guarded(() => empty._emitted()),
+    migrateState: guarded((name, fromVersion, old) => old),
+    windowFunction: Object.freeze(wf),
+  };
+}
+
+/**
+ * An aggregate window function (Flink's AggregateFunction): incremental,
+ * one accumulator per key and window, stored by the host as bytes.
+ *
+ * The definition (an object or a class) has
+ *   - `createAccumulator()`: a new window's accumulator;
+ *   - `add(accumulator, record)`: adds a record (`key`, `value`,
+ *     `timestamp`), returns the accumulator (or mutates it and returns
+ *     nothing);
+ *   - `getResult(key, window, accumulator)`: the fired window's result value,
+ *     a Uint8Array or a string (UTF-8); the host emits it with the window's
+ *     key and the timestamp `window.end - 1`;
+ *   - optional `merge(a, b)`: one accumulator of two (session windows; a
+ *     session window without it fails), returned (or `a` mutated);
+ *   - optional `accumulator`: the codec of the accumulator's bytes
+ *     (default `codecs.json`; a class gives it as a static field);
+ *   - optional `name`, `version`, `open(ctx)` (config from the job spec).
+ *
+ * The SDK does the batch bookkeeping of the contract's `add` (records in
+ * order into their targets; a `none` accumulator created first; every
+ * accumulator returned), `merge` and `get-result`.
+ */
+export function aggregate(def) {
+  requireMethod(def, 'createAccumulator');
+  requireMethod(def, 'add');
+  requireMethod(def, 'getResult');
+  const codec = checkCodec(metaOf(def, 'accumulator', codecs.json), 'accumulator');
+  const decode = (b) => {
+    try {
+      return codec.decode(bytesIn(b));
+    } catch (e) {
+      throw new WeirError(`cannot decode an accumulator (codec ${codec.name}): ${errorMessage(e)}`);
+    }
+  };
+  const encode = (acc) => {
+    let b;
+    try {
+      b = codec.encode(acc);
+    } catch (e) {
+      throw new WeirError(`cannot encode an accumulator (codec ${codec.name}): ${errorMessage(e)}`);
+    }
+    if (!isBytes(b)) throw new WeirError(`the accumulator codec ${codec.name} returned ${describeValue(b)}, not a Uint8Array`);
+    return b;
+  };
+  return makeWindowFunction(def, 'aggregate', (opened) => ({
+    add(accumulators, targets, records) {
+      const f = opened();
+      const n = accumulators.length;
+      const count = records.timestamps.length;
+      if (targets.length !== count) {
+        throw new WeirError(`window-function.add: ${targets.length} targets for ${count} records`);
+      }
+      const accs = new Array(n);
+      const live = new Uint8Array(n);
+      forEachRecord(records, (r, i) => {
+        const t = targets[i];
+        if (!(t >= 0 && t < n)) {
+          throw new WeirError(
+            `window-function.add: record ${i} goes to accumulator ${t}, but ${n} accumulator${n === 1 ? ' was' : 's were'} given`,
+          );
+        }
+        if (live[t] === 0) {
+          const a = accumulators[t];
+          accs[t] = a === undefined || a === null ? f.createAccumulator() : decode(a);
+          live[t] = 1;
+        }
+        const next = f.add(accs[t], r);
+        if (next !== undefined) accs[t] = next;
+      });
+      const out = new Array(n);
+      for (let i = 0; i < n; i++) {
+        const a = accumulators[i];
+        if (live[i] === 1) out[i] = encode(accs[i]);
+        else if (a === undefined || a === null) out[i] = encode(f.createAccumulator());
+        else out[i] = bytesIn(a);
+      }
+      return out;
+    },
+    merge(pairs) {
+      const f = opened();
+      if (typeof f.merge !== 'function') {
+        throw new WeirError('window-function.merge: this aggregate has no `merge` (session windows need one)');
+      }
+      return Array.from(pairs, (p) => {
+        const a = decode(p[0]);
+        const m = f.merge(a, decode(p[1]));
+        return encode(m === undefined ? a : m);
+      });
+    },
+    getResult(windows) {
+      const f = opened();
+      return Array.from(windows, (w) => {
+        const v = f.getResult(bytesIn(w.key), windowIn(w.window), decode(w.accumulator));
+        if (isBytes(v)) return v;
+        if (typeof v === 'string') return utf8.encode(v);
+        throw new WeirError(`getResult must return a Uint8Array or a string, got ${describeValue(v)}`);
+      });
+    },
+  }));
+}
+
+/**
+ * A process-window function (Flink's ProcessWindowFunction): when a window
+ * fires, `processWindow(key, window, records, out)` gets its key
+ * (Uint8Array), the Window (`start`, `end`, `maxTimestamp()`) and all its
+ * records in arrival order (views valid during the call), and emits any
+ * records with `out.collect(key, value)` / `out.output(tag, key, value)`.
+ * The host gives every emitted record the timestamp `end - 1` (the
+ * default when none is given). Optional `name`, `version`, `open(ctx)`.
+ */
+export function processWindow(def) {
+  requireMethod(def, 'processWindow');
+  const out = new Collector();
+  return makeWindowFunction(def, 'process-window', (opened) => ({
+    processWindow(key, window, records) {
+      const f = opened();
+      const w = windowIn(window);
+      out._clear();
+      out._defaultTs = w.maxTimestamp();
+      const rs = [];
+      forEachRecord(records, (r) => rs.push(r));
+      f.processWindow(bytesIn(key), w, rs, out);
+      return out._emitted();
+    },
+  }));
 }
