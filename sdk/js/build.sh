@@ -12,7 +12,9 @@
 # `npm ci` into ${WEIR_TOOLS_DIR:-$HOME/.cache/weir/tools}/js when missing
 # or out of date; never globally):
 #   1. write a wrapper entry that imports the four host interfaces of
-#      wit/operator.wit, binds them for the SDK, re-exports `operator` and
+#      wit/operator.wit (every state function by name, with the batched
+#      `value-get-many` / `value-set-many` of contract 0.1.3), binds them
+#      for the SDK, re-exports `operator` and
 #      exports `migration` (the entry's own `migration` if it exports one,
 #      else `operator.migrateState`, else one keeping every stored value),
 #      `two-input`, `processing-time` and `window-function` (the entry's
@@ -95,11 +97,21 @@ if [ -z "$contract_version" ]; then
 fi
 
 cat >"$work/wrapper.js" <<EOF
-import * as state from 'weir:operator/state@$contract_version';
+// Every state call the SDK makes, by name, so that each componentizer binds
+// it; value-get-many and value-set-many (contract 0.1.3) read and write a
+// keyed batch's value state in one call per state.
+import {
+  valueGet, valueSet, listGet, listAdd, mapGet, mapPut, mapRemove, mapEntries, clear,
+  valueGetMany, valueSetMany,
+} from 'weir:operator/state@$contract_version';
 import * as timers from 'weir:operator/timers@$contract_version';
 import * as log from 'weir:operator/log@$contract_version';
 import * as metrics from 'weir:operator/metrics@$contract_version';
 import * as user from $(node -e 'process.stdout.write(JSON.stringify(process.argv[1]))' "$project/$entry");
+const state = {
+  valueGet, valueSet, listGet, listAdd, mapGet, mapPut, mapRemove, mapEntries, clear,
+  valueGetMany, valueSetMany,
+};
 globalThis.__weirHost = { backend: '$backend_tag', state, timers, log, metrics, package: $pkg };
 export const operator = user.operator;
 // The SDK's adapters implement migrate-state on the operator object; an

@@ -12,6 +12,10 @@
 // Mirrors sdk/src/testing.rs. It checks every emitted batch as the host
 // does (three lists of one length, lengths adding up to the data), and
 // copies outputs at once, since the SDK reuses its buffers between calls.
+// The batched value-state calls of contract 0.1.3 (value-get-many,
+// value-set-many) are emulated as the host does them (one get / set / clear
+// per entry) and counted: `batchedStateCalls()`, `stateCalls()` for the
+// single-key ones; `Harness.open(op, { batchedState: false })` leaves them out.
 //
 //   import { Harness } from '../../../sdk/js/testing.js';
 //   const h = Harness.open(operator, { config: { emit: 'updates' } });
@@ -52,6 +56,50 @@ function stateError(tag, val) {
   const e = new Error(`state error: ${tag}`);
   e.payload = val === undefined ? { tag } : { tag, val };
   return e;
+}
+
+function badPacked(what) {
+  return stateError('backend', `malformed packed list: ${what}`);
+}
+
+/** The entries of a `packed` (null: absent), checked as the host checks them. */
+function unpack(p) {
+  if (p === null || typeof p !== 'object' || !(p.data instanceof Uint8Array)) {
+    throw new TypeError('a packed list needs `lens` (list<s32>) and `data` (a Uint8Array)');
+  }
+  const entries = [];
+  let at = 0;
+  Array.from(p.lens).forEach((len, i) => {
+    if (len === -1) {
+      entries.push(null);
+      return;
+    }
+    if (!Number.isInteger(len) || len < 0 || len > 0x7fffffff || at + len > p.data.length) {
+      throw badPacked(`entry ${i} has length ${len}, past the ${p.data.length} bytes of data`);
+    }
+    entries.push(p.data.slice(at, at + len));
+    at += len;
+  });
+  if (at !== p.data.length) throw badPacked(`the lengths add up to ${at} bytes but data holds ${p.data.length}`);
+  return entries;
+}
+
+/** Entries (null: absent) as a `packed`, shaped as the bindings return it. */
+function pack(entries) {
+  const lens = new Int32Array(entries.length);
+  let total = 0;
+  entries.forEach((e, i) => {
+    lens[i] = e === null ? -1 : e.length;
+    if (e !== null) total += e.length;
+  });
+  const data = new Uint8Array(total);
+  let pos = 0;
+  for (const e of entries) {
+    if (e === null) continue;
+    data.set(e, pos);
+    pos += e.length;
+  }
+  return { lens, data };
 }
 
 /** One output record, with its bytes copied out of the SDK's buffers. */
@@ -178,7 +226,42 @@ class FakeHost {
           .sort((a, b) => compareBytes(a[0], b[0]));
       },
       clear: (id, key) => void store(id).delete(k(key)),
+      // Contract 0.1.3: as the host, one value-get (value-set or clear) per entry.
+      valueGetMany: (id, keys) => {
+        self.batchedCalls++;
+        const s = store(id, 'value');
+        const values = unpack(keys).map((key) => {
+          if (key === null) throw badPacked('an absent key');
+          const v = s.get(hex(key));
+          return v === undefined ? null : v;
+        });
+        return pack(values);
+      },
+      valueSetMany: (id, keys, values) => {
+        self.batchedCalls++;
+        const ks = unpack(keys);
+        const vs = unpack(values);
+        if (ks.length !== vs.length) throw badPacked(`${ks.length} keys but ${vs.length} values`);
+        const s = store(id, 'value');
+        ks.forEach((key, i) => {
+          if (key === null) throw badPacked('an absent key');
+          if (vs[i] === null) s.delete(hex(key));
+          else s.set(hex(key), vs[i].slice());
+        });
+      },
     };
+    // Counts the guest's state calls: the batched ones (value-get-many,
+    // value-set-many) and all others (one key each).
+    this.batchedCalls = 0;
+    this.singleCalls = 0;
+    for (const name of Object.keys(this.state)) {
+      if (name === 'valueGetMany' || name === 'valueSetMany') continue;
+      const f = this.state[name];
+      this.state[name] = (...args) => {
+        self.singleCalls++;
+        return f(...args);
+      };
+    }
     this.timers = {
       registerEventTimer: (key, time) => {
         if (typeof time !== 'bigint') throw new TypeError('timer time must be a bigint (s64)');
@@ -279,14 +362,21 @@ export class Harness {
    * Describes and opens `op`. Options: `config` (object or [k, v] pairs;
    * non-string values are flattened as the host does: scalars in TOML
    * syntax, tables and arrays as JSON), `operatorId`, `subtaskIndex`,
-   * `parallelism`, `maxParallelism`. Throws (an Error with the guest's
-   * message) if `open` fails.
+   * `parallelism`, `maxParallelism`; `batchedState: false` leaves out the
+   * batched value-state calls (`value-get-many`, `value-set-many`), as a
+   * host before contract 0.1.3: then every state access is its own call
+   * (to compare both paths). Throws (an Error with the guest's message) if
+   * `open` fails.
    */
   static open(op, options = {}) {
     const bootstrap = new FakeHost([]);
     globalThis[HOST_KEY] = { backend: 'test', ...bootstrap };
     const info = op.describe();
     const host = new FakeHost(info.states);
+    if (options.batchedState === false) {
+      delete host.state.valueGetMany;
+      delete host.state.valueSetMany;
+    }
     const h = new Harness(op, host, info);
     h._bind();
     const cfg = options.config || {};
@@ -642,6 +732,23 @@ export class Harness {
   /** The keys holding anything in state `name`, in byte order. */
   stateKeys(name) {
     return [...this.host.stores[this._stateId(name)].keys()].map(unhex).sort(compareBytes);
+  }
+
+  /**
+   * How many batched value-state calls (`value-get-many`, `value-set-many`)
+   * the operator made: what `keyed` and `keyedCo` use instead of one call
+   * per record (a batch: one read and one write per value state used).
+   */
+  batchedStateCalls() {
+    return this.host.batchedCalls;
+  }
+
+  /**
+   * How many single-key state calls (`value-get`, `value-set`, `clear`,
+   * list and map calls) the operator made.
+   */
+  stateCalls() {
+    return this.host.singleCalls;
   }
 
   /** Log lines as [level, message]. */

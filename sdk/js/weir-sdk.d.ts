@@ -87,6 +87,11 @@ export interface KeyScope {
 }
 export function explicitKey(key: Uint8Array | string): KeyScope;
 
+/**
+ * One value per key. In a `keyed`/`keyedCo` batch, the first `get` reads the
+ * state for all the batch's keys in one host call, and changes are written
+ * back in one call at the end of the batch (same results as per-record calls).
+ */
 export class ValueState<T> {
   readonly id: number;
   readonly name: string;

@@ -27,7 +27,9 @@
 // with plain integer loops over the typed columns, records are views into
 // its `data` buffer (no copies), and outputs are appended to reusable typed
 // arrays that are handed to the host as views. The only per-record host
-// calls are the state and timer calls the contract requires. Any exception
+// calls are the state and timer calls the contract requires, and a keyed
+// batch reads and writes its value state in one call per state (the batch
+// cache: `value-get-many` / `value-set-many`, contract 0.1.3). Any exception
 // thrown by user code fails the call with the contract's `err(message)`.
 // `migrateState` needs no `open` (the host calls it on a fresh instance,
 // before `open`): it runs the state's `migrate` function, or returns the old
@@ -506,11 +508,16 @@ export class Record {
  * calls `each(record, index)` for every record, in order.
  */
 function forEachRecord(input, each) {
-  const ts = input.timestamps;
+  checkBatch(input);
+  eachRecord(input, each);
+}
+
+/** Throws a WeirError if the batch's columns do not fit together. */
+function checkBatch(input) {
   const kl = input.keyLens;
   const vl = input.valueLens;
   const data = input.data;
-  const n = ts.length;
+  const n = input.timestamps.length;
   if (kl.length !== n || vl.length !== n) {
     throw new WeirError(
       `malformed batch: ${n} timestamps, ${kl.length} key lengths and ${vl.length} value lengths`,
@@ -527,6 +534,15 @@ function forEachRecord(input, each) {
       `malformed batch: record lengths add up to ${total} bytes but data holds ${data.length}`,
     );
   }
+}
+
+/** Calls `each(record, index)` for every record of a checked batch, in order. */
+function eachRecord(input, each) {
+  const ts = input.timestamps;
+  const kl = input.keyLens;
+  const vl = input.valueLens;
+  const data = input.data;
+  const n = ts.length;
   let pos = 0;
   for (let i = 0; i < n; i++) {
     const k = kl[i];
@@ -906,6 +922,209 @@ export function explicitKey(key) {
   return { key: typeof key === 'string' ? utf8.encode(key) : key };
 }
 
+// ---------------------------------------------------------------------------
+// The batch cache of value states (contract 0.1.3: state.value-get-many and
+// value-set-many); the design of sdk/src/cache.rs
+// ---------------------------------------------------------------------------
+//
+// `keyed` and `keyedCo` open a cache for a batch with its distinct keys
+// when the operator declares a value state (and the host has the batched
+// calls). The first `get` of a value state in the batch reads that state
+// for every key of the batch in one `value-get-many`; `get`, `set` and
+// `clear` of the batch's keys are then served from memory (set and clear
+// mark the entry changed; a read never overwrites an entry set in the
+// batch). At the end of the batch, also when the user's code threw, every
+// changed entry is written back with one `value-set-many` per state (an
+// absent value clears), before the export returns: timers, watermarks and
+// close are later host calls and see them. Semantics stay Flink's per
+// record: a record sees the updates of the records before it, also for its
+// own key. A key outside the batch (an explicit key), list and map state,
+// and a `clear` of a state not yet cached in the batch (the cache does not
+// know its kind) go to the host directly.
+
+/** The open batch cache, or null (outside `keyed`/`keyedCo` process calls). */
+let CACHE = null;
+
+/** The built-in codecs: their decode keeps nothing of its input, so cached bytes can be handed to it. */
+const OWN_DECODE = new Set(Object.values(codecs));
+/** The built-in codecs whose encode returns fresh bytes (bytes' returns the caller's array). */
+const FRESH_ENCODE = new Set(Object.values(codecs).filter((c) => c !== codecs.bytes));
+
+/** A Map key for key bytes: one char per byte. */
+function byteString(b) {
+  const n = b.length;
+  if (n <= 1024) return String.fromCharCode.apply(null, b);
+  let s = '';
+  for (let i = 0; i < n; i += 1024) s += String.fromCharCode.apply(null, b.subarray(i, Math.min(n, i + 1024)));
+  return s;
+}
+
+/** True if the bound host has the batched value-state calls (contract 0.1.3). */
+function hostBatches() {
+  const st = H.state;
+  return typeof st.valueGetMany === 'function' && typeof st.valueSetMany === 'function';
+}
+
+/**
+ * Opens the cache for a checked batch: its distinct keys (views into the
+ * batch's data) and, per record, its key's index (-1: no key).
+ */
+function cacheBegin(input) {
+  const kl = input.keyLens;
+  const vl = input.valueLens;
+  const data = input.data;
+  const n = kl.length;
+  const recordKey = new Int32Array(n);
+  const index = new Map();
+  const keys = [];
+  let pos = 0;
+  for (let i = 0; i < n; i++) {
+    const k = kl[i];
+    if (k < 0) {
+      recordKey[i] = -1;
+    } else {
+      const key = data.subarray(pos, pos + k);
+      const s = byteString(key);
+      let at = index.get(s);
+      if (at === undefined) {
+        at = keys.length;
+        index.set(s, at);
+        keys.push(key);
+      }
+      recordKey[i] = at;
+      pos += k;
+    }
+    pos += vl[i];
+  }
+  CACHE = { keys, index, recordKey, packed: null, states: [], byId: [] };
+  return CACHE;
+}
+
+/**
+ * The index of `key` among the open cache's keys, or -1 (no cache, or a key
+ * outside the batch). A keyed context knows its record's index.
+ */
+function cacheIndex(scope, key) {
+  const c = CACHE;
+  if (scope._kc === c && scope._kk === key) return scope._ki;
+  const at = c.index.get(byteString(key));
+  return at === undefined ? -1 : at;
+}
+
+/** Entries as the contract's `packed`, shaped for the bound backend (QuickJS: lens as an Array). */
+function packed(entries, count) {
+  const lens = new Int32Array(count);
+  let total = 0;
+  for (let i = 0; i < count; i++) {
+    const e = entries[i];
+    if (e !== null) total += e.length;
+  }
+  const data = new Uint8Array(total);
+  let pos = 0;
+  for (let i = 0; i < count; i++) {
+    const e = entries[i];
+    if (e === null) {
+      lens[i] = -1;
+    } else {
+      lens[i] = e.length;
+      data.set(e, pos);
+      pos += e.length;
+    }
+  }
+  return { lens: QJS ? Array.from(lens) : lens, data };
+}
+
+/** The cache of state `handle` (created empty: every entry unknown). */
+function cacheState(handle) {
+  const c = CACHE;
+  let s = c.byId[handle.id];
+  if (s === undefined) {
+    const n = c.keys.length;
+    s = { id: handle.id, name: handle.name, values: new Array(n).fill(undefined), changed: new Uint8Array(n) };
+    c.byId[handle.id] = s;
+    c.states.push(s);
+  }
+  return s;
+}
+
+/**
+ * Reads state `s` for every key of the batch in one call; entries already
+ * set in this batch keep their new values. Throws the host's error.
+ */
+function cacheFetch(s) {
+  const c = CACHE;
+  const n = c.keys.length;
+  if (c.packed === null) c.packed = packed(c.keys, n);
+  const got = H.state.valueGetMany(s.id, c.packed);
+  const lens = got.lens;
+  const data = bytesIn(got.data);
+  if (lens.length !== n) throw new WeirError(`the host returned ${lens.length} values for ${n} keys`);
+  const values = new Array(n);
+  let pos = 0;
+  for (let i = 0; i < n; i++) {
+    const len = lens[i];
+    if (len === -1) {
+      values[i] = null;
+      continue;
+    }
+    if (!(len >= 0 && pos + len <= data.length)) {
+      throw new WeirError('the host returned a malformed packed list');
+    }
+    values[i] = data.subarray(pos, pos + len);
+    pos += len;
+  }
+  if (pos !== data.length) throw new WeirError('the host returned a malformed packed list');
+  for (let i = 0; i < n; i++) if (s.values[i] === undefined) s.values[i] = values[i];
+}
+
+/**
+ * Closes the cache, writing every changed entry back with one
+ * `value-set-many` per state. Throws the first failure (a WeirError naming
+ * the state).
+ */
+function cacheEnd() {
+  const c = CACHE;
+  CACHE = null;
+  if (c === null) return;
+  for (const s of c.states) {
+    const keys = [];
+    const values = [];
+    for (let i = 0; i < s.changed.length; i++) {
+      if (s.changed[i] === 1) {
+        keys.push(c.keys[i]);
+        values.push(s.values[i]);
+      }
+    }
+    if (keys.length === 0) continue;
+    try {
+      H.state.valueSetMany(s.id, packed(keys, keys.length), packed(values, values.length));
+    } catch (e) {
+      throw new WeirError(`state \`${s.name}\`: ${explain(e)}`);
+    }
+  }
+}
+
+/**
+ * Runs `f` (the records of a checked batch) with the cache open when
+ * `batched`, then writes back what changed, also when `f` threw (as single
+ * calls would have written it); `f`'s error wins over a write-back error.
+ */
+function withBatchCache(batched, input, f) {
+  if (!batched || !hostBatches()) return f(null);
+  const c = cacheBegin(input);
+  try {
+    f(c);
+  } catch (e) {
+    try {
+      cacheEnd();
+    } catch {
+      // The user's error is the one to report.
+    }
+    throw e;
+  }
+  cacheEnd();
+}
+
 class StateHandle {
   constructor(id, name) {
     /** The state's id: its index in the declared states. */
@@ -932,8 +1151,19 @@ class StateHandle {
   }
   /** Removes everything this state holds for the current key. */
   clear(scope) {
+    const key = keyOf(scope);
+    if (CACHE !== null) {
+      // A value state cached in this batch: cleared in the cache.
+      const s = CACHE.byId[this.id];
+      const i = s === undefined ? -1 : cacheIndex(scope, key);
+      if (i >= 0) {
+        s.values[i] = null;
+        s.changed[i] = 1;
+        return;
+      }
+    }
     try {
-      H.state.clear(this.id, keyOf(scope));
+      H.state.clear(this.id, key);
     } catch (e) {
       throw this._fail(e);
     }
@@ -946,11 +1176,25 @@ export class ValueState extends StateHandle {
     super(id, name);
     this._c = codec;
   }
-  /** The current key's value, or undefined. */
+  /**
+   * The current key's value, or undefined. In a keyed process call, the
+   * batch's first get of this state reads it for all the batch's keys at
+   * once (see "The batch cache of value states").
+   */
   get(scope) {
+    const key = keyOf(scope);
     let b;
     try {
-      b = H.state.valueGet(this.id, keyOf(scope));
+      const i = CACHE === null ? -1 : cacheIndex(scope, key);
+      if (i >= 0) {
+        const s = cacheState(this);
+        if (s.values[i] === undefined) cacheFetch(s);
+        b = s.values[i];
+        // A codec of the user's might keep (and change) the bytes it decodes.
+        if (b !== null && !OWN_DECODE.has(this._c)) b = b.slice();
+      } else {
+        b = H.state.valueGet(this.id, key);
+      }
     } catch (e) {
       throw this._fail(e);
     }
@@ -958,9 +1202,22 @@ export class ValueState extends StateHandle {
   }
   /** Sets the current key's value. */
   set(scope, value) {
-    const b = this._encode(this._c, value);
+    const key = keyOf(scope);
+    let b = this._encode(this._c, value);
+    if (!isBytes(b)) {
+      throw new WeirError(`state \`${this.name}\`: the codec returned ${describeValue(b)}, not a Uint8Array`);
+    }
+    const i = CACHE === null ? -1 : cacheIndex(scope, key);
+    if (i >= 0) {
+      // Kept until the end of the batch: a copy unless the codec made it.
+      if (!FRESH_ENCODE.has(this._c)) b = b.slice();
+      const s = cacheState(this);
+      s.values[i] = b;
+      s.changed[i] = 1;
+      return;
+    }
     try {
-      H.state.valueSet(this.id, keyOf(scope), b);
+      H.state.valueSet(this.id, key, b);
     } catch (e) {
       throw this._fail(e);
     }
@@ -1198,6 +1455,7 @@ function makeOperator(def, keyed, hooks) {
       const states = checkStates(metaOf(def, 'states', []));
       const created = instantiate(def);
       if (typeof created.open === 'function') created.open(new OpenContext(ctx, states));
+      if (hooks.open) hooks.open(states);
       inst = created;
     }),
     process: call((i, o, input) => hooks.process(i, input, o)),
@@ -1294,6 +1552,11 @@ export class KeyedContext {
     /** The current key: the record's, or the firing timer's. */
     this.key = null;
     this._t = 0n;
+    // The batch cache this context's record belongs to (null outside a
+    // batch), the record's key (as handed out) and its index in the cache.
+    this._kc = null;
+    this._kk = null;
+    this._ki = -1;
     /** The collector (main and side outputs). */
     this.out = out;
   }
@@ -1392,9 +1655,14 @@ export function keyedCo(def) {
   );
 }
 
-/** The hooks of `keyed` and `keyedCo`: per-record calls with the key current. */
+/**
+ * The hooks of `keyed` and `keyedCo`: per-record calls with the key current;
+ * a batch runs with the batch cache of value states open when the operator
+ * declares any.
+ */
 function keyedHooks(element, element2) {
   let ctx = null;
+  let batched = false;
   const context = (out) => {
     if (ctx === null || ctx.out !== out) ctx = new KeyedContext(out);
     return ctx;
@@ -1402,14 +1670,29 @@ function keyedHooks(element, element2) {
   const records = (process) => (inst, input, out) => {
     const c = context(out);
     const f = process(inst);
-    forEachRecord(input, (r, i) => {
-      if (r._kl < 0) {
-        throw new WeirError(`record ${i} of the batch has no key, but this operator runs on a keyed stream`);
-      }
-      c.key = r.key;
-      c._t = r._t;
-      f(r, c);
-    });
+    checkBatch(input);
+    try {
+      withBatchCache(batched, input, (cache) => {
+        c._kc = cache;
+        const keyIndex = cache === null ? null : cache.recordKey;
+        eachRecord(input, (r, i) => {
+          if (r._kl < 0) {
+            throw new WeirError(`record ${i} of the batch has no key, but this operator runs on a keyed stream`);
+          }
+          const key = r.key;
+          c.key = key;
+          c._t = r._t;
+          if (keyIndex !== null) {
+            c._kk = key;
+            c._ki = keyIndex[i];
+          }
+          f(r, c);
+        });
+      });
+    } finally {
+      c._kc = null;
+      c._kk = null;
+    }
   };
   const timer = (name) => (inst, key, time, out) => {
     if (typeof inst[name] !== 'function') return;
@@ -1419,6 +1702,9 @@ function keyedHooks(element, element2) {
     inst[name](time, c);
   };
   return {
+    open(states) {
+      batched = states.some((s) => s.kind === 'value');
+    },
     process: records(element),
     processInput: element2 ? records(element2) : undefined,
     onTimer: timer('onTimer'),
