@@ -235,8 +235,12 @@ class KeyedTest(unittest.TestCase):
         self.assertIn("test_sdk.py:", message)
         self.assertIn("in process_element", message)
         self.assertNotIn("weir_sdk", message, "the SDK's own frames are left out")
-        # The failed call's state writes never reach the host.
-        self.assertIsNone(h.value_state("seen", "u1"))
+        # The records before the failure wrote their state, as single calls
+        # would have: the batch's value-state changes are flushed, then the
+        # failure is reported.
+        self.assertIs(h.value_state("seen", "u1"), True)
+        self.assertEqual(h.list_state("events", "u1"), ["click"])
+        self.assertIsNone(h.value_state("seen", "u9"))
 
     def test_a_record_without_a_key_is_an_error(self):
         h = Harness(Sessions)
@@ -266,33 +270,248 @@ class Counter(KeyedProcessFunction):
         ctx.emit(ctx.key, b"%d" % self.count.get(ctx), record.timestamp)
 
 
-class ValueStateCacheTest(unittest.TestCase):
-    """Value state reads and writes are cached within a call and written when
-    it returns: what a function sees must not change."""
+class ValueStateBatchTest(unittest.TestCase):
+    """Value state is read and written per batch (value-get-many and
+    value-set-many, contract 0.1.3): what a function sees must not change."""
 
-    def test_reads_see_the_calls_own_writes_and_clears(self):
+    def test_records_of_one_key_in_a_batch_see_each_others_updates(self):
         h = Harness(Counter)
-        out = h.process([("a", "", 1), ("a", "", 2), ("a", "reset", 3), ("a", "", 4)])
-        self.assertEqual(out.values(), ["1", "2", "1"])
-        self.assertEqual(h.value_state("count", "a"), 1)
-        h.process([("a", "reset", 5)])
+        out = h.process([("a", "", 1), ("b", "", 2), ("a", "", 3), ("a", "reset", 4), ("a", "", 5)])
+        self.assertEqual(out.values(), ["1", "1", "2", "1"])
+        self.assertEqual((h.value_state("count", "a"), h.value_state("count", "b")), (1, 1))
+        h.process([("a", "reset", 6)])
         self.assertIsNone(h.state_bytes("count", "a"), "a clear reaches the host")
+        self.assertEqual(h.value_state("count", "b"), 1)
 
-    def test_every_call_reads_the_host_afresh(self):
+    def test_every_batch_reads_the_host_afresh(self):
         h = Harness(Counter)
         h.process([("a", "", 1)])
         h.set_state_bytes("count", "a", U64.encode(41))  # e.g. restored from a savepoint
         self.assertEqual(h.process([("a", "", 2)]).values(), ["42"])
 
-    def test_one_host_read_and_write_per_key_and_call(self):
+    def test_a_batch_costs_one_get_many_and_one_set_many(self):
         h = Harness(Counter)
-        calls = []
-        for name in ("value_get", "value_set"):
-            method = getattr(h.host, name)
-            setattr(h.host, name, lambda *a, _m=method, _n=name: calls.append(_n) or _m(*a))
-        h.process([("a", "", i) for i in range(100)] + [("b", "", 100)])
-        self.assertEqual(sorted(calls), ["value_get", "value_get", "value_set", "value_set"])
-        self.assertEqual(h.value_state("count", "a"), 100)
+        h.set_value_state("count", "c", 10)
+        records = [(k, "", i) for i, k in enumerate("abcab" * 20)]  # 100 records, 3 keys
+        out = h.process(records)
+        self.assertEqual(out.values()[-5:], ["39", "39", "30", "40", "40"])
+        self.assertEqual(h.batched_state_calls, 2, "instead of 2 x 100 single calls")
+        self.assertEqual(h.state_calls, 0)
+        self.assertEqual(h.state_call_counts["value_get_many"], 1)
+        self.assertEqual(h.state_call_counts["value_set_many"], 1)
+        self.assertEqual([h.value_state("count", k) for k in "abc"], [40, 40, 30])
+        h.process([("a", "", 200)])
+        self.assertEqual(h.batched_state_calls, 4, "two more for the next batch")
+
+    def test_a_batch_that_only_writes_reads_nothing(self):
+        class Last(KeyedProcessFunction):
+            last = ValueState("last", STR)
+
+            def process_element(self, record, ctx):
+                self.last.set(ctx, record.value_str())
+
+        h = Harness(Last)
+        h.process([("a", "x", 1), ("a", "y", 2), ("b", "z", 3)])
+        self.assertEqual(h.state_call_counts["value_get_many"], 0)
+        self.assertEqual(h.state_call_counts["value_set_many"], 1)
+        self.assertEqual((h.value_state("last", "a"), h.value_state("last", "b")), ("y", "z"))
+
+    def test_a_fetch_keeps_what_the_batch_already_set(self):
+        class SetThenGet(KeyedProcessFunction):
+            v = ValueState("v", STR)
+
+            def process_element(self, record, ctx):
+                if record.value == b"set":
+                    self.v.set(ctx, "new")
+                elif record.value == b"clear":
+                    self.v.clear(ctx)
+                else:
+                    ctx.emit(ctx.key, str(self.v.get(ctx)), record.timestamp)
+
+        h = Harness(SetThenGet)
+        for k in "abc":
+            h.set_value_state("v", k, "old")
+        out = h.process([("a", "set", 1), ("b", "clear", 2), ("a", "", 3), ("b", "", 4), ("c", "", 5)])
+        self.assertEqual(out.values(), ["new", "None", "old"])
+        self.assertEqual(h.batched_state_calls, 2)
+        self.assertEqual(h.state_calls, 0, "a clear of a batch key is cached too")
+        self.assertEqual([h.value_state("v", k) for k in "abc"], ["new", None, "old"])
+
+    def test_clear_explicit_key_and_timers_after_the_batch(self):
+        class Tracker(KeyedProcessFunction):
+            """Counts per key, mirrors into key `total` explicitly, reports on a timer."""
+
+            count = ValueState("count", U64)
+            events = ListState("events", STR)
+
+            def process_element(self, record, ctx):
+                if record.value == b"clear":
+                    self.count.clear(ctx)
+                    ctx.emit(ctx.key, f"cleared:{self.count.get(ctx)}", record.timestamp)
+                    return
+                self.count.set(ctx, self.count.get(ctx, 0) + 1)
+                total = weir_sdk.ExplicitKey("total")  # not a key of the batch
+                self.count.set(total, self.count.get(total, 0) + 1)
+                self.events.add(ctx, record.value_str())
+                ctx.register_event_time_timer(100)
+
+            def on_timer(self, time, ctx):
+                count = self.count.get(ctx)
+                total = self.count.get(weir_sdk.ExplicitKey(b"total"))
+                ctx.emit(ctx.key, f"{count}/{total}:{self.events.get(ctx)}", time)
+                self.count.set(ctx, 0)
+
+        h = Harness(Tracker)
+        out = h.process([("a", "x", 1), ("b", "y", 2), ("a", "z", 3), ("b", "clear", 4)])
+        self.assertEqual(out.values(), ["cleared:None"])
+        # One get-many and one set-many for `count`; the explicit key (2
+        # reads, 2 writes per counted record) and the list go to the host.
+        self.assertEqual(h.batched_state_calls, 2)
+        self.assertEqual(h.state_call_counts["value_get"], 3)
+        self.assertEqual(h.state_call_counts["value_set"], 3)
+        self.assertEqual(h.state_call_counts["list_add"], 3)
+        self.assertEqual(h.value_state("count", "total"), 3)
+        self.assertEqual(h.value_state("count", "a"), 2)
+        self.assertIsNone(h.value_state("count", "b"))
+        # The timers run after the batch: they see its flushed values, and
+        # their own accesses are single calls.
+        calls = h.batched_state_calls
+        out = h.advance_watermark(100)
+        self.assertEqual(out.values(), ["2/3:['x', 'z']", "None/3:['y']"])
+        self.assertEqual(h.batched_state_calls, calls)
+        self.assertEqual((h.value_state("count", "a"), h.value_state("count", "b")), (0, 0))
+
+    def test_a_failing_function_flushes_then_fails(self):
+        class FailAt(KeyedProcessFunction):
+            count = ValueState("count", U64)
+
+            def process_element(self, record, ctx):
+                if record.value == b"boom":
+                    raise ValueError("boom")
+                self.count.set(ctx, self.count.get(ctx, 0) + 1)
+
+        h = Harness(FailAt)
+        with self.assertRaises(OperatorFailed) as failed:
+            h.process([("a", "", 1), ("a", "", 2), ("b", "boom", 3), ("b", "", 4)])
+        self.assertTrue(failed.exception.message.startswith("ValueError: boom"))
+        self.assertEqual(h.value_state("count", "a"), 2)
+        self.assertIsNone(h.value_state("count", "b"))
+        self.assertEqual(h.batched_state_calls, 2)
+        # The next batch starts with a fresh cache.
+        h.process([("a", "", 5)])
+        self.assertEqual(h.value_state("count", "a"), 3)
+
+    def test_co_process_batches_each_input(self):
+        class Both(weir_sdk.KeyedCoProcessFunction):
+            seen = ValueState("seen", STR)
+
+            def process_element1(self, record, ctx):
+                ctx.emit(ctx.key, f"L{self.seen.get(ctx)}", record.timestamp)
+                self.seen.set(ctx, "left")
+
+            def process_element2(self, record, ctx):
+                ctx.emit(ctx.key, f"R{self.seen.get(ctx)}", record.timestamp)
+                self.seen.set(ctx, "right")
+
+        h = Harness(Both)
+        self.assertEqual(h.process_input(0, [("a", "", 1), ("a", "", 2)]).values(), ["LNone", "Lleft"])
+        self.assertEqual(h.process_input(1, [("a", "", 3), ("b", "", 4)]).values(), ["Rleft", "RNone"])
+        self.assertEqual(h.batched_state_calls, 4)
+        self.assertEqual((h.value_state("seen", "a"), h.value_state("seen", "b")), ("right", "right"))
+
+    def test_outputs_and_state_match_the_per_call_path(self):
+        import random
+
+        from weir_sdk import operator as runtime_module
+
+        class Mixed(KeyedProcessFunction):
+            """Every value-state operation, an explicit key, a list and timers."""
+
+            count = ValueState("count", U64)
+            last = ValueState("last", STR)
+            seen = ListState("seen", STR)
+
+            def process_element(self, record, ctx):
+                op = record.value_str()
+                if op == "clear":
+                    self.count.clear(ctx)
+                elif op == "clear-last":
+                    self.last.clear(ctx)
+                elif op == "peek":
+                    other = weir_sdk.ExplicitKey(b"k0")
+                    ctx.emit(ctx.key, f"peek:{self.count.get(other)}", record.timestamp)
+                else:
+                    self.count.set(ctx, self.count.get(ctx, 0) + 1)
+                    self.last.set(ctx, op)
+                    self.seen.add(ctx, op)
+                    if op == "k0":
+                        self.count.set(weir_sdk.ExplicitKey("k0"), 100)
+                ctx.emit(
+                    ctx.key, f"{self.count.get(ctx)}|{self.last.get(ctx)}", record.timestamp
+                )
+                ctx.register_event_time_timer(record.timestamp + 5)
+
+            def on_timer(self, time, ctx):
+                ctx.emit(ctx.key, f"t:{self.count.get(ctx)}|{self.seen.get(ctx)}", time)
+                self.count.set(ctx, self.count.get(ctx, 0) * 2)
+
+        def run(seed, batched):
+            rng = random.Random(seed)
+            h = Harness(Mixed)
+            out, ts = [], 0
+            for _ in range(20):
+                batch = []
+                for _ in range(rng.randrange(1, 15)):
+                    ts += 1
+                    key = f"k{rng.randrange(4)}"
+                    op = rng.choice(["x", "y", "k0", "clear", "clear-last", "peek"])
+                    batch.append((key, op, ts))
+                out.append(h.process(batch))
+                out.append(h.advance_watermark(ts - rng.randrange(8)))
+            out.append(h.finish())
+            emitted = [(r.key, r.value, r.timestamp) for o in out for r in o.main]
+            return emitted, h.host.stores, h.batched_state_calls
+
+        for seed in range(20):
+            batched = run(seed, True)
+            original = runtime_module.open_batch
+            runtime_module.open_batch = lambda states, batch: False  # every access a host call
+            try:
+                direct = run(seed, False)
+            finally:
+                runtime_module.open_batch = original
+            self.assertEqual(batched[:2], direct[:2], f"seed {seed}")
+            self.assertGreater(batched[2], 0)
+            self.assertEqual(direct[2], 0)
+
+    def test_a_host_error_in_the_batched_calls_names_the_state(self):
+        h = Harness(Counter)
+
+        def refuse(state, keys):
+            raise weir_sdk._host.HostError(weir_sdk._host.StateError_Backend("disk full"))
+
+        h.host.value_get_many = refuse
+        with self.assertRaises(OperatorFailed) as failed:
+            h.process([("a", "", 1)])
+        self.assertEqual(
+            failed.exception.message.split(" (at ")[0], "StateError: state `count`: disk full"
+        )
+
+    def test_the_fake_host_checks_packed_lists_as_the_host_does(self):
+        from weir_sdk._host import HostError, Packed
+
+        h = Harness(Counter)
+        with self.assertRaises(HostError) as bad:
+            h.host.value_get_many(0, Packed([2, -1], b"ab"))
+        self.assertEqual(bad.exception.value.value, "malformed packed list: an absent key")
+        with self.assertRaises(HostError) as bad:
+            h.host.value_get_many(0, Packed([3], b"ab"))
+        self.assertIn("past the 2 bytes of data", bad.exception.value.value)
+        with self.assertRaises(HostError):
+            h.host.value_set_many(0, Packed([1], b"a"), Packed([], b""))
+        h.host.value_set_many(0, Packed([1, 1], b"ab"), Packed([1, -1], b"\x07"))
+        got = h.host.value_get_many(0, Packed([1, 1, 1], b"abc"))
+        self.assertEqual((got.lens, got.data), ([1, -1, -1], b"\x07"))
 
 
 def widen_total(from_version, old):

@@ -113,7 +113,7 @@ Layout
   (window functions too), the decorators, and ``export`` with the runtime
   behind it (every WIT export of the world ``window-operator``).
 - ``state``: ``ValueState``, ``ListState``, ``MapState`` (declaration,
-  handle and migration).
+  handle and migration; value states cached per batch), ``ExplicitKey``.
 - ``codec``: the byte encoding of state values, shared by every Weir SDK
   (and ``JSON``, for accumulators).
 - ``log`` and ``metrics``: the host's log and metrics.
@@ -165,7 +165,7 @@ from .operator import (
     map,  # noqa: A004
     process_window,
 )
-from .state import ListState, MapState, StateError, ValueState
+from .state import ExplicitKey, ListState, MapState, StateError, ValueState
 
 __all__ = [
     "BOOL", "BYTES", "F32", "F64", "I8", "I16", "I32", "I64", "JSON", "STR", "U8", "U16",
@@ -173,6 +173,6 @@ __all__ = [
     "AggregateFunction", "Collector", "Config", "Error", "FilterFunction", "FlatMapFunction",
     "KeyedContext", "KeyedCoProcessFunction", "KeyedProcessFunction", "MapFunction",
     "OpenContext", "ProcessWindowFunction", "Record", "Window", "current_watermark",
-    "export", "filter", "flat_map", "map", "process_window", "ListState", "MapState",
-    "StateError", "ValueState", "log", "metrics",
+    "export", "filter", "flat_map", "map", "process_window", "ExplicitKey", "ListState",
+    "MapState", "StateError", "ValueState", "log", "metrics",
 ]  # fmt: skip

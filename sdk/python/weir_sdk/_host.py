@@ -6,7 +6,9 @@ timers, logging and metrics (``value_get``, ``register_event_timer``, ``log``,
 ...), the WIT record types an export returns (``Batch``, ``Emitted``,
 ``SideOutput``, ``OperatorInfo``, ``StateDescriptor``, ``StateKind``), and
 ``HostError``, what a failed host call raises (its ``value`` is one of the
-``StateError_*`` cases). The types of the ``window-function`` export
+``StateError_*`` cases), and ``Packed``, the flat byte strings of the
+batched value-state calls ``value_get_many`` / ``value_set_many``
+(contract 0.1.3). The types of the ``window-function`` export
 (``WindowFunctionKind``, ``Window``, ``Accumulated``; contract 0.1.3) come
 from the same place.
 
@@ -24,6 +26,7 @@ try:  # Inside a component.
     from wit_world.imports import log as _wit_log
     from wit_world.imports import metrics as _wit_metrics
     from wit_world.imports import state as _wit_state
+    from wit_world.imports.state import Packed
     from wit_world.imports import timers as _wit_timers
     from wit_world.imports.types import (
         Batch,
@@ -43,6 +46,8 @@ try:  # Inside a component.
 
     value_get = _wit_state.value_get
     value_set = _wit_state.value_set
+    value_get_many = _wit_state.value_get_many
+    value_set_many = _wit_state.value_set_many
     list_get = _wit_state.list_get
     list_add = _wit_state.list_add
     map_get = _wit_state.map_get
@@ -114,6 +119,9 @@ except ImportError:  # Natively: plain Python stand-ins for the WIT types.
     class SideOutput(_Record):
         __slots__ = ("tag", "records")
 
+    class Packed(_Record):
+        __slots__ = ("lens", "data")
+
     class Emitted(_Record):
         __slots__ = ("main", "side")
 
@@ -139,7 +147,8 @@ except ImportError:  # Natively: plain Python stand-ins for the WIT types.
             "no Weir host: outside a component, run the operator in weir_sdk.testing.Harness"
         )
 
-    value_get = value_set = list_get = list_add = _no_host
+    value_get = value_set = value_get_many = value_set_many = _no_host
+    list_get = list_add = _no_host
     map_get = map_put = map_remove = map_entries = clear = _no_host
     register_event_timer = delete_event_timer = current_watermark = _no_host
     register_processing_timer = delete_processing_timer = current_processing_time = _no_host
@@ -172,6 +181,8 @@ class StateError_Backend:  # noqa: N801
 HOST_FUNCTIONS = (
     "value_get",
     "value_set",
+    "value_get_many",
+    "value_set_many",
     "list_get",
     "list_add",
     "map_get",

@@ -19,6 +19,12 @@ Invariants (the batch design of wit/operator.wit):
   buffer by the length columns and calls the function once per record,
   with no host call per record (only the state and timer calls the
   function itself makes);
+- a keyed ``process`` (and ``process-input``) of a function with value
+  states opens the batch cache of ``weir_sdk.state`` with the batch's keys
+  and closes it, writing every change back, before the call returns, also
+  when the function raised (then the function's exception is the call's
+  failure); the other calls (timers, watermarks, ``close``) reach the host
+  directly, so they see every batch's writes;
 - outputs are appended to three lists and one ``bytearray`` per call and
   leave as one packed batch (plus one per side-output tag);
 - an exception fails the call: it becomes the WIT ``err`` with the
@@ -42,7 +48,7 @@ import os
 
 from . import _host
 from .codec import JSON, DecodeError, EncodeError
-from .state import declared_states, discard_states, flush_states, wit_descriptors
+from .state import close_batch, declared_states, open_batch, wit_descriptors
 
 #: The largest timestamp: the host's final watermark at the end of bounded
 #: input, so a timer here fires once every record has been seen.
@@ -664,12 +670,10 @@ class Runtime:
         """Starts a call: drops what a failed call may have left behind."""
         fn = self._opened()
         self.out._take()
-        discard_states(self.states)
         return fn, self.out
 
     def _end(self):
-        """Ends a successful call: state changes to the host, outputs out."""
-        flush_states(self.states)
+        """Ends a successful call: outputs out."""
         return self.out._take()
 
     def _not_an_operator(self, call):
@@ -700,31 +704,26 @@ class Runtime:
         fn, out = self._begin()
         kind = self.kind
         if kind is KeyedProcessFunction:
-            # The hot loop of keyed operators, inlined (no generator).
             process_element = element or (
                 fn.process_element1 if self.two_inputs else fn.process_element
             )
-            new_record = object.__new__
-            data = batch.data
             _check_columns(batch)
-            pos = 0
-            for ts, kl, vl in zip(batch.timestamps, batch.key_lens, batch.value_lens):
-                if kl < 0:
-                    raise Error(
-                        f"record {batch.key_lens.index(kl)} of the batch has no key, "
-                        "but this operator runs on a keyed stream"
-                    )
-                end = pos + kl
-                key = data[pos:end]
-                pos = end + vl
-                out.key = key
-                out.timestamp = ts
-                # Record(key, value, ts) without the Python frame of __init__.
-                record = new_record(Record)
-                record.key = key
-                record.value = data[end:pos]
-                record.timestamp = ts
-                process_element(record, out)
+            # Value states are cached for the batch's keys (one
+            # value-get-many and one value-set-many per state, see
+            # weir_sdk.state); what changed is written back when the records
+            # are done, also when one failed, as single calls would have.
+            if open_batch(self.states, batch):
+                try:
+                    self._keyed_records(batch, process_element, out)
+                except BaseException:
+                    try:
+                        close_batch(self.states)
+                    except Exception:  # noqa: BLE001 (the function's failure is the one to report)
+                        pass
+                    raise
+                close_batch(self.states)
+            else:
+                self._keyed_records(batch, process_element, out)
         elif kind is FlatMapFunction:
             flat_map = fn.flat_map
             for key, value, ts in _records(batch):
@@ -745,6 +744,31 @@ class Runtime:
                 if kept:
                     emit(key, value, ts)
         return self._end()
+
+    @staticmethod
+    def _keyed_records(batch, process_element, out):
+        """The hot loop of keyed operators: ``process_element`` per record of
+        ``batch`` (columns checked), ``out`` scoped to its key."""
+        new_record = object.__new__
+        data = batch.data
+        pos = 0
+        for ts, kl, vl in zip(batch.timestamps, batch.key_lens, batch.value_lens):
+            if kl < 0:
+                raise Error(
+                    f"record {batch.key_lens.index(kl)} of the batch has no key, "
+                    "but this operator runs on a keyed stream"
+                )
+            end = pos + kl
+            key = data[pos:end]
+            pos = end + vl
+            out.key = key
+            out.timestamp = ts
+            # Record(key, value, ts) without the Python frame of __init__.
+            record = new_record(Record)
+            record.key = key
+            record.value = data[end:pos]
+            record.timestamp = ts
+            process_element(record, out)
 
     def on_timer(self, key, time):
         self._not_an_operator("on-timer")

@@ -1,7 +1,8 @@
 """Keyed state: typed handles that are also the declaration.
 
-Owns :class:`ValueState`, :class:`ListState` and :class:`MapState` and
-:class:`StateError`. A keyed function declares its states as class
+Owns :class:`ValueState`, :class:`ListState` and :class:`MapState`,
+:class:`ExplicitKey`, :class:`StateError`, and the batch cache of value
+states (:func:`open_batch`, :func:`close_batch`). A keyed function declares its states as class
 attributes::
 
     class WordCount(KeyedProcessFunction):
@@ -23,12 +24,22 @@ it in place. It gets and returns the *encoded* bytes, so it can read an old
 encoding the state's codec no longer does (``U64.encode(U32.decode(old))``);
 the runtime (``weir_sdk.operator``) calls it for the WIT ``migrate-state``.
 
+Value states are read and written per *batch* (contract 0.1.3): while the
+runtime has a batch open (:func:`open_batch`, a keyed ``process`` call), the
+first ``get`` of a value state reads it for every key of the batch with one
+``value-get-many``, later ``get``/``set``/``clear`` of the batch's keys stay
+in memory, and :func:`close_batch` writes what changed back with one
+``value-set-many`` per state. A record still sees the updates of the records
+before it (Flink's per-record semantics). A key outside the batch (an
+:class:`ExplicitKey`), calls without a batch (timers, watermarks, ``close``)
+and list and map states make one host call per access.
+
 Invariants: list and map states make one host call per access
 (``ListState.update`` is a clear plus one add per element, as in the Rust
-SDK); value states make at most one read and one write per key and call
-(see :class:`ValueState`), and the runtime calls ``flush_states`` before a
-call returns; a host error or a bad stored value raises :class:`StateError`
-naming the state.
+SDK); within a batch a value state makes at most one ``value-get-many`` and
+one ``value-set-many``, and every change is written before the call returns
+(also when it fails); a host error or a bad stored value raises
+:class:`StateError` naming the state.
 
 Must not touch: records and outputs (``weir_sdk.operator``).
 """
@@ -89,20 +100,56 @@ class _State:
         return f"{type(self).__name__}({self.name!r}, id={self.id})"
 
 
+class ExplicitKey:
+    """A key given explicitly, where a state method takes the context:
+    ``self.count.get(ExplicitKey(b"other"))`` reads another key's value
+    (``str`` is encoded as UTF-8). An escape hatch, as in the Rust SDK; the
+    key must belong to this subtask's key groups."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key.encode("utf-8") if isinstance(key, str) else bytes(key)
+
+    def __repr__(self):
+        return f"ExplicitKey({self.key!r})"
+
+
+class _Batch:
+    """The keys of the batch being processed: ``keys`` (distinct, in order
+    of first appearance, as a dict used as an ordered set) and, once a value
+    state needs them, ``packed`` (their wire form for ``value-get-many``)."""
+
+    __slots__ = ("keys", "packed")
+
+    def __init__(self, keys):
+        self.keys = keys
+        self.packed = None
+
+    def packed_keys(self):
+        packed = self.packed
+        if packed is None:
+            keys = self.keys
+            packed = self.packed = _host.Packed([len(k) for k in keys], b"".join(keys))
+        return packed
+
+
 class ValueState(_State):
     """One value per key (Flink's ``ValueState``).
 
-    Within one call, reads and writes go through a small write-back cache
-    of encoded bytes: the first ``get`` of a key asks the host, later ones
-    in the same call do not, and ``set``/``clear`` reach the host once per
-    key when the call returns. The host buffers a call's writes and commits
-    them when the call returns anyway, so this changes nothing it can see;
-    it only saves boundary crossings, which cost microseconds each from
-    Python (measured in sdk/python/README.md). The cache is dropped at the
-    end of every call.
+    Within a batch (a keyed ``process`` call) the value state is cached for
+    the batch's keys: the first ``get`` reads the state for all of them in
+    one host call (``value-get-many``), later ``get``/``set``/``clear`` of
+    those keys are served from memory, and the changes reach the host in one
+    call (``value-set-many``) when the batch ends, also when it failed. Each
+    host call costs microseconds from Python (measured in
+    sdk/python/README.md), so a batch of N records costs two calls instead
+    of 2N. Any other key (an :class:`ExplicitKey` outside the batch) and any
+    call without a batch (timers, watermarks, ``close``) go to the host
+    directly.
     """
 
-    __slots__ = ("codec", "_cache", "_dirty", "_pack", "_unpack")
+    __slots__ = ("codec", "_batch", "_cache", "_dirty", "_fetched", "_pack", "_unpack")
     kind = _VALUE
 
     def __init__(self, name, codec=BYTES, ttl_ms=None, migrate=None):
@@ -111,19 +158,29 @@ class ValueState(_State):
         fixed = getattr(codec, "struct", None) if isinstance(codec, FixedWidth) else None
         self._pack = fixed.pack if fixed else None
         self._unpack = fixed.unpack if fixed else None
-        self._cache = {}  # key -> encoded bytes, or None for "no value"
-        self._dirty = set()
+        self._reset(None)
+
+    def _reset(self, batch):
+        """Starts (``batch``) or ends (None) caching for a batch."""
+        self._batch = batch
+        self._cache = {}  # batch key -> encoded bytes, or None for "no value"
+        self._dirty = {}  # batch key -> what to write back (None: clear)
+        self._fetched = False
 
     def get(self, ctx, default=None):
         """The current key's value, or ``default`` if it has none."""
         key = ctx.key
         data = self._cache.get(key, _MISSING)
         if data is _MISSING:
-            try:
-                data = _host.value_get(self.id, key)
-            except _host.HostError as e:
-                raise self._error(e) from None
-            self._cache[key] = data
+            batch = self._batch
+            if batch is not None and not self._fetched and key in batch.keys:
+                self._fetch(batch)
+                data = self._cache[key]
+            else:  # no batch, or a key outside it
+                try:
+                    data = _host.value_get(self.id, key)
+                except _host.HostError as e:
+                    raise self._error(e) from None
         if data is None:
             return default
         unpack = self._unpack
@@ -148,33 +205,71 @@ class ValueState(_State):
         else:
             data = self.codec.encode(value)
         key = ctx.key
-        self._cache[key] = data
-        self._dirty.add(key)
+        batch = self._batch
+        if batch is not None and key in batch.keys:
+            self._cache[key] = self._dirty[key] = data
+            return
+        try:
+            _host.value_set(self.id, key, data)
+        except _host.HostError as e:
+            raise self._error(e) from None
 
     def clear(self, ctx):
         """Removes the current key's value."""
         key = ctx.key
-        self._cache[key] = None
-        self._dirty.add(key)
+        batch = self._batch
+        if batch is not None and key in batch.keys:
+            # A value state's clear is a set to "no value": cached like one.
+            self._cache[key] = self._dirty[key] = None
+            return
+        super().clear(ctx)
 
-    def _flush(self):
-        """Writes this call's changes to the host, then forgets the call."""
-        cache, dirty = self._cache, self._dirty
-        self._cache, self._dirty = {}, set()
-        state = self.id
+    def _fetch(self, batch):
+        """Reads this state for every key of the batch in one host call;
+        entries already set in this batch keep their new values."""
         try:
-            for key in dirty:
-                data = cache[key]
-                if data is None:
-                    _host.clear(state, key)
-                else:
-                    _host.value_set(state, key, data)
+            got = _host.value_get_many(self.id, batch.packed_keys())
         except _host.HostError as e:
             raise self._error(e) from None
+        keys, lens, data = batch.keys, got.lens, got.data
+        if len(lens) != len(keys):
+            raise StateError(
+                f"state `{self.name}`: the host returned {len(lens)} values for {len(keys)} keys"
+            )
+        cache = self._cache
+        pos = 0
+        for key, n in zip(keys, lens):
+            if n >= 0:
+                end = pos + n
+                cache.setdefault(key, data[pos:end])
+                pos = end
+            elif n == -1:
+                cache.setdefault(key, None)
+            else:
+                pos = -1
+                break
+        if pos != len(data):
+            raise StateError(f"state `{self.name}`: the host returned a malformed packed list")
+        self._fetched = True
 
-    def _discard(self):
-        """Forgets the cache without writing (the call failed)."""
-        self._cache, self._dirty = {}, set()
+    def _flush(self):
+        """Writes the batch's changes to the host in one call."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        key_lens, value_lens, values = [], [], []
+        for key, data in dirty.items():
+            key_lens.append(len(key))
+            if data is None:
+                value_lens.append(-1)
+            else:
+                value_lens.append(len(data))
+                values.append(data)
+        keys = _host.Packed(key_lens, b"".join(dirty))
+        try:
+            _host.value_set_many(self.id, keys, _host.Packed(value_lens, b"".join(values)))
+        except _host.HostError as e:
+            raise self._error(e) from None
 
 
 class ListState(_State):
@@ -294,15 +389,38 @@ def wit_descriptors(states):
     return [_host.StateDescriptor(s.name, kinds[s.kind], s.ttl_ms) for s in states]
 
 
-def flush_states(states):
-    """Writes the value states' cached changes to the host (end of a call)."""
-    for state in states:
-        if state.kind is _VALUE:
+def open_batch(states, batch):
+    """Opens the value-state cache of ``states`` (the value states among
+    them) for a batch whose keys are those of ``batch`` (a WIT batch whose
+    columns are checked; records without a key are skipped). Returns whether
+    it opened one: not without value states. Pair with :func:`close_batch`."""
+    values = [s for s in states if s.kind is _VALUE]
+    if not values:
+        return False
+    keys = {}  # an ordered set
+    data = batch.data
+    pos = 0
+    for kl, vl in zip(batch.key_lens, batch.value_lens):
+        if kl >= 0:
+            end = pos + kl
+            keys[data[pos:end]] = None
+            pos = end + vl
+        else:
+            pos += vl
+    opened = _Batch(keys)
+    for state in values:
+        state._reset(opened)
+    return True
+
+
+def close_batch(states):
+    """Writes back what the batch changed (one ``value-set-many`` per value
+    state) and closes the cache, also when a write fails; raises the first
+    failure (:class:`StateError`), after which no other state is written."""
+    values = [s for s in states if s.kind is _VALUE]
+    try:
+        for state in values:
             state._flush()
-
-
-def discard_states(states):
-    """Forgets the value states' caches without writing (a failed call)."""
-    for state in states:
-        if state.kind is _VALUE:
-            state._discard()
+    finally:
+        for state in values:
+            state._reset(None)

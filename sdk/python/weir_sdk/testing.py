@@ -121,12 +121,70 @@ def _key(key):
     return key.encode("utf-8") if isinstance(key, str) else bytes(key)
 
 
+def _unpack(packed):
+    """The entries of a WIT ``packed`` (None: absent), checked as the host
+    checks them."""
+    lens, data = packed.lens, packed.data
+    if not isinstance(data, bytes):
+        # componentize-py lowers `list<u8>` from `bytes` only.
+        raise AssertionError(f"packed: data must be bytes, not {type(data).__name__}")
+    entries, pos = [], 0
+    for i, n in enumerate(lens):
+        if n == -1:
+            entries.append(None)
+            continue
+        if n < 0 or pos + n > len(data):
+            raise _host.HostError(
+                _host.StateError_Backend(
+                    f"malformed packed list: entry {i} has length {n}, "
+                    f"past the {len(data)} bytes of data"
+                )
+            )
+        entries.append(data[pos : pos + n])
+        pos += n
+    if pos != len(data):
+        raise _host.HostError(
+            _host.StateError_Backend(
+                f"malformed packed list: the lengths add up to {pos} bytes "
+                f"but data holds {len(data)}"
+            )
+        )
+    return entries
+
+
+def _present(keys):
+    """``keys`` (unpacked), none of them absent, as the host requires."""
+    if None in keys:
+        raise _host.HostError(_host.StateError_Backend("malformed packed list: an absent key"))
+    return keys
+
+
+#: The state functions that take one key (counted in ``_FakeHost.calls``).
+_SINGLE_STATE_CALLS = (
+    "value_get",
+    "value_set",
+    "list_get",
+    "list_add",
+    "map_get",
+    "map_put",
+    "map_remove",
+    "map_entries",
+    "clear",
+)
+#: The batched state functions (contract 0.1.3).
+_BATCHED_STATE_CALLS = ("value_get_many", "value_set_many")
+
+
 class _FakeHost:
-    """The in-memory host: keyed state per declared state, timers, log, metrics."""
+    """The in-memory host: keyed state per declared state, timers, log, metrics.
+
+    ``calls`` counts the state calls by function name (``value_get``,
+    ``value_get_many``, ...)."""
 
     def __init__(self, kinds):
         self.kinds = kinds  # state id -> "value" | "list" | "map"
         self.stores = [{} for _ in kinds]
+        self.calls = dict.fromkeys(_SINGLE_STATE_CALLS + _BATCHED_STATE_CALLS, 0)
         self.timers = set()  # (time, key)
         self.processing_timers = set()  # (time, key)
         self.processing_time = 0
@@ -143,30 +201,70 @@ class _FakeHost:
         return self.stores[state]
 
     def value_get(self, state, key):
+        self.calls["value_get"] += 1
         return self._store(state, "value").get(bytes(key))
 
     def value_set(self, state, key, value):
+        self.calls["value_set"] += 1
         self._store(state, "value")[bytes(key)] = bytes(value)
 
+    def value_get_many(self, state, keys):
+        # As the host does it: a value-get per key, in order.
+        self.calls["value_get_many"] += 1
+        store = self._store(state, "value")
+        lens, values = [], []
+        for key in _present(_unpack(keys)):
+            value = store.get(key)
+            if value is None:
+                lens.append(-1)
+            else:
+                lens.append(len(value))
+                values.append(value)
+        return _host.Packed(lens, b"".join(values))
+
+    def value_set_many(self, state, keys, values):
+        # As the host does it: a value-set (or, absent value, a clear) per key, in order.
+        self.calls["value_set_many"] += 1
+        keys, values = _present(_unpack(keys)), _unpack(values)
+        if len(keys) != len(values):
+            raise _host.HostError(
+                _host.StateError_Backend(
+                    f"malformed packed list: {len(keys)} keys but {len(values)} values"
+                )
+            )
+        store = self._store(state, "value")
+        for key, value in zip(keys, values):
+            if value is None:
+                store.pop(key, None)
+            else:
+                store[key] = value
+
     def list_get(self, state, key):
+        self.calls["list_get"] += 1
         return list(self._store(state, "list").get(bytes(key), ()))
 
     def list_add(self, state, key, element):
+        self.calls["list_add"] += 1
         self._store(state, "list").setdefault(bytes(key), []).append(bytes(element))
 
     def map_get(self, state, key, user_key):
+        self.calls["map_get"] += 1
         return self._store(state, "map").get(bytes(key), {}).get(bytes(user_key))
 
     def map_put(self, state, key, user_key, value):
+        self.calls["map_put"] += 1
         self._store(state, "map").setdefault(bytes(key), {})[bytes(user_key)] = bytes(value)
 
     def map_remove(self, state, key, user_key):
+        self.calls["map_remove"] += 1
         self._store(state, "map").get(bytes(key), {}).pop(bytes(user_key), None)
 
     def map_entries(self, state, key):
+        self.calls["map_entries"] += 1
         return sorted(self._store(state, "map").get(bytes(key), {}).items())
 
     def clear(self, state, key):
+        self.calls["clear"] += 1
         if not 0 <= state < len(self.kinds):
             raise _host.HostError(_host.StateError_UnknownState(state))
         self.stores[state].pop(bytes(key), None)
@@ -472,6 +570,25 @@ class Harness:
     def set_state_bytes(self, name, key, data):
         """Stores raw bytes in a value state, e.g. bytes another SDK wrote."""
         self._state(name, "value")[1][_key(key)] = bytes(data)
+
+    @property
+    def state_calls(self):
+        """How many single-key state calls (``value-get``, ``value-set``,
+        ``list-add``, ``clear``, ...) the operator has made so far."""
+        return sum(self.host.calls[name] for name in _SINGLE_STATE_CALLS)
+
+    @property
+    def batched_state_calls(self):
+        """How many batched state calls (``value-get-many``,
+        ``value-set-many``; contract 0.1.3) the operator has made so far: a
+        keyed batch costs at most one of each per value state it uses."""
+        return sum(self.host.calls[name] for name in _BATCHED_STATE_CALLS)
+
+    @property
+    def state_call_counts(self):
+        """The state calls made so far by function name (``"value_get"``,
+        ``"value_get_many"``, ``"list_add"``, ...), a copy."""
+        return dict(self.host.calls)
 
     @property
     def timers(self):
