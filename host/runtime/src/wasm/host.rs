@@ -197,6 +197,103 @@ impl state::Host for InstanceState {
             .clear(state, &key)
             .map_err(to_wit)
     }
+
+    fn value_get_many(
+        &mut self,
+        state: u32,
+        keys: state::Packed,
+    ) -> Result<state::Packed, state::StateError> {
+        let keys = unpack(&keys)?;
+        let backend = self.guest_backend(state)?;
+        let mut out = state::Packed {
+            lens: Vec::with_capacity(keys.len()),
+            data: Vec::new(),
+        };
+        for key in keys {
+            let key = key.ok_or_else(|| bad_packed("an absent key"))?;
+            match backend.value_get(state, key).map_err(to_wit)? {
+                Some(value) => {
+                    out.lens.push(packed_len(value.len())?);
+                    out.data.extend_from_slice(&value);
+                }
+                None => out.lens.push(-1),
+            }
+        }
+        Ok(out)
+    }
+
+    fn value_set_many(
+        &mut self,
+        state: u32,
+        keys: state::Packed,
+        values: state::Packed,
+    ) -> Result<(), state::StateError> {
+        let (keys, values) = (unpack(&keys)?, unpack(&values)?);
+        if keys.len() != values.len() {
+            return Err(bad_packed(&format!(
+                "{} keys but {} values",
+                keys.len(),
+                values.len()
+            )));
+        }
+        // Every key is checked before the first write, so a refused call
+        // changes nothing.
+        let keys = keys
+            .into_iter()
+            .map(|key| key.ok_or_else(|| bad_packed("an absent key")))
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.key_groups.is_some() {
+            keys.iter().try_for_each(|key| self.check_key(key))?;
+        }
+        let backend = self.guest_backend(state)?;
+        for (key, value) in keys.into_iter().zip(values) {
+            match value {
+                Some(value) => backend.value_set(state, key, value),
+                None => backend.clear(state, key),
+            }
+            .map_err(to_wit)?;
+        }
+        Ok(())
+    }
+}
+
+/// The entries of a `packed` (`None`: absent), or why it is malformed.
+fn unpack(packed: &state::Packed) -> Result<Vec<Option<&[u8]>>, state::StateError> {
+    let mut entries = Vec::with_capacity(packed.lens.len());
+    let mut at = 0usize;
+    for (i, &len) in packed.lens.iter().enumerate() {
+        if len == -1 {
+            entries.push(None);
+            continue;
+        }
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|len| at.checked_add(len))
+            .filter(|&end| end <= packed.data.len())
+            .ok_or_else(|| {
+                bad_packed(&format!(
+                    "entry {i} has length {len}, past the {} bytes of data",
+                    packed.data.len()
+                ))
+            })?;
+        entries.push(Some(&packed.data[at..end]));
+        at = end;
+    }
+    if at != packed.data.len() {
+        return Err(bad_packed(&format!(
+            "the lengths add up to {at} bytes but data holds {}",
+            packed.data.len()
+        )));
+    }
+    Ok(entries)
+}
+
+fn packed_len(len: usize) -> Result<i32, state::StateError> {
+    i32::try_from(len).map_err(|_| bad_packed("a value over 2 GiB"))
+}
+
+fn bad_packed(what: &str) -> state::StateError {
+    state::StateError::Backend(format!("malformed packed list: {what}"))
 }
 
 impl timers::Host for InstanceState {
