@@ -382,7 +382,7 @@ fn run(args: RunArgs) -> Result<(), Failure> {
     let operators = graph
         .vertices
         .iter()
-        .filter(|v| matches!(v.kind, VertexKind::Operator(_)))
+        .filter(|v| v.kind.module_spec().is_some())
         .count();
     if operators > 0 {
         eprintln!("loading {operators} operator(s) (compiling where not cached)...");

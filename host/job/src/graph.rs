@@ -168,6 +168,25 @@ impl VertexKind {
             VertexKind::Sink(_) => "sink",
         }
     }
+
+    /// The Wasm component the vertex runs, if any: an operator's, or a
+    /// window's function.
+    pub fn module_spec(&self) -> Option<&OperatorSpec> {
+        match self {
+            VertexKind::Operator(op) => Some(op),
+            VertexKind::Window(w) => w.function.as_ref(),
+            VertexKind::Source(_) | VertexKind::Join(_) | VertexKind::Sink(_) => None,
+        }
+    }
+
+    /// [`VertexKind::module_spec`], to change (resolving module references).
+    pub fn module_spec_mut(&mut self) -> Option<&mut OperatorSpec> {
+        match self {
+            VertexKind::Operator(op) => Some(op),
+            VertexKind::Window(w) => w.function.as_mut(),
+            VertexKind::Source(_) | VertexKind::Join(_) | VertexKind::Sink(_) => None,
+        }
+    }
 }
 
 /// A `[[source]]`.
@@ -193,6 +212,11 @@ pub struct FileSourceSpec {
     pub key_field: Option<String>,
     /// `json-lines` only: the top-level field holding the event time (ms since the epoch).
     pub timestamp_field: Option<String>,
+    /// `json-lines` only: the top-level field whose value becomes the
+    /// record's value (a string's content, any other JSON value as text);
+    /// the whole line if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_field: Option<String>,
     /// `follow`: at the end of the file, wait for more lines (as `tail -f`)
     /// instead of ending; the source then ends only when the job stops.
     #[serde(default)]
@@ -279,6 +303,11 @@ pub struct WindowSpec {
     pub allowed_lateness_ms: u64,
     /// `key_by` (required): windows are per key.
     pub key_by: KeySelector,
+    /// `module` (and its `config`): a window function in Wasm (an aggregate
+    /// or a process-window function, `wit/operator.wit` `window-function`)
+    /// instead of the built-in `aggregate`, which is then unused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<OperatorSpec>,
 }
 
 /// An `[[operator]]` with a `join` table: the host's join of its two

@@ -192,6 +192,7 @@ pub(super) struct SourceTable {
     pub format: Option<SourceFormat>,
     pub key_field: Option<String>,
     pub timestamp_field: Option<String>,
+    pub value_field: Option<String>,
     pub max_record_bytes: Option<u64>,
     pub follow: Option<bool>,
     // any type

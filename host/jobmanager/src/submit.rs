@@ -336,7 +336,7 @@ impl JobManager {
         let mut hashes = HashSet::new();
         let mut local = graph.clone();
         for (v, vertex) in graph.vertices.iter_mut().enumerate() {
-            let VertexKind::Operator(op) = &mut vertex.kind else {
+            let Some(op) = vertex.kind.module_spec_mut() else {
                 continue;
             };
             let reference = match &op.module {
@@ -376,7 +376,7 @@ impl JobManager {
                 other => ApiError::from(other),
             })?;
             op.module = ModuleRef::Hash(info.hash.clone());
-            if let VertexKind::Operator(lop) = &mut local.vertices[v].kind {
+            if let Some(lop) = local.vertices[v].kind.module_spec_mut() {
                 lop.module = ModuleRef::Path(self.store.blob_path(&info.hash));
             }
             hashes.insert(info.hash);

@@ -53,7 +53,9 @@ use crate::taskmanager::{
     Abort, ChainedOperator, ChannelSender, Checkpointing, Head, JobMetrics, KeyExtractor, Message,
     Operator, Output, Partitioning, Subtask, TailSink, TakenSnapshot, TaskError,
 };
-use crate::wasm::{InstanceConfig, OperatorError, OperatorInfo, OperatorModule, Runtime};
+use crate::wasm::{
+    InstanceConfig, OperatorError, OperatorInfo, OperatorModule, Runtime, WindowFunctionKind,
+};
 use crate::window::{WindowOperator, window_states};
 
 /// Why a job could not start or did not finish.
@@ -145,10 +147,15 @@ impl LocalCluster {
         // Described once per module, under the job's memory cap per
         // instance (see `Runtime::describe_within`).
         let memory_limit = (graph.settings.limits.memory_mb as usize) << 20;
-        let mut by_path: HashMap<PathBuf, (Arc<OperatorModule>, OperatorInfo)> = HashMap::new();
+        type Described = (
+            Arc<OperatorModule>,
+            OperatorInfo,
+            Option<WindowFunctionKind>,
+        );
+        let mut by_path: HashMap<PathBuf, Described> = HashMap::new();
         let mut out = HashMap::new();
         for (i, v) in graph.vertices.iter().enumerate() {
-            let VertexKind::Operator(op) = &v.kind else {
+            let Some(op) = v.kind.module_spec() else {
                 continue;
             };
             let path = match &op.module {
@@ -171,14 +178,42 @@ impl LocalCluster {
                         e
                     };
                     let module = self.runtime.load(&path).map_err(named)?;
-                    let info = self
+                    let (info, kind) = self
                         .runtime
-                        .describe_within(&module, memory_limit)
+                        .describe_with_window_kind(&module, memory_limit)
                         .map_err(named)?;
-                    by_path.insert(path.clone(), (module.clone(), info.clone()));
-                    (module, info)
+                    by_path.insert(path.clone(), (module.clone(), info.clone(), kind));
+                    (module, info, kind)
                 }
             };
+            let (module, info, kind) = entry;
+            let is_window_function = matches!(
+                kind,
+                Some(WindowFunctionKind::Aggregate | WindowFunctionKind::ProcessWindow)
+            );
+            let entry = (module, info);
+            if let VertexKind::Window(_) = &v.kind {
+                // A window's function: an aggregate or a process-window
+                // function; the window operator keeps the state.
+                if !is_window_function {
+                    return Err(RunError::Plan(format!(
+                        "operator `{}` ({}): {}",
+                        v.id.0,
+                        entry.1.name,
+                        crate::window::not_a_window_function(kind)
+                    )));
+                }
+                out.insert(i, entry);
+                continue;
+            }
+            if is_window_function {
+                return Err(RunError::Plan(format!(
+                    "operator `{}` ({}) is a window function (an aggregate or process-window \
+                     function): use it as the `module` of an [[operator]] with a `window` \
+                     table, e.g. window = {{ type = \"tumbling\", size_ms = 1000 }}",
+                    v.id.0, entry.1.name
+                )));
+            }
             let keyed_input = graph
                 .inputs(i)
                 .any(|e| matches!(e.partitioner, Partitioner::Hash(_)));
@@ -380,21 +415,18 @@ impl LocalCluster {
                         let instance = match &vertex.kind {
                             VertexKind::Operator(op) => {
                                 let (module, info) = &modules[&v];
-                                let limits = &settings.limits;
                                 let mut instance = self.runtime.instantiate(
                                     module,
-                                    InstanceConfig {
-                                        operator: vertex.id.0.clone(),
-                                        subtask_index: s,
-                                        parallelism: vertex.parallelism,
+                                    instance_config(
+                                        &vertex.id.0,
+                                        s,
+                                        vertex.parallelism,
                                         max_parallelism,
-                                        config: op.config.clone(),
-                                        memory_limit: (limits.memory_mb as usize) << 20,
-                                        call_timeout: Duration::from_millis(limits.call_timeout_ms),
-                                        max_output: (limits.max_output_mb as usize) << 20,
-                                        cancel: abort.flag(),
-                                        attempt: options.attempt,
-                                    },
+                                        op.config.clone(),
+                                        &settings.limits,
+                                        &abort,
+                                        options.attempt,
+                                    ),
                                 )?;
                                 if op.key_by.is_some() {
                                     let (backend, range) = keyed_backend(&state_descriptors(info))?;
@@ -409,7 +441,30 @@ impl LocalCluster {
                                 Some(Operator::Join(join))
                             }
                             VertexKind::Window(spec) => {
-                                let mut window = WindowOperator::new(&vertex.id.0, spec.clone());
+                                let mut window = match &spec.function {
+                                    None => WindowOperator::new(&vertex.id.0, spec.clone()),
+                                    Some(function) => {
+                                        let (module, _) = &modules[&v];
+                                        let instance = self.runtime.instantiate(
+                                            module,
+                                            instance_config(
+                                                &vertex.id.0,
+                                                s,
+                                                vertex.parallelism,
+                                                max_parallelism,
+                                                function.config.clone(),
+                                                &settings.limits,
+                                                &abort,
+                                                options.attempt,
+                                            ),
+                                        )?;
+                                        WindowOperator::with_function(
+                                            &vertex.id.0,
+                                            spec.clone(),
+                                            instance,
+                                        )?
+                                    }
+                                };
                                 window.attach_state(keyed_backend(&window_states())?.0);
                                 Some(Operator::Window(window))
                             }
@@ -643,6 +698,32 @@ pub struct SubtaskRestore {
     pub sink: Option<serde_json::Value>,
 }
 
+/// How subtask `subtask` of operator `operator` is instantiated.
+#[allow(clippy::too_many_arguments)]
+fn instance_config(
+    operator: &str,
+    subtask: u32,
+    parallelism: u32,
+    max_parallelism: u16,
+    config: Vec<(String, String)>,
+    limits: &weir_job::OperatorLimits,
+    abort: &Abort,
+    attempt: u32,
+) -> InstanceConfig {
+    InstanceConfig {
+        operator: operator.to_owned(),
+        subtask_index: subtask,
+        parallelism,
+        max_parallelism,
+        config,
+        memory_limit: (limits.memory_mb as usize) << 20,
+        call_timeout: Duration::from_millis(limits.call_timeout_ms),
+        max_output: (limits.max_output_mb as usize) << 20,
+        cancel: abort.flag(),
+        attempt,
+    }
+}
+
 /// The keyed states of a keyed Wasm operator, as the state backends take
 /// them: the ones it declares (a state's id is its index, as the guest
 /// sees it), then the host's hidden
@@ -697,6 +778,7 @@ fn build_source(
                 SourceFormat::JsonLines => FileFormat::JsonLines {
                     key_field: f.key_field.clone(),
                     timestamp_field: f.timestamp_field.clone(),
+                    value_field: f.value_field.clone(),
                 },
             };
             let source = FileSource::open(roots, &f.path, format)

@@ -1,14 +1,17 @@
-//! The host's window operator: Flink's `WindowOperator` with a built-in
-//! aggregate. An assigner puts each record into windows, the window state
-//! (one accumulator per key and window) lives in the keyed state backend,
-//! and the event-time trigger fires a window when the watermark passes its
-//! last millisecond.
+//! The host's window operator: Flink's `WindowOperator`. An assigner puts
+//! each record into windows, the window state lives in the keyed state
+//! backend, the event-time trigger fires a window when the watermark passes
+//! its last millisecond, and the window's function computes its output: a
+//! built-in aggregate, or a window function in Wasm ([`function`]).
 //!
 //! # Rules (as Flink's, for event time)
 //!
 //! - A window `[start, end)` fires when the watermark reaches `end - 1`
-//!   (its *max timestamp*): one record, key = the key, timestamp = `end -
-//!   1`, value `{"key":"…","start":…,"end":…,"<aggregate>":…}`.
+//!   (its *max timestamp*). Its output has the key and the timestamp `end -
+//!   1`: a built-in aggregate's value is
+//!   `{"key":"…","start":…,"end":…,"<aggregate>":…}`, a Wasm aggregate's is
+//!   what its `get-result` returns; a process-window function emits what
+//!   it likes, every record stamped `end - 1`.
 //! - A window is *late* once `end - 1 + allowed_lateness_ms <= watermark`.
 //!   A record whose windows are all late goes unchanged to the side output
 //!   [`LATE_TAG`]; it is never dropped silently. A record for a window that
@@ -18,8 +21,9 @@
 //! - Tumbling: the window of `ts` starts at `ts - ts mod size`. Sliding: every
 //!   window of `size` starting at a multiple of `slide` that covers `ts`.
 //!   Session: `[ts, ts + gap)`, merged with every window of its key it
-//!   intersects (touching counts), transitively, accumulators merged; if the
-//!   merged window is late the record is late and nothing changes.
+//!   intersects (touching counts), transitively, accumulators merged
+//!   (records moved, session by session, for a process-window function); if
+//!   the merged window is late the record is late and nothing changes.
 //! - Global (`count = N`): one window per key, never late, fires and
 //!   empties every `N` records (timestamp: the N-th record's); a partial
 //!   window at the end of input does not fire (Flink's `countWindow`).
@@ -28,15 +32,37 @@
 //!   max timestamp (or cleanup time) it is. Timers of windows merged away
 //!   are not deleted: they find nothing and do nothing.
 //!
-//! State: one map state, [`WINDOW_STATE`], key → (window → accumulator),
-//! so checkpoints, savepoints and rescaling treat it like any operator's
-//! map state.
+//! # Batches
+//!
+//! A batch's windows are read from the state once, updated in memory, and
+//! written back once at its end; an aggregate adds all of the batch's
+//! records with one call (`add` with every window the batch touched), and
+//! the windows one watermark fires get their results with one call. A
+//! record that fires its window at once (late within the lateness, a full
+//! count window) first applies the records before it, so outputs are as if
+//! records were added one by one.
+//!
+//! # State
+//!
+//! One map state, [`WINDOW_STATE`], key → user key → bytes, so
+//! checkpoints, savepoints and rescaling treat it like any operator's map
+//! state. A window's user key is its 16-byte encoding (ordered by start);
+//! its value is its record count (u64, little-endian), then, for an
+//! aggregate, the accumulator (a built-in's: its running number as f64).
+//! A process-window function's records are under the window's key plus a
+//! big-endian sequence number (24 bytes): the timestamp (i64,
+//! little-endian), then the value.
+
+mod function;
+
+use std::collections::HashMap;
 
 use crate::host_operator::HostOperatorCore;
-use crate::job::{Aggregate, KeySelector, WindowAssigner, WindowSpec};
-use crate::record::{Batch, Emitted};
+use crate::job::{WindowAssigner, WindowSpec};
+use crate::record::{Batch, Emitted, RecordRef};
 use crate::state::{KeyedStateBackend, StateDescriptor, StateKind};
-use crate::wasm::{FailureKind, OperatorError};
+use crate::wasm::{FailureKind, OperatorError, OperatorInstance, WindowFunctionKind};
+use function::{Fired, Function};
 
 /// The name of the window operator's one state.
 pub const WINDOW_STATE: &str = "windows";
@@ -55,7 +81,7 @@ pub fn window_states() -> Vec<StateDescriptor> {
 }
 
 /// `[start, end)`; the global window is `[i64::MIN, i64::MAX)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Window {
     start: i64,
     end: i64,
@@ -101,64 +127,34 @@ impl Window {
     }
 }
 
-/// One window's accumulator: records seen, and the running sum, min or max.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Acc {
+/// One window of one key while a batch is processed: read from the state
+/// once, written back once at the end of the batch.
+#[derive(Debug, Default)]
+struct Slot {
+    /// Records in the window.
     count: u64,
-    value: f64,
+    /// Aggregates: the accumulator before `pending` (`None`: a new window).
+    accumulator: Option<Vec<u8>>,
+    /// Aggregates: the batch's records not yet added, by index.
+    pending: Vec<usize>,
+    /// Changed since it was read.
+    dirty: bool,
 }
 
-impl Acc {
-    fn of(x: f64) -> Acc {
-        Acc { count: 1, value: x }
-    }
-
-    fn merge(&mut self, aggregate: Aggregate, other: Acc) {
-        self.count += other.count;
-        self.value = match aggregate {
-            Aggregate::Count => 0.0,
-            Aggregate::Sum | Aggregate::Avg => self.value + other.value,
-            Aggregate::Min => self.value.min(other.value),
-            Aggregate::Max => self.value.max(other.value),
-        };
-    }
-
-    fn encode(self) -> [u8; 16] {
-        let mut out = [0; 16];
-        out[..8].copy_from_slice(&self.count.to_le_bytes());
-        out[8..].copy_from_slice(&self.value.to_le_bytes());
-        out
-    }
-
-    fn decode(bytes: &[u8]) -> Option<Acc> {
-        (bytes.len() == 16).then_some(())?;
-        Some(Acc {
-            count: u64::from_le_bytes(bytes[..8].try_into().ok()?),
-            value: f64::from_le_bytes(bytes[8..].try_into().ok()?),
-        })
-    }
-
-    /// The aggregate's result as JSON.
-    fn result(self, aggregate: Aggregate) -> String {
-        let number = |x: f64| {
-            if x.is_finite() {
-                format!("{x}")
-            } else {
-                "null".to_owned()
-            }
-        };
-        match aggregate {
-            Aggregate::Count => self.count.to_string(),
-            Aggregate::Sum | Aggregate::Min | Aggregate::Max => number(self.value),
-            Aggregate::Avg => number(self.value / self.count as f64),
-        }
-    }
+/// The windows a batch touched.
+#[derive(Debug, Default)]
+struct BatchCache {
+    slots: HashMap<(Vec<u8>, Window), Slot>,
+    /// Sessions: each key's windows (read once per batch, then kept current).
+    sessions: HashMap<Vec<u8>, Vec<Window>>,
 }
 
 /// See the [module docs](self).
 pub struct WindowOperator {
     spec: WindowSpec,
+    function: Function,
     core: HostOperatorCore,
+    cache: BatchCache,
 }
 
 impl std::fmt::Debug for WindowOperator {
@@ -166,18 +162,52 @@ impl std::fmt::Debug for WindowOperator {
         f.debug_struct("WindowOperator")
             .field("spec", &self.spec)
             .field("core", &self.core)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
 impl WindowOperator {
-    /// The window operator `operator` (its uid) of `spec`. Give it its state
-    /// with [`WindowOperator::attach_state`] before the first record.
+    /// The window operator `operator` (its uid) of `spec` with its built-in
+    /// aggregate. Give it its state with [`WindowOperator::attach_state`]
+    /// before the first record.
     pub fn new(operator: &str, spec: WindowSpec) -> WindowOperator {
+        let function = Function::BuiltIn {
+            aggregate: spec.aggregate,
+            field: spec.field.clone(),
+        };
         WindowOperator {
             spec,
+            function,
             core: HostOperatorCore::new(operator),
+            cache: BatchCache::default(),
         }
+    }
+
+    /// The window operator `operator` of `spec` whose function is the Wasm
+    /// `instance` (`spec.function`'s module). Fails unless the component
+    /// exports an aggregate or a process-window function.
+    pub fn with_function(
+        operator: &str,
+        spec: WindowSpec,
+        mut instance: OperatorInstance,
+    ) -> Result<WindowOperator, OperatorError> {
+        let function = match instance.window_function_kind()? {
+            Some(WindowFunctionKind::Aggregate) => Function::Aggregate(Box::new(instance)),
+            Some(WindowFunctionKind::ProcessWindow) => Function::Process(Box::new(instance)),
+            kind => {
+                return Err(OperatorError::new(
+                    operator,
+                    FailureKind::ContractMismatch,
+                    not_a_window_function(kind),
+                ));
+            }
+        };
+        Ok(WindowOperator {
+            spec,
+            function,
+            core: HostOperatorCore::new(operator),
+            cache: BatchCache::default(),
+        })
     }
 
     /// Its operator uid.
@@ -190,11 +220,29 @@ impl WindowOperator {
         self.core.attach(backend);
     }
 
+    /// Opens its window function (a Wasm function gets its `config`).
+    pub fn open(&mut self) -> Result<(), OperatorError> {
+        self.function.open()
+    }
+
+    /// Its Wasm window function's instance, if it has one.
+    pub fn instance(&self) -> Option<&OperatorInstance> {
+        self.function.instance()
+    }
+
     /// Adds every record of `batch` to its windows; returns what fired at
     /// once (late firings within the allowed lateness, full count windows)
     /// and the late records.
     pub fn process(&mut self, batch: &Batch) -> Result<Emitted, OperatorError> {
-        for r in batch.iter() {
+        let records: Vec<RecordRef<'_>> = batch.iter().collect();
+        let done = self.process_records(&records);
+        self.cache = BatchCache::default();
+        done?;
+        Ok(self.core.take_out())
+    }
+
+    fn process_records(&mut self, records: &[RecordRef<'_>]) -> Result<(), OperatorError> {
+        for (i, r) in records.iter().enumerate() {
             let Some(key) = r.key else {
                 return Err(self.core.fail(
                     FailureKind::Host,
@@ -202,29 +250,28 @@ impl WindowOperator {
                         .into(),
                 ));
             };
-            let x = self.number(key, r.value)?;
             let on_time = match self.spec.assigner {
                 WindowAssigner::Tumbling { size_ms } => {
                     let size = size_ms as i64;
                     let start = r.timestamp - r.timestamp.rem_euclid(size);
-                    self.add(key, start_window(start, size), x)?
+                    self.assign(records, i, key, start_window(start, size))?
                 }
                 WindowAssigner::Sliding { size_ms, slide_ms } => {
                     let (size, slide) = (size_ms as i64, slide_ms as i64);
                     let mut start = r.timestamp - r.timestamp.rem_euclid(slide);
                     let mut on_time = false;
                     while start > r.timestamp.saturating_sub(size) {
-                        on_time |= self.add(key, start_window(start, size), x)?;
+                        on_time |= self.assign(records, i, key, start_window(start, size))?;
                         start = start.saturating_sub(slide);
                     }
                     on_time
                 }
                 WindowAssigner::Session { gap_ms } => {
                     let window = start_window(r.timestamp, gap_ms as i64);
-                    self.add_to_session(key, window, x)?
+                    self.assign_to_session(records, i, key, window)?
                 }
                 WindowAssigner::Global { count } => {
-                    self.add_to_global(key, x, count, r.timestamp)?;
+                    self.assign_to_global(records, i, key, count)?;
                     true
                 }
             };
@@ -232,42 +279,8 @@ impl WindowOperator {
                 self.core.side(LATE_TAG, key, r.value, r.timestamp);
             }
         }
-        Ok(self.core.take_out())
-    }
-
-    /// The number a record contributes (1 for `count`).
-    fn number(&self, key: &[u8], value: &[u8]) -> Result<f64, OperatorError> {
-        let bad = |what: String| {
-            self.core.fail(
-                FailureKind::Host,
-                format!(
-                    "bad record for aggregate = \"{}\" (key {:?}, value {:?}): {what}",
-                    self.spec.aggregate.name(),
-                    String::from_utf8_lossy(key),
-                    excerpt(value)
-                ),
-            )
-        };
-        match &self.spec.field {
-            None => Ok(1.0),
-            Some(KeySelector::JsonField(field)) => {
-                let v: serde_json::Value = serde_json::from_slice(value).map_err(|e| {
-                    bad(format!("field = \"json:{field}\", but it is not JSON: {e}"))
-                })?;
-                v.get(field)
-                    .and_then(serde_json::Value::as_f64)
-                    .ok_or_else(|| {
-                        bad(format!(
-                            "field = \"json:{field}\": no number in field `{field}`"
-                        ))
-                    })
-            }
-            Some(_) => std::str::from_utf8(value)
-                .ok()
-                .and_then(|s| s.trim().parse::<f64>().ok())
-                .filter(|x| x.is_finite())
-                .ok_or_else(|| bad("field = \"value\": the value is not a decimal number".into())),
-        }
+        self.apply_pending(records)?;
+        self.write_back()
     }
 
     fn is_late(&self, window: Window) -> bool {
@@ -277,46 +290,240 @@ impl WindowOperator {
             <= self.core.watermark
     }
 
-    /// Adds `x` to `window` of `key` unless the window is late; registers
-    /// its timers when it is new; fires it at once if it already fired.
-    fn add(&mut self, key: &[u8], window: Window, x: f64) -> Result<bool, OperatorError> {
+    /// Adds record `i` to `window` of `key` unless the window is late;
+    /// fires the window at once if it already fired.
+    fn assign(
+        &mut self,
+        records: &[RecordRef<'_>],
+        i: usize,
+        key: &[u8],
+        window: Window,
+    ) -> Result<bool, OperatorError> {
         if self.is_late(window) {
             return Ok(false);
         }
-        let user_key = window.encode();
-        let old = self
-            .core
-            .backend()?
-            .map_get(STATE, key, &user_key)
-            .map_err(|e| self.core.host(e))?;
-        let acc = match old.as_deref().and_then(Acc::decode) {
-            Some(mut acc) => {
-                acc.merge(self.spec.aggregate, Acc::of(x));
-                acc
-            }
-            None => {
-                self.register(key, window);
-                Acc::of(x)
-            }
-        };
-        self.put(key, window, acc)?;
+        self.load(key, window)?;
+        self.add_record(records, i, key, window)?;
+        if window.max_timestamp() <= self.core.watermark {
+            self.fire_now(records, key, window, window.max_timestamp())?;
+        }
         Ok(true)
     }
 
-    /// Writes `acc` for `window`, and fires it if the watermark already
-    /// passed its end (a late record within the allowed lateness).
-    fn put(&mut self, key: &[u8], window: Window, acc: Acc) -> Result<(), OperatorError> {
+    /// Reads `window` of `key` into the batch's cache, unless it is there;
+    /// a window that is not in the state either is new: its timers are
+    /// registered.
+    fn load(&mut self, key: &[u8], window: Window) -> Result<(), OperatorError> {
+        let id = (key.to_vec(), window);
+        if self.cache.slots.contains_key(&id) {
+            return Ok(());
+        }
+        let stored = self
+            .core
+            .backend()?
+            .map_get(STATE, key, &window.encode())
+            .map_err(|e| self.core.host(e))?;
+        let slot = match stored {
+            Some(bytes) => self.decode_slot(key, &bytes)?,
+            None => {
+                self.register(key, window);
+                Slot::default()
+            }
+        };
+        self.cache.slots.insert(id, slot);
+        Ok(())
+    }
+
+    /// A window's stored value: its count, then (aggregates) its accumulator.
+    fn decode_slot(&self, key: &[u8], bytes: &[u8]) -> Result<Slot, OperatorError> {
+        let (count, accumulator) = bytes
+            .split_first_chunk::<8>()
+            .ok_or_else(|| self.core.corrupt(key))?;
+        // A process-window function's window holds only its count (an
+        // aggregate's accumulator may be empty bytes).
+        let keeps_records = self.function.keeps_records();
+        if keeps_records && !accumulator.is_empty() {
+            return Err(self.core.corrupt(key));
+        }
+        Ok(Slot {
+            count: u64::from_le_bytes(*count),
+            accumulator: (!keeps_records).then(|| accumulator.to_vec()),
+            pending: Vec::new(),
+            dirty: false,
+        })
+    }
+
+    /// Adds record `i` to `window` of `key`, which is in the cache: an
+    /// aggregate adds it with the batch's other records; a process-window
+    /// function's state keeps it.
+    fn add_record(
+        &mut self,
+        records: &[RecordRef<'_>],
+        i: usize,
+        key: &[u8],
+        window: Window,
+    ) -> Result<(), OperatorError> {
+        let slot = self
+            .cache
+            .slots
+            .get_mut(&(key.to_vec(), window))
+            .expect("loaded before");
+        let seq = slot.count;
+        slot.count += 1;
+        slot.dirty = true;
+        if !self.function.keeps_records() {
+            slot.pending.push(i);
+            return Ok(());
+        }
+        let r = records[i];
+        let mut element = Vec::with_capacity(8 + r.value.len());
+        element.extend_from_slice(&r.timestamp.to_le_bytes());
+        element.extend_from_slice(r.value);
         self.core
             .backend()?
-            .map_put(STATE, key, &window.encode(), &acc.encode())
+            .map_put(STATE, key, &element_key(window, seq), &element)
+            .map_err(|e| self.core.host(e))
+    }
+
+    /// Adds every pending record to its accumulators: one call of the
+    /// aggregate for all windows of the batch.
+    fn apply_pending(&mut self, records: &[RecordRef<'_>]) -> Result<(), OperatorError> {
+        let mut ids = Vec::new();
+        let mut accumulators = Vec::new();
+        let mut targets = Vec::new();
+        let mut batch = Batch::new();
+        for (id, slot) in self.cache.slots.iter_mut() {
+            if slot.pending.is_empty() {
+                continue;
+            }
+            let target = ids.len() as u32;
+            for &i in &slot.pending {
+                targets.push(target);
+                batch.push_ref(records[i]);
+            }
+            slot.pending.clear();
+            accumulators.push(slot.accumulator.take());
+            ids.push(id.clone());
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let operator = self.core.operator.clone();
+        let added = self
+            .function
+            .add(&operator, accumulators, targets, &batch)?;
+        for (id, accumulator) in ids.into_iter().zip(added) {
+            let slot = self.cache.slots.get_mut(&id).expect("listed above");
+            slot.accumulator = Some(accumulator);
+        }
+        Ok(())
+    }
+
+    /// Writes every changed window of the batch to the state.
+    fn write_back(&mut self) -> Result<(), OperatorError> {
+        let slots = std::mem::take(&mut self.cache.slots);
+        for ((key, window), slot) in slots {
+            if !slot.dirty {
+                continue;
+            }
+            let mut value = slot.count.to_le_bytes().to_vec();
+            value.extend_from_slice(slot.accumulator.as_deref().unwrap_or_default());
+            self.core
+                .backend()?
+                .map_put(STATE, &key, &window.encode(), &value)
+                .map_err(|e| self.core.host(e))?;
+        }
+        Ok(())
+    }
+
+    /// Fires `window` of `key` during a batch (a late record within the
+    /// allowed lateness, a full count window), with `timestamp`.
+    fn fire_now(
+        &mut self,
+        records: &[RecordRef<'_>],
+        key: &[u8],
+        window: Window,
+        timestamp: i64,
+    ) -> Result<(), OperatorError> {
+        self.apply_pending(records)?;
+        let slot = &self.cache.slots[&(key.to_vec(), window)];
+        let (count, accumulator) = (slot.count, slot.accumulator.clone().unwrap_or_default());
+        let records = self.records_of(key, window)?;
+        self.fire(vec![Fired {
+            key: key.to_vec(),
+            window,
+            count,
+            accumulator,
+            records,
+            timestamp,
+        }])
+    }
+
+    fn fire(&mut self, fired: Vec<Fired>) -> Result<(), OperatorError> {
+        if fired.is_empty() {
+            return Ok(());
+        }
+        let mut out = std::mem::replace(&mut self.core.out, Emitted::empty());
+        let done = self.function.fire(fired, &mut out);
+        self.core.out = out;
+        done
+    }
+
+    /// A process-window function's records of `window` of `key`, in arrival
+    /// order (empty for aggregates).
+    fn records_of(&mut self, key: &[u8], window: Window) -> Result<Batch, OperatorError> {
+        let mut batch = Batch::new();
+        if !self.function.keeps_records() {
+            return Ok(batch);
+        }
+        let prefix = window.encode();
+        let entries = self
+            .core
+            .backend()?
+            .map_entries(STATE, key)
             .map_err(|e| self.core.host(e))?;
-        if window.max_timestamp() <= self.core.watermark {
-            self.emit(key, window, acc, window.max_timestamp());
+        for (user_key, element) in &entries {
+            if user_key.len() != ELEMENT_KEY_LEN || user_key[..16] != prefix {
+                continue;
+            }
+            let (ts, value) = element
+                .split_first_chunk::<8>()
+                .ok_or_else(|| self.core.corrupt(key))?;
+            batch.push(Some(key), value, i64::from_le_bytes(*ts));
+        }
+        Ok(batch)
+    }
+
+    /// Removes `window` of `key` from the state and the batch's cache
+    /// (with its records, for a process-window function).
+    fn remove(&mut self, key: &[u8], window: Window) -> Result<(), OperatorError> {
+        self.cache.slots.remove(&(key.to_vec(), window));
+        let mut user_keys = vec![window.encode().to_vec()];
+        if self.function.keeps_records() {
+            let prefix = window.encode();
+            let entries = self
+                .core
+                .backend()?
+                .map_entries(STATE, key)
+                .map_err(|e| self.core.host(e))?;
+            user_keys.extend(
+                entries
+                    .into_iter()
+                    .map(|(k, _)| k)
+                    .filter(|k| k.len() == ELEMENT_KEY_LEN && k[..16] == prefix),
+            );
+        }
+        for user_key in user_keys {
+            let removed = self.core.backend()?.map_remove(STATE, key, &user_key);
+            removed.map_err(|e| self.core.host(e))?;
         }
         Ok(())
     }
 
     fn register(&mut self, key: &[u8], window: Window) {
+        if window == GLOBAL {
+            return;
+        }
         let fire = window.max_timestamp();
         self.core.timers.insert((fire, key.to_vec()));
         let lateness = self.spec.allowed_lateness_ms as i64;
@@ -327,41 +534,42 @@ impl WindowOperator {
         }
     }
 
-    fn windows_of(&mut self, key: &[u8]) -> Result<Vec<(Window, Acc)>, OperatorError> {
+    /// Every window of `key` in the state, ordered by start.
+    fn windows_of(&mut self, key: &[u8]) -> Result<Vec<Window>, OperatorError> {
         let entries = self
             .core
             .backend()?
             .map_entries(STATE, key)
             .map_err(|e| self.core.host(e))?;
-        entries
-            .iter()
-            .map(|(w, a)| match (Window::decode(w), Acc::decode(a)) {
-                (Some(w), Some(a)) => Ok((w, a)),
-                _ => Err(self.core.fail(
-                    FailureKind::Host,
-                    format!(
-                        "corrupt window state for key {:?}",
-                        String::from_utf8_lossy(key)
-                    ),
-                )),
-            })
-            .collect()
+        let mut windows = Vec::new();
+        for (user_key, _) in entries {
+            if user_key.len() == ELEMENT_KEY_LEN {
+                continue;
+            }
+            windows.push(Window::decode(&user_key).ok_or_else(|| self.core.corrupt(key))?);
+        }
+        Ok(windows)
     }
 
-    fn add_to_session(
+    fn assign_to_session(
         &mut self,
+        records: &[RecordRef<'_>],
+        i: usize,
         key: &[u8],
         window: Window,
-        x: f64,
     ) -> Result<bool, OperatorError> {
-        let existing = self.windows_of(key)?;
+        if !self.cache.sessions.contains_key(key) {
+            let windows = self.windows_of(key)?;
+            self.cache.sessions.insert(key.to_vec(), windows);
+        }
+        let existing = &self.cache.sessions[key];
         let mut merged = window;
         let mut absorbed = vec![false; existing.len()];
         loop {
             let mut grew = false;
-            for (i, (w, _)) in existing.iter().enumerate() {
-                if !absorbed[i] && w.intersects(merged) {
-                    absorbed[i] = true;
+            for (j, w) in existing.iter().enumerate() {
+                if !absorbed[j] && w.intersects(merged) {
+                    absorbed[j] = true;
                     merged = merged.cover(*w);
                     grew = true;
                 }
@@ -373,79 +581,102 @@ impl WindowOperator {
         if self.is_late(merged) {
             return Ok(false);
         }
-        let mut acc = Acc::of(x);
-        for (i, (w, a)) in existing.iter().enumerate() {
-            if absorbed[i] {
-                acc.merge(self.spec.aggregate, *a);
-                if *w != merged {
-                    self.core
-                        .backend()?
-                        .map_remove(STATE, key, &w.encode())
-                        .map_err(|e| self.core.host(e))?;
-                }
-            }
+        let (mut joined, mut kept) = (Vec::new(), Vec::new());
+        for (w, a) in existing.iter().zip(&absorbed) {
+            if *a { joined.push(*w) } else { kept.push(*w) }
         }
-        if !existing.iter().any(|(w, _)| *w == merged) {
-            self.register(key, merged);
+        let absorbed = joined;
+        if absorbed != [merged] {
+            self.merge_into(records, key, &absorbed, merged)?;
         }
-        self.put(key, merged, acc)?;
+        let mut windows = kept;
+        windows.push(merged);
+        windows.sort_by_key(|w| w.start);
+        self.cache.sessions.insert(key.to_vec(), windows);
+        self.add_record(records, i, key, merged)?;
+        if merged.max_timestamp() <= self.core.watermark {
+            self.fire_now(records, key, merged, merged.max_timestamp())?;
+        }
         Ok(true)
     }
 
-    fn add_to_global(
+    /// Makes `merged` the one window of `key` that holds the sessions
+    /// `absorbed` (none: a new session): accumulators merged (records
+    /// moved, for a process-window function), the others removed.
+    fn merge_into(
         &mut self,
+        records: &[RecordRef<'_>],
         key: &[u8],
-        x: f64,
-        count: u64,
-        ts: i64,
+        absorbed: &[Window],
+        merged: Window,
     ) -> Result<(), OperatorError> {
-        let user_key = GLOBAL.encode();
-        let old = self
-            .core
-            .backend()?
-            .map_get(STATE, key, &user_key)
-            .map_err(|e| self.core.host(e))?;
-        let mut acc = Acc::of(x);
-        if let Some(old) = old.as_deref().and_then(Acc::decode) {
-            let mut old = old;
-            old.merge(self.spec.aggregate, acc);
-            acc = old;
+        if absorbed.is_empty() {
+            self.register(key, merged);
+            let slot = Slot {
+                dirty: true,
+                ..Slot::default()
+            };
+            self.cache.slots.insert((key.to_vec(), merged), slot);
+            return Ok(());
         }
-        let backend = self.core.backend()?;
-        let written = if acc.count >= count {
-            backend.map_remove(STATE, key, &user_key)
-        } else {
-            backend.map_put(STATE, key, &user_key, &acc.encode())
+        for w in absorbed {
+            self.load(key, *w)?;
+        }
+        if absorbed.len() > 1 {
+            self.apply_pending(records)?;
+        }
+        let mut slot = Slot {
+            dirty: true,
+            ..Slot::default()
         };
-        written.map_err(|e| self.core.host(e))?;
-        if acc.count >= count {
-            self.emit(key, GLOBAL, acc, ts);
+        let mut moved = Batch::new();
+        for w in absorbed {
+            let old = self
+                .cache
+                .slots
+                .remove(&(key.to_vec(), *w))
+                .expect("loaded above");
+            slot.count += old.count;
+            // One absorbed window keeps its pending records (no call);
+            // with several, none are pending (applied above).
+            slot.pending.extend(old.pending);
+            slot.accumulator = match (slot.accumulator.take(), old.accumulator) {
+                (Some(a), Some(b)) => Some(self.function.merge(a, b)?),
+                (a, b) => a.or(b),
+            };
+            moved.append(&mut self.records_of(key, *w)?);
+            self.remove(key, *w)?;
         }
+        if !absorbed.contains(&merged) {
+            self.register(key, merged);
+        }
+        for (seq, r) in moved.iter().enumerate() {
+            let mut element = Vec::with_capacity(8 + r.value.len());
+            element.extend_from_slice(&r.timestamp.to_le_bytes());
+            element.extend_from_slice(r.value);
+            self.core
+                .backend()?
+                .map_put(STATE, key, &element_key(merged, seq as u64), &element)
+                .map_err(|e| self.core.host(e))?;
+        }
+        self.cache.slots.insert((key.to_vec(), merged), slot);
         Ok(())
     }
 
-    fn emit(&mut self, key: &[u8], window: Window, acc: Acc, timestamp: i64) {
-        let name = serde_json::to_string(&String::from_utf8_lossy(key)).unwrap_or_default();
-        let aggregate = self.spec.aggregate;
-        let value = if window == GLOBAL {
-            format!(
-                r#"{{"key":{name},"{}":{}}}"#,
-                aggregate.name(),
-                acc.result(aggregate)
-            )
-        } else {
-            format!(
-                r#"{{"key":{name},"start":{},"end":{},"{}":{}}}"#,
-                window.start,
-                window.end,
-                aggregate.name(),
-                acc.result(aggregate)
-            )
-        };
-        self.core
-            .out
-            .main
-            .push(Some(key), value.as_bytes(), timestamp);
+    fn assign_to_global(
+        &mut self,
+        records: &[RecordRef<'_>],
+        i: usize,
+        key: &[u8],
+        count: u64,
+    ) -> Result<(), OperatorError> {
+        self.load(key, GLOBAL)?;
+        self.add_record(records, i, key, GLOBAL)?;
+        if self.cache.slots[&(key.to_vec(), GLOBAL)].count >= count {
+            self.fire_now(records, key, GLOBAL, records[i].timestamp)?;
+            self.remove(key, GLOBAL)?;
+        }
+        Ok(())
     }
 
     /// Advances the watermark: fires (and cleans up) every window whose
@@ -454,13 +685,22 @@ impl WindowOperator {
         if !self.core.advance_to(watermark) {
             return Ok(Vec::new());
         }
+        let mut fired = Vec::new();
         while let Some((time, key)) = self.core.pop_due() {
-            self.on_timer(&key, time)?;
+            self.on_timer(&key, time, &mut fired)?;
         }
+        self.fire(fired)?;
         Ok(vec![self.core.take_out()])
     }
 
-    fn on_timer(&mut self, key: &[u8], time: i64) -> Result<(), OperatorError> {
+    /// The windows of `key` whose max timestamp is `time` go to `fired`;
+    /// those whose lateness ends at `time` are removed.
+    fn on_timer(
+        &mut self,
+        key: &[u8],
+        time: i64,
+        fired: &mut Vec<Fired>,
+    ) -> Result<(), OperatorError> {
         let lateness = self.spec.allowed_lateness_ms as i64;
         let size = match self.spec.assigner {
             WindowAssigner::Tumbling { size_ms } | WindowAssigner::Sliding { size_ms, .. } => {
@@ -468,51 +708,50 @@ impl WindowOperator {
             }
             WindowAssigner::Session { .. } | WindowAssigner::Global { .. } => 0,
         };
-        let windows = if size > 0 {
+        let candidates = if size > 0 {
             // Fixed-size windows: the timer names them (the one that ends
-            // here, the one whose lateness ends here): point lookups, no
-            // scan of the key's windows.
-            let mut windows = Vec::new();
+            // here, the one whose lateness ends here).
+            let mut windows: Vec<Window> = Vec::new();
             for last in [time, time.saturating_sub(lateness)] {
                 let window = start_window(last.saturating_add(1).saturating_sub(size), size);
-                if windows.iter().any(|(w, _)| *w == window) {
-                    continue;
-                }
-                let found = self
-                    .core
-                    .backend()?
-                    .map_get(STATE, key, &window.encode())
-                    .map_err(|e| self.core.host(e))?;
-                if let Some(bytes) = found {
-                    let acc = Acc::decode(&bytes).ok_or_else(|| {
-                        self.core.fail(
-                            FailureKind::Host,
-                            format!(
-                                "corrupt window state for key {:?}",
-                                String::from_utf8_lossy(key)
-                            ),
-                        )
-                    })?;
-                    windows.push((window, acc));
+                if !windows.contains(&window) {
+                    windows.push(window);
                 }
             }
             windows
         } else {
             self.windows_of(key)?
         };
-        for (window, acc) in windows {
+        for window in candidates {
             if window == GLOBAL {
                 continue;
             }
             let fire = window.max_timestamp();
-            if fire == time {
-                self.emit(key, window, acc, fire);
+            let cleanup = fire.saturating_add(lateness) == time;
+            if fire != time && !cleanup {
+                continue;
             }
-            if fire.saturating_add(lateness) == time {
-                self.core
-                    .backend()?
-                    .map_remove(STATE, key, &window.encode())
-                    .map_err(|e| self.core.host(e))?;
+            let stored = self
+                .core
+                .backend()?
+                .map_get(STATE, key, &window.encode())
+                .map_err(|e| self.core.host(e))?;
+            let Some(bytes) = stored else {
+                continue;
+            };
+            if fire == time {
+                let slot = self.decode_slot(key, &bytes)?;
+                fired.push(Fired {
+                    key: key.to_vec(),
+                    window,
+                    count: slot.count,
+                    accumulator: slot.accumulator.unwrap_or_default(),
+                    records: self.records_of(key, window)?,
+                    timestamp: fire,
+                });
+            }
+            if cleanup {
+                self.remove(key, window)?;
             }
         }
         Ok(())
@@ -530,21 +769,36 @@ impl WindowOperator {
     }
 }
 
+/// Why a module cannot be a window's function.
+pub fn not_a_window_function(kind: Option<WindowFunctionKind>) -> String {
+    match kind {
+        None => "a window's `module` must export `weir:operator/window-function` (contract \
+                 0.1.3): build it with an aggregate or process-window function"
+            .into(),
+        Some(_) => "a window's `module` must be an aggregate or a process-window function, \
+                    but its window-function kind is `none` (it is an ordinary operator: drop \
+                    `window`, or build the module with an aggregate or process-window function)"
+            .into(),
+    }
+}
+
+/// Length of a process-window function's record's user key: the window,
+/// then a sequence number.
+const ELEMENT_KEY_LEN: usize = 24;
+
+/// The user key of record `seq` of `window`: sorts right after the window.
+fn element_key(window: Window, seq: u64) -> [u8; ELEMENT_KEY_LEN] {
+    let mut out = [0; ELEMENT_KEY_LEN];
+    out[..16].copy_from_slice(&window.encode());
+    out[16..].copy_from_slice(&seq.to_be_bytes());
+    out
+}
+
 fn start_window(start: i64, size: i64) -> Window {
     Window {
         start,
         end: start.saturating_add(size),
     }
-}
-
-/// The first 64 bytes of a value, for error messages.
-fn excerpt(value: &[u8]) -> String {
-    let end = value.len().min(64);
-    let mut s = String::from_utf8_lossy(&value[..end]).into_owned();
-    if value.len() > end {
-        s.push('…');
-    }
-    s
 }
 
 #[cfg(test)]

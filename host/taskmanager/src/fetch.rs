@@ -108,7 +108,7 @@ pub(crate) async fn fetch_modules(
     graph: &mut JobGraph,
 ) -> Result<(), ModuleError> {
     for vertex in &mut graph.vertices {
-        let VertexKind::Operator(op) = &mut vertex.kind else {
+        let Some(op) = vertex.kind.module_spec_mut() else {
             continue;
         };
         let ModuleRef::Hash(hash) = &op.module else {

@@ -45,10 +45,12 @@ impl Builder {
                     let what = "for format = \"lines\" (json-lines only)";
                     self.not_for(label, "key_field", &t.key_field, what);
                     self.not_for(label, "timestamp_field", &t.timestamp_field, what);
+                    self.not_for(label, "value_field", &t.value_field, what);
                 }
                 for (field, value) in [
                     ("key_field", &t.key_field),
                     ("timestamp_field", &t.timestamp_field),
+                    ("value_field", &t.value_field),
                 ] {
                     if value.as_deref() == Some("") {
                         self.problem(
@@ -80,6 +82,7 @@ impl Builder {
                     format,
                     key_field: t.key_field.clone(),
                     timestamp_field: t.timestamp_field.clone(),
+                    value_field: t.value_field.clone(),
                     follow: t.follow.unwrap_or(false),
                     max_record_bytes,
                 });
@@ -91,6 +94,7 @@ impl Builder {
                 self.not_for(label, "format", &t.format, what);
                 self.not_for(label, "key_field", &t.key_field, what);
                 self.not_for(label, "timestamp_field", &t.timestamp_field, what);
+                self.not_for(label, "value_field", &t.value_field, what);
                 self.not_for(label, "max_record_bytes", &t.max_record_bytes, what);
                 self.not_for(label, "follow", &t.follow, what);
                 let kind_name = match t.kind {
@@ -327,19 +331,20 @@ impl Builder {
         window: &WindowTable,
         key_by: Option<KeySelector>,
     ) -> WindowSpec {
-        if t.module.is_some() {
-            self.problem(
-                format!("{label}.module"),
-                "a window runs a built-in `aggregate`; aggregate functions in Wasm are \
-                 not supported yet (drop `module`, or write the window with event-time \
-                 timers in a keyed operator, like udfs/window-count)",
-            );
-        }
-        if !t.config.is_empty() {
+        let module = t.module.as_deref().map(|m| match parse_module(m) {
+            Ok(ModuleRef::Path(path)) => ModuleRef::Path(self.resolve(&path)),
+            Ok(named) => named,
+            Err(message) => {
+                self.problem(format!("{label}.module"), message);
+                ModuleRef::Path(PathBuf::new())
+            }
+        });
+        if module.is_none() && !t.config.is_empty() {
             self.problem(
                 format!("{label}.config"),
-                "a window takes no `config`; its settings are `window`, `aggregate`, \
-                 `field` and `allowed_lateness_ms`",
+                "a window with a built-in `aggregate` takes no `config`; its settings are \
+                 `window`, `aggregate`, `field` and `allowed_lateness_ms` (`config` goes to \
+                 a window function in a `module`)",
             );
         }
         let window_field = |name: &str| format!("{label}.window.{name}");
@@ -372,6 +377,49 @@ impl Builder {
                 WindowAssigner::Global { count }
             }
         };
+        let (aggregate, field) = if module.is_some() {
+            let what = "with a window function in a `module` (built-in aggregates only)";
+            self.not_for(label, "aggregate", &t.aggregate, what);
+            self.not_for(label, "field", &t.field, what);
+            (Aggregate::Count, None)
+        } else {
+            self.builtin_aggregate(label, t)
+        };
+        let allowed_lateness_ms = t.allowed_lateness_ms.unwrap_or(0);
+        self.check_range(
+            &format!("{label}.allowed_lateness_ms"),
+            allowed_lateness_ms,
+            0,
+            MAX_WINDOW_MS,
+        );
+        let key_by = key_by.unwrap_or_else(|| {
+            self.problem(
+                format!("{label}.key_by"),
+                "missing; a window is per key: expected \"key\", \"value\" or \"json:<field>\"",
+            );
+            KeySelector::RecordKey
+        });
+        let function = module.map(|module| OperatorSpec {
+            module,
+            config: flatten_config(&t.config),
+            key_by: Some(key_by.clone()),
+        });
+        WindowSpec {
+            assigner,
+            aggregate,
+            field,
+            allowed_lateness_ms,
+            key_by,
+            function,
+        }
+    }
+
+    /// The built-in `aggregate` of window `[[operator]]` `t` and its `field`.
+    fn builtin_aggregate(
+        &mut self,
+        label: &str,
+        t: &OperatorTable,
+    ) -> (Aggregate, Option<KeySelector>) {
         let aggregate = match t.aggregate {
             Some(AggregateName::Count) => Aggregate::Count,
             Some(AggregateName::Sum) => Aggregate::Sum,
@@ -381,7 +429,8 @@ impl Builder {
             None => {
                 self.problem(
                     format!("{label}.aggregate"),
-                    "missing; a window needs \"count\", \"sum\", \"min\", \"max\" or \"avg\"",
+                    "missing; a window needs \"count\", \"sum\", \"min\", \"max\" or \"avg\", \
+                     or a window function in a `module`",
                 );
                 Aggregate::Count
             }
@@ -410,27 +459,7 @@ impl Builder {
                 Ok(selector) => Some(selector),
             },
         };
-        let allowed_lateness_ms = t.allowed_lateness_ms.unwrap_or(0);
-        self.check_range(
-            &format!("{label}.allowed_lateness_ms"),
-            allowed_lateness_ms,
-            0,
-            MAX_WINDOW_MS,
-        );
-        let key_by = key_by.unwrap_or_else(|| {
-            self.problem(
-                format!("{label}.key_by"),
-                "missing; a window is per key: expected \"key\", \"value\" or \"json:<field>\"",
-            );
-            KeySelector::RecordKey
-        });
-        WindowSpec {
-            assigner,
-            aggregate,
-            field,
-            allowed_lateness_ms,
-            key_by,
-        }
+        (aggregate, field)
     }
 
     pub(super) fn sink(&mut self, label: &str, t: &SinkTable, settings: &JobSettings) -> Vertex {

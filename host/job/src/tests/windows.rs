@@ -29,6 +29,7 @@ fn a_window_table_makes_a_window_operator() {
             field: Some(KeySelector::JsonField("amount".into())),
             allowed_lateness_ms: 50,
             key_by: KeySelector::RecordKey,
+            function: None,
         })
     );
     assert_eq!(graph.vertices[1].kind.role(), "operator");
@@ -48,6 +49,24 @@ fn a_window_table_makes_a_window_operator() {
 }
 
 #[test]
+fn a_window_with_a_module_runs_a_window_function() {
+    let graph = valid(&window_job(
+        "window = { type = \"tumbling\", size_ms = 10 }\nmodule = \"agg.wasm\"\n\
+         key_by = \"key\"\nconfig = { top = 3 }",
+    ));
+    let VertexKind::Window(w) = &graph.vertices[1].kind else {
+        panic!("a window")
+    };
+    let function = w.function.as_ref().expect("a window function");
+    assert!(
+        matches!(&function.module, crate::ModuleRef::Path(p) if p.ends_with("agg.wasm")),
+        "{function:?}"
+    );
+    assert_eq!(function.config, [("top".to_owned(), "3".to_owned())]);
+    assert_eq!(graph.vertices[1].kind.module_spec(), Some(function));
+}
+
+#[test]
 fn what_a_window_needs_is_named() {
     let tumbling = "window = { type = \"tumbling\", size_ms = 10 }";
     assert_problem(
@@ -64,8 +83,15 @@ fn what_a_window_needs_is_named() {
         &window_job(&format!(
             "{tumbling}\naggregate = \"count\"\nkey_by = \"key\"\nmodule = \"agg.wasm\""
         )),
-        "operator[0] \"w\".module",
-        &["not supported yet", "udfs/window-count"],
+        "operator[0] \"w\".aggregate",
+        &["window function in a `module`"],
+    );
+    assert_problem(
+        &window_job(&format!(
+            "{tumbling}\nkey_by = \"key\"\nconfig = {{ n = 1 }}"
+        )),
+        "operator[0] \"w\".config",
+        &["built-in `aggregate` takes no `config`"],
     );
     assert_problem(
         &window_job(&format!(

@@ -184,6 +184,9 @@ pub enum FileFormat {
         key_field: Option<String>,
         /// Field holding the event time in ms.
         timestamp_field: Option<String>,
+        /// Field whose value becomes the record's value (a string's
+        /// content, any other JSON value as text) instead of the line.
+        value_field: Option<String>,
     },
 }
 
@@ -396,6 +399,7 @@ impl Source for FileSource {
                 FileFormat::JsonLines {
                     key_field,
                     timestamp_field,
+                    value_field,
                 } => {
                     if line.iter().all(u8::is_ascii_whitespace) {
                         continue;
@@ -418,7 +422,16 @@ impl Source for FileSource {
                         })?,
                         None => now,
                     };
-                    batch.push(key.as_deref(), line, ts);
+                    match value_field {
+                        Some(f) => {
+                            let value =
+                                json_key_bytes(v.get(f).ok_or_else(|| {
+                                    self.bad(format!("missing value field `{f}`"))
+                                })?);
+                            batch.push(key.as_deref(), &value, ts);
+                        }
+                        None => batch.push(key.as_deref(), line, ts),
+                    }
                 }
             }
         }
@@ -484,6 +497,7 @@ mod tests {
         let format = FileFormat::JsonLines {
             key_field: Some("a".into()),
             timestamp_field: Some("t".into()),
+            value_field: None,
         };
         let mut src = FileSource::open(&roots_of(f.path()), f.path(), format).unwrap();
         let err = drain(&mut src, 10).unwrap_err().to_string();
@@ -494,12 +508,37 @@ mod tests {
         let format = FileFormat::JsonLines {
             key_field: Some("a".into()),
             timestamp_field: Some("t".into()),
+            value_field: None,
         };
         let mut src = FileSource::open(&roots_of(f2.path()), f2.path(), format).unwrap();
         let got = drain(&mut src, 10).unwrap();
         assert_eq!(got[0].0.as_deref(), Some(&b"x"[..]));
         assert_eq!(got[1].0.as_deref(), Some(&b"7"[..]));
         assert_eq!((got[0].2, got[1].2), (5, 6));
+        assert_eq!(got[0].1, br#"{"a":"x","t":5}"#);
+    }
+
+    #[test]
+    fn a_value_field_becomes_the_value_and_a_missing_one_is_named() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(b"{\"k\":\"a\",\"x\":-12}\n{\"k\":\"b\",\"x\":\"text\"}\n{\"k\":\"c\"}\n")
+            .unwrap();
+        let format = FileFormat::JsonLines {
+            key_field: Some("k".into()),
+            timestamp_field: None,
+            value_field: Some("x".into()),
+        };
+        let mut src = FileSource::open(&roots_of(f.path()), f.path(), format).unwrap();
+        let mut got = Vec::new();
+        let err = loop {
+            match src.next_batch(1) {
+                Ok(Some(b)) => got.extend(b.iter().map(|r| r.value.to_vec())),
+                Ok(None) => panic!("the third line has no `x`"),
+                Err(e) => break e.to_string(),
+            }
+        };
+        assert_eq!(got, [b"-12".to_vec(), b"text".to_vec()]);
+        assert!(err.contains(":3: missing value field `x`"), "{err}");
     }
 
     #[test]

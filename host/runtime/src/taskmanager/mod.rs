@@ -242,8 +242,9 @@ pub struct ChainedOperator {
     pub instance: Operator,
 }
 
-/// What a chained operator runs: a Wasm component, or the host's window
-/// operator. The driver calls both the same way.
+/// What a chained operator runs: a Wasm component, or one of the host's
+/// operators (a window's function may be Wasm too). The driver calls them
+/// the same way.
 #[derive(Debug)]
 pub enum Operator {
     /// A Wasm component instance.
@@ -258,7 +259,8 @@ impl Operator {
     fn open(&mut self) -> Result<(), OperatorError> {
         match self {
             Operator::Wasm(i) => i.open(),
-            Operator::Window(_) | Operator::Join(_) => Ok(()),
+            Operator::Window(w) => w.open(),
+            Operator::Join(_) => Ok(()),
         }
     }
 

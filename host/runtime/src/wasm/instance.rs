@@ -19,6 +19,7 @@ use super::bindings::StreamOperator;
 use super::bindings::exports::weir::operator::operator::Guest;
 use super::bindings::weir::operator::types::{Emitted, OpenContext, OperatorInfo};
 use super::quota::{HostQuota, Timers};
+use super::window_function::WindowCalls;
 use super::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY_LIMIT, EPOCH_TICK, FailureKind,
     OperatorError, OperatorModule, STDERR_CAPTURE,
@@ -270,6 +271,8 @@ pub struct OperatorInstance {
     process_input: Option<ProcessInput>,
     /// `processing-time.on-processing-timer`, if the component exports it.
     on_processing_timer: Option<OnProcessingTimer>,
+    /// `window-function`, if the component exports it.
+    pub(super) window: Option<WindowCalls>,
     config: InstanceConfig,
     deadline_ticks: u64,
     poisoned: bool,
@@ -307,10 +310,17 @@ impl OperatorInstance {
                     PROCESSING_TIME_INTERFACE,
                     "on-processing-timer",
                 )?;
-                Ok((bindings, migrate, process_input, on_processing_timer))
+                let window = WindowCalls::lookup(&mut store, &instance)?;
+                Ok((
+                    bindings,
+                    migrate,
+                    process_input,
+                    on_processing_timer,
+                    window,
+                ))
             });
-        let (bindings, migrate, process_input, on_processing_timer) =
-            instantiated.map_err(|e| {
+        let (bindings, migrate, process_input, on_processing_timer, window) = instantiated
+            .map_err(|e| {
                 let mut err = classify(&store, &config.operator, e, config.call_timeout);
                 if err.kind == FailureKind::Trap {
                     err.kind = FailureKind::Instantiate;
@@ -324,6 +334,7 @@ impl OperatorInstance {
             migrate,
             process_input,
             on_processing_timer,
+            window,
             config,
             deadline_ticks,
             poisoned: false,
@@ -501,6 +512,32 @@ impl OperatorInstance {
         )
     }
 
+    /// One call of an optional export `what` under the instance's guard.
+    pub(super) fn guarded<T>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut Store<InstanceState>) -> wasmtime::Result<Result<T, String>>,
+    ) -> Result<T, OperatorError> {
+        guarded_call(
+            &mut self.store,
+            &mut self.poisoned,
+            &self.config,
+            self.deadline_ticks,
+            what,
+            f,
+        )
+    }
+
+    /// An error of this operator.
+    pub(super) fn error(&self, kind: FailureKind, message: String) -> OperatorError {
+        OperatorError::new(&self.config.operator, kind, message)
+    }
+
+    /// The cap on the bytes one call may emit.
+    pub(super) fn max_output(&self) -> usize {
+        self.config.max_output
+    }
+
     /// Whether the component exports `migration` ([`MIGRATION_INTERFACE`]).
     pub fn can_migrate(&self) -> bool {
         self.migrate.is_some()
@@ -632,7 +669,7 @@ impl OperatorInstance {
     }
 
     /// Rejects malformed or oversized output.
-    fn check_output(&self, out: Emitted) -> Result<Emitted, OperatorError> {
+    pub(super) fn check_output(&self, out: Emitted) -> Result<Emitted, OperatorError> {
         let mut size = out.main.byte_size();
         let bad = |m: String| OperatorError::new(&self.config.operator, FailureKind::BadOutput, m);
         out.main
@@ -699,7 +736,7 @@ fn time_of(bytes: [u8; 8]) -> i64 {
 /// The component's function `function` of the optional interface
 /// `interface` (looked up semver-compatibly), if it exports it, with the
 /// contract's type.
-fn optional_export<Params, Results>(
+pub(super) fn optional_export<Params, Results>(
     store: &mut Store<InstanceState>,
     instance: &wasmtime::component::Instance,
     interface: &str,

@@ -28,6 +28,7 @@ mod cache;
 mod host;
 mod instance;
 mod quota;
+mod window_function;
 
 pub use cache::CacheOutcome;
 pub use instance::{
@@ -35,6 +36,7 @@ pub use instance::{
     PROCESSING_TIME_INTERFACE, PROCESSING_TIMERS_STATE, TWO_INPUT_INTERFACE, is_contract_interface,
 };
 pub use quota::{LOG_BYTES_PER_CALL, MAX_LOG_LINE, MAX_METRIC_NAME, MAX_METRICS};
+pub use window_function::{Accumulated, WINDOW_FUNCTION_INTERFACE, WindowFunctionKind, WitWindow};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -438,6 +440,19 @@ impl Runtime {
         config.memory_limit = memory_limit.min(DEFAULT_MEMORY_LIMIT);
         let mut instance = self.instantiate(module, config)?;
         instance.describe()
+    }
+
+    /// [`Runtime::describe_within`], and what `module`'s window function is
+    /// (`None`: it does not export `window-function`), from one instance.
+    pub fn describe_with_window_kind(
+        &self,
+        module: &OperatorModule,
+        memory_limit: usize,
+    ) -> Result<(OperatorInfo, Option<WindowFunctionKind>), OperatorError> {
+        let mut config = InstanceConfig::new(&module.name);
+        config.memory_limit = memory_limit.min(DEFAULT_MEMORY_LIMIT);
+        let mut instance = self.instantiate(module, config)?;
+        Ok((instance.describe()?, instance.window_function_kind()?))
     }
 }
 

@@ -1,6 +1,7 @@
 //! The window operator against hand-computed windows, on the heap backend.
 
 use super::*;
+use crate::job::{Aggregate, KeySelector};
 use crate::state::{BackendConfig, BackendKind, KeyGroupRange, open_backend};
 
 fn spec(assigner: WindowAssigner, aggregate: Aggregate, lateness: u64) -> WindowSpec {
@@ -10,6 +11,7 @@ fn spec(assigner: WindowAssigner, aggregate: Aggregate, lateness: u64) -> Window
         field: (aggregate != Aggregate::Count).then_some(KeySelector::JsonField("x".into())),
         allowed_lateness_ms: lateness,
         key_by: KeySelector::RecordKey,
+        function: None,
     }
 }
 
@@ -44,7 +46,7 @@ fn split(e: Emitted) -> (Vec<String>, Vec<String>) {
     (text(&e.main), late)
 }
 
-fn feed(op: &mut WindowOperator, records: &[(&str, i64)]) -> (Vec<String>, Vec<String>) {
+fn batch_of(records: &[(&str, i64)]) -> Batch {
     let mut batch = Batch::new();
     for (key, ts) in records {
         batch.push(
@@ -53,7 +55,11 @@ fn feed(op: &mut WindowOperator, records: &[(&str, i64)]) -> (Vec<String>, Vec<S
             *ts,
         );
     }
-    split(op.process(&batch).unwrap())
+    batch
+}
+
+fn feed(op: &mut WindowOperator, records: &[(&str, i64)]) -> (Vec<String>, Vec<String>) {
+    split(op.process(&batch_of(records)).unwrap())
 }
 
 fn fire(op: &mut WindowOperator, watermark: i64) -> Vec<String> {
@@ -154,6 +160,64 @@ fn a_record_that_bridges_two_sessions_merges_them() {
 }
 
 #[test]
+fn sessions_merge_the_same_within_one_batch_as_across_batches() {
+    let mut op = open(spec(
+        WindowAssigner::Session { gap_ms: 10 },
+        Aggregate::Max,
+        0,
+    ));
+    // The records of the test above, in one batch: the batch's windows are
+    // merged in memory, with the accumulators of windows a record joins.
+    feed(
+        &mut op,
+        &[
+            ("a", 0),
+            ("a", 5),
+            ("a", 30),
+            ("b", 16),
+            ("a", 20),
+            ("a", 12),
+        ],
+    );
+    assert_eq!(
+        fire(&mut op, i64::MAX),
+        [
+            r#"{"key":"b","start":16,"end":26,"max":16}"#,
+            r#"{"key":"a","start":0,"end":40,"max":30}"#,
+        ]
+    );
+}
+
+#[test]
+fn late_records_within_the_lateness_in_one_batch_fire_one_by_one() {
+    let mut op = open(spec(
+        WindowAssigner::Tumbling { size_ms: 10 },
+        Aggregate::Count,
+        100,
+    ));
+    feed(&mut op, &[("a", 1)]);
+    assert_eq!(
+        fire(&mut op, 50),
+        [r#"{"key":"a","start":0,"end":10,"count":1}"#]
+    );
+    // Two late records of the fired window and one of an open window, in one
+    // batch: each late record fires the window with what came before it.
+    let (main, late) = feed(&mut op, &[("a", 2), ("a", 60), ("a", 3)]);
+    assert_eq!(
+        main,
+        [
+            r#"{"key":"a","start":0,"end":10,"count":2}"#,
+            r#"{"key":"a","start":0,"end":10,"count":3}"#,
+        ]
+    );
+    assert!(late.is_empty());
+    assert_eq!(
+        fire(&mut op, 69),
+        [r#"{"key":"a","start":60,"end":70,"count":1}"#]
+    );
+}
+
+#[test]
 fn allowed_lateness_refires_then_sends_to_the_late_output() {
     let mut op = open(spec(
         WindowAssigner::Tumbling { size_ms: 10 },
@@ -229,10 +293,42 @@ fn windows_and_accumulators_round_trip_their_encoding_in_order() {
         assert_eq!(Window::decode(&w.encode()), Some(w));
     }
     assert!(Window { start: -5, end: 5 }.encode() < Window { start: 0, end: 1 }.encode());
-    let a = Acc {
-        count: 3,
-        value: -1.5,
-    };
-    assert_eq!(Acc::decode(&a.encode()), Some(a));
-    assert_eq!(Acc::decode(b"short"), None);
+    // A record's user key sorts right after its window's and before the
+    // next window's.
+    let w = Window { start: 0, end: 10 };
+    let next = Window { start: 1, end: 2 };
+    assert!(w.encode()[..] < element_key(w, 0)[..]);
+    assert!(element_key(w, 0) < element_key(w, 1));
+    assert!(element_key(w, u64::MAX)[..] < next.encode()[..]);
+}
+
+#[test]
+fn the_stored_window_value_is_the_count_then_the_running_number() {
+    // The layout savepoints of built-in aggregates hold: 8 bytes of count,
+    // 8 of f64.
+    let mut op = open(spec(
+        WindowAssigner::Tumbling { size_ms: 10 },
+        Aggregate::Sum,
+        0,
+    ));
+    feed(&mut op, &[("a", 2), ("a", 3)]);
+    let w = Window { start: 0, end: 10 };
+    let stored = op
+        .core
+        .backend()
+        .unwrap()
+        .map_get(STATE, b"a", &w.encode())
+        .unwrap()
+        .unwrap();
+    let mut expected = 2u64.to_le_bytes().to_vec();
+    expected.extend_from_slice(&5f64.to_le_bytes());
+    assert_eq!(stored, expected);
+    // Garbage there fails the key's next record, naming it.
+    op.core
+        .backend()
+        .unwrap()
+        .map_put(STATE, b"a", &w.encode(), b"short")
+        .unwrap();
+    let e = op.process(&batch_of(&[("a", 4)])).unwrap_err();
+    assert!(e.message.contains("corrupt state for key \"a\""), "{e}");
 }

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use weir_job::{JobGraph, TaskSpec, VertexKind};
+use weir_job::{JobGraph, TaskSpec};
 use weir_state::{
     BackendConfig, BackendKind, KeyGroupRange, StateDescriptor, key_group_of,
     key_group_range_for_subtask, open_backend, restore_backend,
@@ -214,10 +214,7 @@ fn materialize_into(
             uid: vertex.id.0.clone(),
             role: vertex.kind.role().to_owned(),
             parallelism: vertex.parallelism,
-            module: match &vertex.kind {
-                VertexKind::Operator(op) => Some(op.module.to_string()),
-                _ => None,
-            },
+            module: vertex.kind.module_spec().map(|op| op.module.to_string()),
             states: src
                 .states
                 .get(&v)
