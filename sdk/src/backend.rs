@@ -13,6 +13,8 @@
 //! timer twice is a no-op.
 
 pub(crate) use crate::bindings::weir::operator::log::Level;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::bindings::weir::operator::state::Packed;
 use crate::bindings::weir::operator::state::StateError;
 
 /// A state or timer call's result, as the host returns it.
@@ -50,6 +52,16 @@ mod imp {
     }
     pub(crate) fn clear(id: u32, key: &[u8]) -> HostResult<()> {
         state::clear(id, key)
+    }
+    pub(crate) fn value_get_many(id: u32, keys: &state::Packed) -> HostResult<state::Packed> {
+        state::value_get_many(id, keys)
+    }
+    pub(crate) fn value_set_many(
+        id: u32,
+        keys: &state::Packed,
+        values: &state::Packed,
+    ) -> HostResult<()> {
+        state::value_set_many(id, keys, values)
     }
     pub(crate) fn register_event_timer(key: &[u8], time: i64) -> HostResult<()> {
         timers::register_event_timer(key, time)
@@ -147,6 +159,49 @@ mod imp {
     }
     pub(crate) fn clear(id: u32, key: &[u8]) -> HostResult<()> {
         with(|b| b.clear(id, key))
+    }
+    /// As the host: one `value_get` per key, packed.
+    pub(crate) fn value_get_many(id: u32, keys: &Packed) -> HostResult<Packed> {
+        let keys = crate::cache::unpacked_optional(keys)
+            .ok_or_else(|| StateError::Backend("malformed packed list".into()))?;
+        with(|b| {
+            b.batched_calls += 1;
+            let mut out = Packed {
+                lens: Vec::new(),
+                data: Vec::new(),
+            };
+            for key in keys {
+                let key = key.ok_or_else(|| StateError::Backend("an absent key".into()))?;
+                match b.value_get(id, key)? {
+                    Some(v) => {
+                        out.lens.push(v.len() as i32);
+                        out.data.extend_from_slice(&v);
+                    }
+                    None => out.lens.push(-1),
+                }
+            }
+            Ok(out)
+        })
+    }
+    /// As the host: one `value_set` (or `clear`) per key.
+    pub(crate) fn value_set_many(id: u32, keys: &Packed, values: &Packed) -> HostResult<()> {
+        let bad = || StateError::Backend("malformed packed list".into());
+        let keys = crate::cache::unpacked_optional(keys).ok_or_else(bad)?;
+        let values = crate::cache::unpacked_optional(values).ok_or_else(bad)?;
+        if keys.len() != values.len() {
+            return Err(bad());
+        }
+        with(|b| {
+            b.batched_calls += 1;
+            for (key, value) in keys.into_iter().zip(values) {
+                let key = key.ok_or_else(bad)?;
+                match value {
+                    Some(v) => b.value_set(id, key, v)?,
+                    None => b.clear(id, key)?,
+                }
+            }
+            Ok(())
+        })
     }
     pub(crate) fn register_event_timer(key: &[u8], time: i64) -> HostResult<()> {
         with(|b| {
@@ -249,6 +304,8 @@ mod memory {
         pub(crate) logs: Vec<(Level, String)>,
         pub(crate) counters: BTreeMap<String, u64>,
         pub(crate) gauges: BTreeMap<String, f64>,
+        /// Calls of `value-get-many` and `value-set-many` (the batch cache's).
+        pub(crate) batched_calls: u64,
     }
 
     impl MemoryBackend {

@@ -1,9 +1,11 @@
 //! The code `wit-bindgen` generates from `wit/operator.wit`, world
-//! `full-operator`: every operator built with the SDK exports
+//! `window-operator`: every operator built with the SDK exports
 //! `migration` (states without a migration function keep their bytes, see
 //! [`crate::StateDescriptor::with_migration`]) and `two-input` (a one-input
 //! operator refuses a batch on input 1, see
-//! [`crate::Operator::process_input`]) and `processing-time`.
+//! [`crate::Operator::process_input`]), `processing-time` and
+//! `window-function` (kind `none` but for window functions, see
+//! [`crate::Operator::WINDOW_KIND`]).
 //!
 //! Owns nothing hand-written: the WIT types (`Batch`, `Emitted`, `SideOutput`,
 //! ...), the imported host interfaces and the raw export macro. UDF crates do
@@ -20,7 +22,7 @@
 #![allow(unsafe_code, missing_docs, clippy::all)]
 
 wit_bindgen::generate!({
-    world: "full-operator",
+    world: "window-operator",
     path: "../wit/operator.wit",
     // UDF crates export through `weir_sdk::export_*!`, which expand to the
     // generated export macro: it must be `pub` and find the types here.

@@ -16,10 +16,12 @@
 use std::cell::RefCell;
 
 use crate::Error;
+use crate::bindings::exports::weir::operator::window_function::{Accumulated, Window as WitWindow};
 use crate::bindings::weir::operator::types::{self as wit, Batch, Emitted, OperatorInfo};
 use crate::context::{Config, OpenContext};
 use crate::operator::Operator;
 use crate::state::check_declared;
+use crate::window::WindowKind;
 
 /// The `operator-info` of `O`; empty names and versions fall back to the
 /// crate's (passed in by the export macro from Cargo's environment).
@@ -128,7 +130,42 @@ impl<O: Operator> Instance<O> {
         self.with(|op| op.close())
     }
 
-    fn with(&self, f: impl FnOnce(&mut O) -> Result<Emitted, Error>) -> Result<Emitted, String> {
+    /// WIT `window-function.kind`.
+    pub fn window_kind(&self) -> WindowKind {
+        O::WINDOW_KIND
+    }
+
+    /// WIT `window-function.add`.
+    pub fn window_add(
+        &self,
+        accumulators: Vec<Option<Vec<u8>>>,
+        targets: Vec<u32>,
+        records: Batch,
+    ) -> Result<Vec<Vec<u8>>, String> {
+        self.with(|op| op.window_add(accumulators, targets, records))
+    }
+
+    /// WIT `window-function.merge`.
+    pub fn window_merge(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<Vec<u8>>, String> {
+        self.with(|op| op.window_merge(pairs))
+    }
+
+    /// WIT `window-function.get-result`.
+    pub fn window_results(&self, windows: Vec<Accumulated>) -> Result<Vec<Vec<u8>>, String> {
+        self.with(|op| op.window_results(windows))
+    }
+
+    /// WIT `window-function.process-window`.
+    pub fn process_window(
+        &self,
+        key: Vec<u8>,
+        window: WitWindow,
+        records: Batch,
+    ) -> Result<Emitted, String> {
+        self.with(|op| op.process_window(key, window.into(), records))
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut O) -> Result<T, Error>) -> Result<T, String> {
         let mut op = self.op.borrow_mut();
         let op = op
             .as_mut()
@@ -225,6 +262,45 @@ macro_rules! export_operator {
                 }
             }
 
+            impl $crate::__private::WindowFunctionGuest for WeirOperatorExport {
+                fn kind() -> $crate::WindowKind {
+                    WEIR_INSTANCE.with(|i| i.window_kind())
+                }
+                fn add(
+                    accumulators: ::std::vec::Vec<::core::option::Option<::std::vec::Vec<u8>>>,
+                    targets: ::std::vec::Vec<u32>,
+                    records: $crate::Batch,
+                ) -> ::core::result::Result<
+                    ::std::vec::Vec<::std::vec::Vec<u8>>,
+                    ::std::string::String,
+                > {
+                    WEIR_INSTANCE.with(|i| i.window_add(accumulators, targets, records))
+                }
+                fn merge(
+                    pairs: ::std::vec::Vec<(::std::vec::Vec<u8>, ::std::vec::Vec<u8>)>,
+                ) -> ::core::result::Result<
+                    ::std::vec::Vec<::std::vec::Vec<u8>>,
+                    ::std::string::String,
+                > {
+                    WEIR_INSTANCE.with(|i| i.window_merge(pairs))
+                }
+                fn get_result(
+                    windows: ::std::vec::Vec<$crate::__private::Accumulated>,
+                ) -> ::core::result::Result<
+                    ::std::vec::Vec<::std::vec::Vec<u8>>,
+                    ::std::string::String,
+                > {
+                    WEIR_INSTANCE.with(|i| i.window_results(windows))
+                }
+                fn process_window(
+                    key: ::std::vec::Vec<u8>,
+                    window: $crate::__private::WitWindow,
+                    records: $crate::Batch,
+                ) -> ::core::result::Result<$crate::Emitted, ::std::string::String> {
+                    WEIR_INSTANCE.with(|i| i.process_window(key, window, records))
+                }
+            }
+
             impl $crate::__private::MigrationGuest for WeirOperatorExport {
                 fn migrate_state(
                     state: ::std::string::String,
@@ -272,6 +348,24 @@ macro_rules! export_filter {
 macro_rules! export_keyed_co {
     ($function:ty) => {
         $crate::export_operator!($crate::KeyedCo<$function>);
+    };
+}
+
+/// Exports an [`AggregateFunction`](crate::AggregateFunction) as the
+/// component's window function: `export_aggregate!(Stats);`
+#[macro_export]
+macro_rules! export_aggregate {
+    ($function:ty) => {
+        $crate::export_operator!($crate::Aggregate<$function>);
+    };
+}
+
+/// Exports a [`ProcessWindowFunction`](crate::ProcessWindowFunction) as the
+/// component's window function: `export_process_window!(TopThree);`
+#[macro_export]
+macro_rules! export_process_window {
+    ($function:ty) => {
+        $crate::export_operator!($crate::ProcessWindow<$function>);
     };
 }
 

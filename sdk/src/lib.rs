@@ -17,6 +17,8 @@
 //! | [`FilterFunction`] | record → keep? | [`export_filter!`] |
 //! | [`KeyedProcessFunction`] | record + [`KeyedContext`] (state, timers, side outputs); `on_timer` | [`export_keyed!`] |
 //! | [`Operator`] | a whole packed [`Batch`] → [`Emitted`] | [`export_operator!`] |
+//! | [`AggregateFunction`] | a window's accumulator: add / merge / result (a `window` operator's `module`) | [`export_aggregate!`] |
+//! | [`ProcessWindowFunction`] | all records of a fired window | [`export_process_window!`] |
 //!
 //! Each has `fn open(ctx: &OpenContext) -> Result<Self, Error>`: read the
 //! [`Config`] there (`ctx.config().get_bool("lowercase")?`) and take typed
@@ -113,6 +115,7 @@
 //! - [`codec`]: [`StateCodec`], the byte encoding of state.
 //! - [`log`] and [`metrics`]: wrappers over the host's log and metrics.
 //! - [`testing`]: the native [`Harness`](testing::Harness).
+//! - `window`: [`AggregateFunction`], [`ProcessWindowFunction`], their adapters [`Aggregate`] and [`ProcessWindow`], and [`Window`].
 //! - `export`: the export macros.
 //! - [`bindings`]: the code `wit-bindgen` generates from the WIT contract.
 //! - `backend`: the only caller of the host imports (in-memory natively).
@@ -120,6 +123,7 @@
 pub mod bindings;
 
 mod backend;
+mod cache;
 pub mod codec;
 mod context;
 mod error;
@@ -130,6 +134,7 @@ mod operator;
 mod record;
 pub mod state;
 pub mod testing;
+mod window;
 
 pub use bindings::weir::operator::types::{Batch, Emitted, SideOutput};
 pub use codec::{DecodeError, StateCodec};
@@ -142,6 +147,9 @@ pub use operator::{
 pub use record::{BatchBuilder, Collector, OwnedRecord, Record, Records};
 pub use state::{
     ExplicitKey, KeyScope, ListState, MapState, MigrateFn, StateDescriptor, StateKind, ValueState,
+};
+pub use window::{
+    Aggregate, AggregateFunction, ProcessWindow, ProcessWindowFunction, Window, WindowKind,
 };
 
 /// The current event-time watermark of this subtask (`i64::MIN` before the first).
@@ -157,6 +165,10 @@ pub mod __private {
     pub use crate::bindings::exports::weir::operator::operator::Guest;
     pub use crate::bindings::exports::weir::operator::processing_time::Guest as ProcessingTimeGuest;
     pub use crate::bindings::exports::weir::operator::two_input::Guest as TwoInputGuest;
+    pub use crate::bindings::exports::weir::operator::window_function::Guest as WindowFunctionGuest;
+    pub use crate::bindings::exports::weir::operator::window_function::{
+        Accumulated, Window as WitWindow,
+    };
     pub use crate::bindings::weir::operator::types::{OpenContext, OperatorInfo};
     pub use crate::export::{Instance, describe, migrate};
 }

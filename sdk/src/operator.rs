@@ -15,10 +15,12 @@
 
 use crate::Error;
 use crate::backend;
+use crate::bindings::exports::weir::operator::window_function::Accumulated;
 use crate::bindings::weir::operator::types::{Batch, Emitted};
 use crate::context::OpenContext;
 use crate::record::{BatchBuilder, Collector, Record};
-use crate::state::{KeyScope, StateDescriptor, explain};
+use crate::state::{KeyScope, StateDescriptor, StateKind, explain};
+use crate::window::{Window, WindowKind, not_a_window_function};
 
 /// The low-level operator interface: whole batches, full control.
 ///
@@ -78,6 +80,48 @@ pub trait Operator: Sized + 'static {
     /// Called once after the last record; may emit final records.
     fn close(&mut self) -> Result<Emitted, Error> {
         Ok(Emitted::empty())
+    }
+
+    /// What the operator is as a window function (contract 0.1.3): `None`
+    /// but for the adapters [`Aggregate`](crate::Aggregate) and
+    /// [`ProcessWindow`](crate::ProcessWindow), which implement the
+    /// `window_*` calls below.
+    const WINDOW_KIND: WindowKind = WindowKind::None;
+
+    /// WIT `window-function.add`: record i of `records` into
+    /// `accumulators[targets[i]]` (`None`: a new window); returns every
+    /// accumulator after the adds.
+    fn window_add(
+        &mut self,
+        accumulators: Vec<Option<Vec<u8>>>,
+        targets: Vec<u32>,
+        records: Batch,
+    ) -> Result<Vec<Vec<u8>>, Error> {
+        let _ = (accumulators, targets, records);
+        Err(not_a_window_function())
+    }
+
+    /// WIT `window-function.merge`: one accumulator per pair.
+    fn window_merge(&mut self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<Vec<u8>>, Error> {
+        let _ = pairs;
+        Err(not_a_window_function())
+    }
+
+    /// WIT `window-function.get-result`: one value per fired window.
+    fn window_results(&mut self, windows: Vec<Accumulated>) -> Result<Vec<Vec<u8>>, Error> {
+        let _ = windows;
+        Err(not_a_window_function())
+    }
+
+    /// WIT `window-function.process-window`: all records of a fired window.
+    fn process_window(
+        &mut self,
+        key: Vec<u8>,
+        window: Window,
+        records: Batch,
+    ) -> Result<Emitted, Error> {
+        let _ = (key, window, records);
+        Err(not_a_window_function())
     }
 }
 
@@ -547,6 +591,15 @@ impl<T: KeyedProcessFunction> Operator for Keyed<T> {
 
     fn process(&mut self, input: Batch) -> Result<Emitted, Error> {
         self.out.clear();
+        with_batch_cache(T::STATES, &input, || self.elements(&input))?;
+        Ok(self.out.take())
+    }
+
+    keyed_callbacks!();
+}
+
+impl<T: KeyedProcessFunction> Keyed<T> {
+    fn elements(&mut self, input: &Batch) -> Result<(), Error> {
         for (i, record) in input.records()?.enumerate() {
             let Some(key) = record.key else {
                 crate::bail!(
@@ -560,15 +613,18 @@ impl<T: KeyedProcessFunction> Operator for Keyed<T> {
             };
             self.inner.process_element(record, &mut ctx)?;
         }
-        Ok(self.out.take())
+        Ok(())
     }
-
-    keyed_callbacks!();
 }
 
 impl<T: KeyedCoProcessFunction> KeyedCo<T> {
     fn elements(&mut self, input: u32, batch: Batch) -> Result<Emitted, Error> {
         self.out.clear();
+        with_batch_cache(T::STATES, &batch, || self.co_elements(input, &batch))?;
+        Ok(self.out.take())
+    }
+
+    fn co_elements(&mut self, input: u32, batch: &Batch) -> Result<(), Error> {
         for (i, record) in batch.records()?.enumerate() {
             let Some(key) = record.key else {
                 crate::bail!(
@@ -588,8 +644,28 @@ impl<T: KeyedCoProcessFunction> KeyedCo<T> {
                 }
             }
         }
-        Ok(self.out.take())
+        Ok(())
     }
+}
+
+/// Runs `f` (the records of `batch`) with the batch cache of value states
+/// open (`crate::cache`) if the operator declares any, then writes back
+/// what changed, also when `f` failed (as single calls would have).
+fn with_batch_cache(
+    states: &[StateDescriptor],
+    batch: &Batch,
+    f: impl FnOnce() -> Result<(), Error>,
+) -> Result<(), Error> {
+    if !states.iter().any(|s| s.kind == StateKind::Value) {
+        return f();
+    }
+    crate::cache::begin(batch.records()?.filter_map(|r| r.key));
+    let done = f();
+    let written = crate::cache::end().map_err(|(id, e)| {
+        let name = states.get(id as usize).map_or("?", |s| s.name);
+        crate::state::state_error(name, e)
+    });
+    done.and(written)
 }
 
 impl<T: KeyedCoProcessFunction> Operator for KeyedCo<T> {

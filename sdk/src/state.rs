@@ -178,7 +178,7 @@ fn with_encoded<T: StateCodec, R>(value: &T, f: impl FnOnce(&[u8]) -> R) -> R {
 }
 
 /// Turns a host state error into an operator error naming the state.
-fn state_error(name: &str, error: StateError) -> Error {
+pub(crate) fn state_error(name: &str, error: StateError) -> Error {
     Error::new(format!("state `{name}`: {}", explain(error)))
 }
 
@@ -217,6 +217,9 @@ macro_rules! handle_common {
 
             /// Removes everything this state holds for the current key.
             pub fn clear(&self, scope: &impl KeyScope) -> Result<(), Error> {
+                if crate::cache::clear(self.id, scope.current_key()) {
+                    return Ok(());
+                }
                 backend::clear(self.id, scope.current_key())
                     .map_err(|e| state_error(self.name, e))
             }
@@ -253,7 +256,12 @@ handle_common!(ValueState<T>);
 impl<T: StateCodec> ValueState<T> {
     /// The current key's value, if set.
     pub fn get(&self, scope: &impl KeyScope) -> Result<Option<T>, Error> {
-        match backend::value_get(self.id, scope.current_key()) {
+        let key = scope.current_key();
+        let value = match crate::cache::get(self.id, key) {
+            Some(cached) => cached,
+            None => backend::value_get(self.id, key),
+        };
+        match value {
             Ok(Some(bytes)) => decode(self.name, &bytes).map(Some),
             Ok(None) => Ok(None),
             Err(e) => Err(state_error(self.name, e)),
@@ -263,6 +271,9 @@ impl<T: StateCodec> ValueState<T> {
     /// Sets the current key's value.
     pub fn set(&self, scope: &impl KeyScope, value: &T) -> Result<(), Error> {
         with_encoded(value, |bytes| {
+            if crate::cache::set(self.id, scope.current_key(), Some(bytes)) {
+                return Ok(());
+            }
             backend::value_set(self.id, scope.current_key(), bytes)
         })
         .map_err(|e| state_error(self.name, e))

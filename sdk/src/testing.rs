@@ -45,6 +45,7 @@ use std::rc::Rc;
 
 use crate::Error;
 use crate::backend::{self, MemoryBackend};
+use crate::bindings::exports::weir::operator::window_function::Accumulated;
 use crate::bindings::weir::operator::types::{Batch, Emitted, OperatorInfo};
 use crate::codec::StateCodec;
 use crate::context::{Config, OpenContext};
@@ -53,6 +54,7 @@ use crate::log::Level;
 use crate::operator::Operator;
 use crate::record::{OwnedRecord, Record};
 use crate::state::check_declared;
+use crate::window::Window;
 
 /// What one call of an operator emitted, decoded into owned records.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -398,6 +400,13 @@ impl<O: Operator> Harness<O> {
         self.backend.borrow().gauges.get(name).copied()
     }
 
+    /// How many batched value-state calls (`value-get-many`,
+    /// `value-set-many`) the operator made: what keyed process functions
+    /// use instead of one call per record.
+    pub fn batched_state_calls(&self) -> u64 {
+        self.backend.borrow().batched_calls
+    }
+
     /// The operator instance.
     pub fn operator(&self) -> &O {
         &self.op
@@ -408,12 +417,117 @@ impl<O: Operator> Harness<O> {
         &mut self.op
     }
 
-    fn call(&mut self, f: impl FnOnce(&mut O) -> Result<Emitted, Error>) -> Result<Output, Error> {
+    /// Runs a window function's aggregate as the host does for `window` of
+    /// `key`: `records` added `chunk` at a time (each `add` call gets the
+    /// accumulator as bytes and returns it as bytes), then `get-result`.
+    /// Returns the result value.
+    pub fn aggregate(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        window: Window,
+        records: &[Record<'_>],
+        chunk: usize,
+    ) -> Result<Vec<u8>, Error> {
+        let acc = self.accumulate(records, chunk)?;
+        self.result(key.as_ref(), window, acc)
+    }
+
+    /// Runs an aggregate as the host does when a record joins two session
+    /// windows: `a` and `b` each into its own accumulator (one `add` call
+    /// with both), then `merge`, then `get-result`.
+    pub fn merged_aggregate(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        window: Window,
+        a: &[Record<'_>],
+        b: &[Record<'_>],
+    ) -> Result<Vec<u8>, Error> {
+        let records = Batch::from_records(a.iter().chain(b).copied());
+        let targets = (0..a.len())
+            .map(|_| 0)
+            .chain((0..b.len()).map(|_| 1))
+            .collect();
+        let mut accs = self.window_call(|op| op.window_add(vec![None, None], targets, records))?;
+        if accs.len() != 2 {
+            crate::bail!("`add` returned {} accumulators for 2", accs.len());
+        }
+        let b = accs.pop().expect("two");
+        let a = accs.pop().expect("two");
+        let mut merged = self.window_call(|op| op.window_merge(vec![(a, b)]))?;
+        if merged.len() != 1 {
+            crate::bail!("`merge` returned {} accumulators for 1 pair", merged.len());
+        }
+        self.result(key.as_ref(), window, merged.pop().expect("one"))
+    }
+
+    /// Runs a process-window function on `window` of `key` with `records`
+    /// as the host does: every record emitted gets the timestamp
+    /// `window.max_timestamp()`.
+    pub fn process_window(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        window: Window,
+        records: &[Record<'_>],
+    ) -> Result<Output, Error> {
+        let batch = Batch::from_records(records.iter().copied());
+        let key = key.as_ref().to_vec();
+        let mut output = self.call(|op| op.process_window(key, window, batch))?;
+        for r in output
+            .main
+            .iter_mut()
+            .chain(output.side.iter_mut().map(|(_, r)| r))
+        {
+            r.timestamp = window.max_timestamp();
+        }
+        Ok(output)
+    }
+
+    fn accumulate(&mut self, records: &[Record<'_>], chunk: usize) -> Result<Vec<u8>, Error> {
+        let mut acc = None;
+        let mut chunks: Vec<&[Record<'_>]> = records.chunks(chunk.max(1)).collect();
+        if chunks.is_empty() {
+            chunks.push(&[]);
+        }
+        for part in chunks {
+            let batch = Batch::from_records(part.iter().copied());
+            let targets = vec![0; part.len()];
+            let mut out = self.window_call(|op| op.window_add(vec![acc], targets, batch))?;
+            if out.len() != 1 {
+                crate::bail!("`add` returned {} accumulators for 1", out.len());
+            }
+            acc = out.pop();
+        }
+        Ok(acc.expect("at least one add"))
+    }
+
+    fn result(
+        &mut self,
+        key: &[u8],
+        window: Window,
+        accumulator: Vec<u8>,
+    ) -> Result<Vec<u8>, Error> {
+        let fired = Accumulated {
+            key: key.to_vec(),
+            window: window.into(),
+            accumulator,
+        };
+        let mut out = self.window_call(|op| op.window_results(vec![fired]))?;
+        if out.len() != 1 {
+            crate::bail!("`get-result` returned {} values for 1 window", out.len());
+        }
+        Ok(out.pop().expect("one"))
+    }
+
+    fn window_call<T>(&mut self, f: impl FnOnce(&mut O) -> Result<T, Error>) -> Result<T, Error> {
         if self.closed {
             crate::bail!("the operator is closed");
         }
         let _installed = backend::install(self.backend.clone());
-        let emitted = f(&mut self.op)?;
+        f(&mut self.op)
+    }
+
+    fn call(&mut self, f: impl FnOnce(&mut O) -> Result<Emitted, Error>) -> Result<Output, Error> {
+        let emitted = self.window_call(f)?;
         Output::from_emitted(&emitted)
     }
 }
@@ -790,6 +904,88 @@ mod tests {
         assert_eq!(out.side("empty").len(), 1);
         // Outputs do not leak into the next call.
         assert_eq!(h.process([Record::new("d", 4)])?.values(), ["d"]);
+        Ok(())
+    }
+
+    /// Counts per key, reads another key explicitly, clears on "reset",
+    /// and reports the count from a timer.
+    struct Counter {
+        count: ValueState<u64>,
+    }
+
+    impl KeyedProcessFunction for Counter {
+        const STATES: &'static [StateDescriptor] = &[StateDescriptor::value("count")];
+
+        fn open(ctx: &OpenContext) -> Result<Self, Error> {
+            Ok(Counter {
+                count: ctx.value_state("count")?,
+            })
+        }
+
+        fn process_element(
+            &mut self,
+            record: Record<'_>,
+            ctx: &mut KeyedContext<'_>,
+        ) -> Result<(), Error> {
+            if record.value == b"reset" {
+                self.count.clear(ctx)?;
+                return Ok(());
+            }
+            if record.value == b"peek" {
+                let other = self.count.get(&crate::ExplicitKey(b"outside"))?;
+                ctx.collect(Record::keyed(ctx.key(), &format!("{other:?}"), 0));
+                return Ok(());
+            }
+            let n = self.count.get(ctx)?.unwrap_or(0) + 1;
+            self.count.set(ctx, &n)?;
+            ctx.register_event_time_timer(100)?;
+            ctx.collect(Record::keyed(ctx.key(), &n.to_string(), 0));
+            Ok(())
+        }
+
+        fn on_timer(&mut self, _time: i64, ctx: &mut KeyedContext<'_>) -> Result<(), Error> {
+            let n = self.count.get(ctx)?;
+            ctx.collect(Record::keyed(ctx.key(), &format!("final {n:?}"), 0));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn value_state_is_read_and_written_once_per_batch_with_per_record_semantics()
+    -> Result<(), Error> {
+        let mut h = Harness::<Keyed<Counter>>::open(&[])?;
+        // Several records of one key in one batch see each other's updates.
+        let out = h.process([
+            Record::keyed("a", "x", 1),
+            Record::keyed("b", "x", 1),
+            Record::keyed("a", "x", 1),
+            Record::keyed("a", "x", 1),
+        ])?;
+        assert_eq!(out.values(), ["1", "1", "2", "3"]);
+        // One read and one write for the whole batch.
+        assert_eq!(h.batched_state_calls(), 2);
+        assert_eq!(h.value_state::<u64>("count", "a")?, Some(3));
+        // A clear in the batch, then counting again from nothing; a key
+        // outside the batch goes to the backend directly.
+        h.set_value_state_bytes("count", "outside", &7u64.to_bytes())?;
+        let out = h.process([
+            Record::keyed("a", "reset", 1),
+            Record::keyed("a", "x", 1),
+            Record::keyed("b", "reset", 1),
+            Record::keyed("c", "peek", 1),
+        ])?;
+        assert_eq!(out.values(), ["1", "Some(7)"]);
+        assert_eq!(h.value_state::<u64>("count", "a")?, Some(1));
+        assert_eq!(h.value_state::<u64>("count", "b")?, None);
+        // Timers (later host calls) see what the batches wrote.
+        let out = h.advance_watermark(100)?;
+        assert_eq!(out.values(), ["final Some(1)", "final None"]);
+        // A clear before any read of the state in a batch goes to the
+        // backend at once (the cache does not know the state's kind yet).
+        let before = h.batched_state_calls();
+        h.process([Record::keyed("a", "reset", 2)])?;
+        assert_eq!(h.batched_state_calls(), before);
+        assert_eq!(h.value_state::<u64>("count", "a")?, None);
         Ok(())
     }
 }
