@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the committed C bindings in sdk/c/bindings/ from wit/operator.wit,
-# world stream-operator-with-migration (maintainers only; see REGENERATE.md).
+# world window-operator (maintainers only; see REGENERATE.md).
 #
 #   sdk/c/regenerate.sh           rewrite sdk/c/bindings/
 #   sdk/c/regenerate.sh --check   exit 1 if sdk/c/bindings/ is not what the WIT generates
@@ -27,7 +27,7 @@ if [ "${1:-}" = "--check" ]; then
 fi
 
 # The command (run from the repository root):
-if ! log=$(cd "$repo" && "$wit_bindgen" c wit/operator.wit --world stream-operator-with-migration \
+if ! log=$(cd "$repo" && "$wit_bindgen" c wit/operator.wit --world window-operator \
     --rename-world operator --out-dir "$out" 2>&1); then
     echo "$log" >&2
     exit 1

@@ -1,7 +1,8 @@
 /*
- * weir.c: the C SDK's runtime. Implements the WIT `operator` exports (see
- * bindings/operator.h, generated) and the `migration` export on top of the
- * author's `weir_operator`, and the helpers declared in weir.h.
+ * weir.c: the C SDK's runtime. Implements the WIT exports of the world
+ * `window-operator` (see bindings/operator.h, generated): `operator`,
+ * `migration`, `two-input`, `processing-time` and `window-function`, on top
+ * of the author's `weir_operator`, and the helpers declared in weir.h.
  *
  * Ownership at the boundary (wit-bindgen's C conventions): arguments of an
  * exported function are owned by the callee, so every input (batch, timer
@@ -299,6 +300,89 @@ uint8_t *weir_builder_extend(weir_batch_builder_t *b, size_t n) {
     uint8_t *p = b->data + b->data_len;
     b->data_len += n;
     return p;
+}
+
+/* The length of the valid UTF-8 sequence at s[0..n) (n > 0), or 0 if it is
+ * not one; then *bad is how many bytes the maximal invalid subpart has (the
+ * bytes one U+FFFD replaces, as Rust's from_utf8_lossy counts them). */
+static size_t utf8_sequence(const uint8_t *s, size_t n, size_t *bad) {
+    uint8_t c = s[0];
+    size_t len;
+    uint8_t lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) {
+            lo = 0xA0;
+        } else if (c == 0xED) {
+            hi = 0x9F;
+        }
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) {
+            lo = 0x90;
+        } else if (c == 0xF4) {
+            hi = 0x8F;
+        }
+    } else {
+        *bad = 1;
+        return 0;
+    }
+    for (size_t i = 1; i < len; i++) {
+        if (i >= n || s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xBF)) {
+            *bad = i;
+            return 0;
+        }
+    }
+    return len;
+}
+
+void weir_builder_append_json_string(weir_batch_builder_t *b, weir_bytes_t s) {
+    static const char hex[] = "0123456789abcdef";
+    weir_builder_reserve(b, 0, s.len + 2);
+    weir_builder_append_byte(b, '"');
+    size_t i = 0;
+    while (i < s.len) {
+        uint8_t c = s.ptr[i];
+        if (c >= 0x80) {
+            size_t bad = 0;
+            size_t len = utf8_sequence(s.ptr + i, s.len - i, &bad);
+            if (len != 0) {
+                append_raw(b, s.ptr + i, len);
+                i += len;
+            } else {
+                append_raw(b, (const uint8_t *)"\xEF\xBF\xBD", 3); /* U+FFFD */
+                i += bad;
+            }
+            continue;
+        }
+        i++;
+        if (c == '"' || c == '\\') {
+            weir_builder_append_byte(b, '\\');
+            weir_builder_append_byte(b, c);
+        } else if (c >= 0x20) {
+            weir_builder_append_byte(b, c);
+        } else {
+            weir_builder_append_byte(b, '\\');
+            switch (c) {
+            case '\b': weir_builder_append_byte(b, 'b'); break;
+            case '\f': weir_builder_append_byte(b, 'f'); break;
+            case '\n': weir_builder_append_byte(b, 'n'); break;
+            case '\r': weir_builder_append_byte(b, 'r'); break;
+            case '\t': weir_builder_append_byte(b, 't'); break;
+            default: {
+                uint8_t *p = weir_builder_extend(b, 5);
+                p[0] = 'u';
+                p[1] = '0';
+                p[2] = '0';
+                p[3] = (uint8_t)hex[c >> 4];
+                p[4] = (uint8_t)hex[c & 15];
+            }
+            }
+        }
+    }
+    weir_builder_append_byte(b, '"');
 }
 
 void weir_builder_end(weir_batch_builder_t *b) {
@@ -687,6 +771,64 @@ bool weir_delete_event_timer(weir_ctx_t *ctx, int64_t time) {
 
 int64_t weir_current_watermark(void) { return weir_operator_timers_current_watermark(); }
 
+bool weir_register_processing_timer(weir_ctx_t *ctx, int64_t time) {
+    operator_list_u8_t key = as_list(ctx->key);
+    weir_operator_timers_state_error_t err;
+    if (!weir_operator_timers_register_processing_timer(&key, time, &err)) {
+        return timer_fail(&err);
+    }
+    return true;
+}
+
+bool weir_delete_processing_timer(weir_ctx_t *ctx, int64_t time) {
+    operator_list_u8_t key = as_list(ctx->key);
+    weir_operator_timers_state_error_t err;
+    if (!weir_operator_timers_delete_processing_timer(&key, time, &err)) {
+        return timer_fail(&err);
+    }
+    return true;
+}
+
+int64_t weir_current_processing_time(void) { return weir_operator_timers_current_processing_time(); }
+
+/* ----------------------------------------------------------------- text */
+
+static bool is_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+bool weir_parse_i64(weir_bytes_t text, int64_t *value) {
+    size_t i = 0, n = text.len;
+    while (i < n && is_space(text.ptr[i])) {
+        i++;
+    }
+    while (n > i && is_space(text.ptr[n - 1])) {
+        n--;
+    }
+    bool negative = false;
+    if (i < n && (text.ptr[i] == '-' || text.ptr[i] == '+')) {
+        negative = text.ptr[i] == '-';
+        i++;
+    }
+    if (i == n) {
+        return false;
+    }
+    /* Accumulate the magnitude; the limit is 2^63 for a negative number. */
+    uint64_t limit = negative ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    uint64_t v = 0;
+    for (; i < n; i++) {
+        uint8_t c = text.ptr[i];
+        if (c < '0' || c > '9') {
+            return false;
+        }
+        uint64_t d = (uint64_t)(c - '0');
+        if (v > (limit - d) / 10) {
+            return false;
+        }
+        v = v * 10 + d;
+    }
+    *value = negative ? (int64_t)(0 - v) : (int64_t)v;
+    return true;
+}
+
 /* ------------------------------------------------------- log, metrics */
 
 void weir_log(weir_log_level_t level, const char *message) {
@@ -709,17 +851,28 @@ void weir_gauge_set(const char *name, double value) {
 /* Set by a successful `open`: every other call before it is an error. */
 static bool opened;
 
+static bool is_window_function(void) {
+    return weir_operator.aggregate != NULL || weir_operator.process_window != NULL;
+}
+
+static bool is_two_input(void) {
+    return weir_operator.process_element2 != NULL || weir_operator.process_batch2 != NULL;
+}
+
 void exports_weir_operator_operator_describe(exports_weir_operator_operator_operator_info_t *ret) {
     const weir_operator_t *op = &weir_operator;
+    /* A window function keeps no keyed state of its own: the host keeps
+     * the windows' (contract: keyed = false, no states). */
+    size_t num_states = is_window_function() ? 0 : op->num_states;
     /* Post-return frees every string and list: hand over copies. */
     ret->name = dup_str(op->name != NULL ? op->name : "");
     ret->version = dup_str(op->version != NULL ? op->version : "");
-    ret->keyed = op->keyed;
-    ret->states.len = op->num_states;
+    ret->keyed = op->keyed && !is_window_function();
+    ret->states.len = num_states;
     ret->states.ptr = NULL;
-    if (op->num_states != 0) {
-        ret->states.ptr = xrealloc(NULL, op->num_states * sizeof(weir_operator_types_state_descriptor_t));
-        for (size_t i = 0; i < op->num_states; i++) {
+    if (num_states != 0) {
+        ret->states.ptr = xrealloc(NULL, num_states * sizeof(weir_operator_types_state_descriptor_t));
+        for (size_t i = 0; i < num_states; i++) {
             weir_operator_types_state_descriptor_t *d = &ret->states.ptr[i];
             d->name = dup_str(op->states[i].name);
             d->kind = (weir_operator_types_state_kind_t)op->states[i].kind;
@@ -729,12 +882,36 @@ void exports_weir_operator_operator_describe(exports_weir_operator_operator_oper
     }
 }
 
+/* What is wrong with weir_operator, or NULL. */
+static const char *operator_problem(void) {
+    const weir_operator_t *op = &weir_operator;
+    bool processes = op->process_element != NULL || op->process_batch != NULL;
+    if (op->aggregate != NULL && op->process_window != NULL) {
+        return "weir_operator sets both aggregate and process_window: a window function is one or the other";
+    }
+    if (is_window_function()) {
+        if (processes || is_two_input()) {
+            return "weir_operator is a window function (aggregate or process_window) and also processes records "
+                   "(process_element/process_batch): a module is one or the other";
+        }
+        if (op->aggregate != NULL && (op->aggregate->add == NULL || op->aggregate->get_result == NULL)) {
+            return "weir_operator.aggregate needs add and get_result";
+        }
+        return NULL;
+    }
+    if (!processes) {
+        return "weir_operator defines neither process_element nor process_batch";
+    }
+    return NULL;
+}
+
 bool exports_weir_operator_operator_open(exports_weir_operator_operator_open_context_t *wit_ctx,
                                          operator_string_t *err) {
     bool ok = true;
     set_error(NULL, 0);
-    if (weir_operator.process_element == NULL && weir_operator.process_batch == NULL) {
-        ok = weir_fail("weir_operator defines neither process_element nor process_batch");
+    const char *problem = operator_problem();
+    if (problem != NULL) {
+        ok = weir_fail(problem);
     } else if (weir_operator.open != NULL) {
         weir_open_context_t ctx = {wit_ctx};
         ok = weir_operator.open(&ctx);
@@ -754,6 +931,15 @@ static bool not_opened(operator_string_t *err) {
     return false;
 }
 
+/* The answer of a window function to the calls of an ordinary operator. */
+static bool window_not_operator(operator_string_t *err, const char *call) {
+    weir_failf("this module is a window function (%s), not an operator: use it as the `module` of an "
+               "`[[operator]]` with a `window` table (`%s` is not called on a window function)",
+               weir_operator.aggregate != NULL ? "an aggregate" : "a process-window function", call);
+    take_error(err, call);
+    return false;
+}
+
 /* Ends a call: hands the output over on success, the error on failure. */
 static bool finish_call(weir_ctx_t *ctx, bool ok, const char *callback,
                         exports_weir_operator_operator_emitted_t *ret, operator_string_t *err) {
@@ -766,26 +952,38 @@ static bool finish_call(weir_ctx_t *ctx, bool ok, const char *callback,
     return true;
 }
 
-bool exports_weir_operator_operator_process(exports_weir_operator_operator_batch_t *input,
-                                            exports_weir_operator_operator_emitted_t *ret,
-                                            operator_string_t *err) {
+static weir_batch_view_t batch_view(const weir_operator_types_batch_t *b) {
+    weir_batch_view_t view = {
+        b->timestamps.len, b->timestamps.ptr, b->key_lens.ptr, b->value_lens.ptr, b->data.ptr, b->data.len,
+    };
+    return view;
+}
+
+static bool columns_agree(const weir_operator_types_batch_t *b) {
+    return b->key_lens.len == b->timestamps.len && b->value_lens.len == b->timestamps.len;
+}
+
+/* `process` of input `input` (0 or 1): the input is freed here. */
+static bool process_input(uint32_t input, weir_operator_types_batch_t *batch,
+                          exports_weir_operator_operator_emitted_t *ret, operator_string_t *err) {
     if (!opened) {
-        free_batch(input);
+        free_batch(batch);
         return not_opened(err);
     }
-    weir_batch_view_t view = {
-        input->timestamps.len, input->timestamps.ptr, input->key_lens.ptr,
-        input->value_lens.ptr, input->data.ptr,       input->data.len,
-    };
+    bool (*process_batch)(const weir_batch_view_t *, weir_ctx_t *) =
+        input == 0 ? weir_operator.process_batch : weir_operator.process_batch2;
+    bool (*process_element)(const weir_record_t *, weir_ctx_t *) =
+        input == 0 ? weir_operator.process_element : weir_operator.process_element2;
+    weir_batch_view_t view = batch_view(batch);
     weir_ctx_t *ctx = begin_call((weir_bytes_t){NULL, 0}, 0);
     if (last_records != 0) {
         weir_builder_reserve(&ctx->main, last_records, last_bytes);
     }
     bool ok = true;
-    if (input->key_lens.len != view.len || input->value_lens.len != view.len) {
+    if (!columns_agree(batch)) {
         ok = weir_fail("malformed batch: the columns differ in length");
-    } else if (weir_operator.process_batch != NULL) {
-        ok = weir_operator.process_batch(&view, ctx);
+    } else if (process_batch != NULL) {
+        ok = process_batch(&view, ctx);
     } else {
         weir_batch_iter_t it = weir_batch_iter(&view);
         weir_record_t record;
@@ -799,7 +997,7 @@ bool exports_weir_operator_operator_process(exports_weir_operator_operator_batch
             }
             ctx->key = record.key;
             ctx->timestamp = record.timestamp;
-            ok = weir_operator.process_element(&record, ctx);
+            ok = process_element(&record, ctx);
         }
         if (ok && more < 0) {
             ok = weir_failf("malformed batch at record %zu", it.index);
@@ -807,8 +1005,32 @@ bool exports_weir_operator_operator_process(exports_weir_operator_operator_batch
     }
     last_records = ctx->main.len;
     last_bytes = ctx->main.data_len;
-    bool done = finish_call(ctx, ok, "process", ret, err);
-    free_batch(input);
+    bool done = finish_call(ctx, ok, input == 0 ? "process" : "process_input", ret, err);
+    free_batch(batch);
+    return done;
+}
+
+bool exports_weir_operator_operator_process(exports_weir_operator_operator_batch_t *input,
+                                            exports_weir_operator_operator_emitted_t *ret,
+                                            operator_string_t *err) {
+    if (is_window_function()) {
+        free_batch(input);
+        return window_not_operator(err, "process");
+    }
+    return process_input(0, input, ret, err);
+}
+
+/* A timer's call: `callback` NULL emits nothing. The key is freed here. */
+static bool timer_call(operator_list_u8_t *key, int64_t time, bool (*callback)(int64_t, weir_ctx_t *),
+                       const char *name, exports_weir_operator_operator_emitted_t *ret, operator_string_t *err) {
+    if (!opened) {
+        free_owned(key->ptr, key->len);
+        return not_opened(err);
+    }
+    weir_ctx_t *ctx = begin_call((weir_bytes_t){key->ptr, key->len}, time);
+    bool ok = callback != NULL ? callback(time, ctx) : true;
+    bool done = finish_call(ctx, ok, name, ret, err);
+    free_owned(key->ptr, key->len);
     return done;
 }
 
@@ -816,17 +1038,15 @@ bool exports_weir_operator_operator_on_timer(operator_list_u8_t *key,
                                              exports_weir_operator_operator_timestamp_t time,
                                              exports_weir_operator_operator_emitted_t *ret,
                                              operator_string_t *err) {
-    if (!opened) {
+    if (is_window_function()) {
         free_owned(key->ptr, key->len);
-        return not_opened(err);
+        return window_not_operator(err, "on_timer");
     }
-    weir_ctx_t *ctx = begin_call((weir_bytes_t){key->ptr, key->len}, time);
-    bool ok = weir_operator.on_timer != NULL ? weir_operator.on_timer(time, ctx) : true;
-    bool done = finish_call(ctx, ok, "on_timer", ret, err);
-    free_owned(key->ptr, key->len);
-    return done;
+    return timer_call(key, time, weir_operator.on_timer, "on_timer", ret, err);
 }
 
+/* A window function emits nothing on the watermark and at the end: the
+ * host's window operator fires its windows. */
 bool exports_weir_operator_operator_on_watermark(exports_weir_operator_operator_timestamp_t watermark,
                                                  exports_weir_operator_operator_emitted_t *ret,
                                                  operator_string_t *err) {
@@ -848,10 +1068,56 @@ bool exports_weir_operator_operator_close(exports_weir_operator_operator_emitted
     return finish_call(ctx, ok, "close", ret, err);
 }
 
+/* ------------------------------------------------- the two-input export */
+
+/* `two-input.process-input`: input 0 is `process` (process_element), input
+ * 1 process_element2 / process_batch2 (a keyed co-process function). */
+bool exports_weir_operator_two_input_process_input(uint32_t input, exports_weir_operator_two_input_batch_t *records,
+                                                   exports_weir_operator_two_input_emitted_t *ret,
+                                                   operator_string_t *err) {
+    if (is_window_function()) {
+        free_batch(records);
+        return window_not_operator(err, "process_input");
+    }
+    if (input > 1 || (input == 1 && !is_two_input())) {
+        free_batch(records);
+        if (input > 1) {
+            weir_failf("a batch arrived on input %u, but an operator has at most two inputs (0 and 1)",
+                       (unsigned)input);
+        } else {
+            weir_fail("this operator has one input (not a two-input operator), but a batch arrived on input 1 "
+                      "(`input = \"right\"` in the job spec needs process_element2 or process_batch2 in "
+                      "weir_operator)");
+        }
+        take_error(err, "process_input");
+        return false;
+    }
+    return process_input(input, records, ret, err);
+}
+
+/* ------------------------------------------- the processing-time export */
+
+bool exports_weir_operator_processing_time_on_processing_timer(
+    operator_list_u8_t *key, exports_weir_operator_processing_time_timestamp_t time,
+    exports_weir_operator_processing_time_emitted_t *ret, operator_string_t *err) {
+    if (is_window_function()) {
+        free_owned(key->ptr, key->len);
+        return window_not_operator(err, "on_processing_timer");
+    }
+    if (weir_operator.on_processing_timer == NULL) {
+        free_owned(key->ptr, key->len);
+        weir_failf("a processing-time timer fired at %lld, but weir_operator defines no on_processing_timer",
+                   (long long)time);
+        take_error(err, "on_processing_timer");
+        return false;
+    }
+    return timer_call(key, time, weir_operator.on_processing_timer, "on_processing_timer", ret, err);
+}
+
 /* ------------------------------------------------- the migration export */
 
 /*
- * The WIT `migration` interface of the world `stream-operator-with-migration`.
+ * The WIT `migration` interface (since contract 0.1.0; the world `window-operator` includes it).
  *
  * Declared in bindings/operator.h (wit-bindgen 0.60, the conventions of
  * the `operator` exports above).
@@ -912,4 +1178,318 @@ bool exports_weir_operator_migration_migrate_state(operator_string_t *state, ope
     free_owned(state->ptr, state->len);
     free_owned(from_version->ptr, from_version->len);
     return ok;
+}
+
+/* -------------------------------------------- the window-function export */
+
+/*
+ * The WIT `window-function` interface (contract 0.1.3) on top of
+ * weir_operator.aggregate / .process_window. Accumulators live, between
+ * calls, as the bytes the host stores; during a call as the author's C type
+ * in one aligned array (acc_at), decoded (or created) before and encoded
+ * after. The encoded values of a call are built in one reused builder
+ * (`values`, one record per value) and copied out into the list the host
+ * takes (each element its own allocation: post-return frees them one by one).
+ */
+
+exports_weir_operator_window_function_window_function_kind_t exports_weir_operator_window_function_kind(void) {
+    if (weir_operator.aggregate != NULL) {
+        return EXPORTS_WEIR_OPERATOR_WINDOW_FUNCTION_WINDOW_FUNCTION_KIND_AGGREGATE;
+    }
+    if (weir_operator.process_window != NULL) {
+        return EXPORTS_WEIR_OPERATOR_WINDOW_FUNCTION_WINDOW_FUNCTION_KIND_PROCESS_WINDOW;
+    }
+    return EXPORTS_WEIR_OPERATOR_WINDOW_FUNCTION_WINDOW_FUNCTION_KIND_NONE;
+}
+
+/* Starts a window call that needs a function of kind `kind`: false (error
+ * set) if this module has none, another kind, or was not opened. */
+static bool window_begin(weir_window_kind_t kind) {
+    set_error(NULL, 0);
+    if (!is_window_function()) {
+        return weir_fail("this module is not a window function (weir_operator sets neither aggregate nor "
+                         "process_window): it cannot be the `module` of an `[[operator]]` with a `window` table");
+    }
+    if (kind == WEIR_WINDOW_AGGREGATE && weir_operator.aggregate == NULL) {
+        return weir_fail("this module's window function is a process-window function, not an aggregate");
+    }
+    if (kind == WEIR_WINDOW_PROCESS_WINDOW && weir_operator.process_window == NULL) {
+        return weir_fail("this module's window function is an aggregate, not a process-window function");
+    }
+    if (!opened) {
+        return weir_fail("operator called before a successful `open`");
+    }
+    return true;
+}
+
+/* Accumulators of one call: `n` slots of `stride` bytes; `live[i]` says
+ * whether slot i holds a created or decoded accumulator (to drop). */
+typedef struct {
+    uint8_t *mem;
+    bool *live;
+    size_t n, stride;
+} acc_array_t;
+
+static void accs_init(acc_array_t *a, size_t n) {
+    size_t align = _Alignof(max_align_t);
+    size_t size = weir_operator.aggregate->acc_size != 0 ? weir_operator.aggregate->acc_size : 1;
+    a->stride = (size + align - 1) / align * align;
+    a->n = n;
+    a->mem = n != 0 ? xrealloc(NULL, n * a->stride) : NULL;
+    a->live = n != 0 ? xrealloc(NULL, n * sizeof(bool)) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        a->live[i] = false;
+    }
+}
+
+static void *acc_at(acc_array_t *a, size_t i) { return a->mem + i * a->stride; }
+
+static void acc_drop(acc_array_t *a, size_t i) {
+    if (a->live[i]) {
+        if (weir_operator.aggregate->drop != NULL) {
+            weir_operator.aggregate->drop(acc_at(a, i));
+        }
+        a->live[i] = false;
+    }
+}
+
+static void accs_free(acc_array_t *a) {
+    for (size_t i = 0; i < a->n; i++) {
+        acc_drop(a, i);
+    }
+    free(a->mem);
+    free(a->live);
+    a->mem = NULL;
+    a->live = NULL;
+    a->n = 0;
+}
+
+/* Slot i as a new window's accumulator. */
+static bool acc_create(acc_array_t *a, size_t i) {
+    const weir_aggregate_t *agg = weir_operator.aggregate;
+    memset(acc_at(a, i), 0, a->stride);
+    if (agg->create != NULL && !agg->create(acc_at(a, i))) {
+        return false;
+    }
+    a->live[i] = true;
+    return true;
+}
+
+/* Slot i from the bytes the host stored. */
+static bool acc_decode(acc_array_t *a, size_t i, weir_bytes_t bytes) {
+    const weir_aggregate_t *agg = weir_operator.aggregate;
+    memset(acc_at(a, i), 0, a->stride);
+    if (agg->decode != NULL) {
+        if (!agg->decode(bytes, acc_at(a, i))) {
+            return false;
+        }
+    } else if (bytes.len != agg->acc_size) {
+        return weir_failf("cannot decode the accumulator: expected %zu bytes, got %zu", agg->acc_size, bytes.len);
+    } else if (bytes.len != 0) {
+        memcpy(acc_at(a, i), bytes.ptr, bytes.len);
+    }
+    a->live[i] = true;
+    return true;
+}
+
+/* The values one window call returns, one record (no key) per value. */
+static weir_batch_builder_t values = WEIR_BATCH_BUILDER_INIT;
+
+static void values_reset(void) {
+    values.len = 0;
+    values.data_len = 0;
+    values.value_start = SIZE_MAX;
+}
+
+/* Appends slot i's encoding to `values`. */
+static bool acc_encode(acc_array_t *a, size_t i) {
+    const weir_aggregate_t *agg = weir_operator.aggregate;
+    weir_builder_begin(&values, 0, NULL);
+    if (agg->encode != NULL) {
+        if (!agg->encode(acc_at(a, i), &values)) {
+            return false;
+        }
+    } else {
+        weir_builder_append(&values, (weir_bytes_t){acc_at(a, i), agg->acc_size});
+    }
+    weir_builder_end(&values);
+    return true;
+}
+
+/* Moves `values` into `ret` (copies; empty values unallocated) and resets it. */
+static void values_take(operator_list_list_u8_t *ret) {
+    weir_builder_end(&values);
+    ret->len = values.len;
+    ret->ptr = values.len != 0 ? xrealloc(NULL, values.len * sizeof(operator_list_u8_t)) : NULL;
+    size_t offset = 0;
+    for (size_t i = 0; i < values.len; i++) {
+        size_t n = values.value_lens[i];
+        ret->ptr[i].len = n;
+        ret->ptr[i].ptr = NULL;
+        if (n != 0) {
+            ret->ptr[i].ptr = xrealloc(NULL, n);
+            memcpy(ret->ptr[i].ptr, values.data + offset, n);
+        }
+        offset += n;
+    }
+    values_reset();
+}
+
+/* Ends a window call that returns a list of values. */
+static bool finish_values(bool ok, const char *call, operator_list_list_u8_t *ret, operator_string_t *err) {
+    if (!ok) {
+        values_reset();
+        take_error(err, call);
+        return false;
+    }
+    values_take(ret);
+    return true;
+}
+
+static weir_bytes_t as_bytes(const operator_list_u8_t *l) {
+    weir_bytes_t b = {l->ptr, l->len};
+    return b;
+}
+
+bool exports_weir_operator_window_function_add(operator_list_option_list_u8_t *accumulators,
+                                               operator_list_u32_t *targets,
+                                               exports_weir_operator_window_function_batch_t *records,
+                                               operator_list_list_u8_t *ret, operator_string_t *err) {
+    bool ok = window_begin(WEIR_WINDOW_AGGREGATE);
+    size_t n = accumulators->len;
+    acc_array_t accs = {NULL, NULL, 0, 0};
+    if (ok && !columns_agree(records)) {
+        ok = weir_fail("malformed batch: the columns differ in length");
+    }
+    if (ok && targets->len != records->timestamps.len) {
+        ok = weir_failf("add: %zu targets for %zu records", targets->len, records->timestamps.len);
+    }
+    if (ok) {
+        accs_init(&accs, n);
+        for (size_t i = 0; ok && i < n; i++) {
+            ok = accumulators->ptr[i].is_some ? acc_decode(&accs, i, as_bytes(&accumulators->ptr[i].val))
+                                              : acc_create(&accs, i);
+        }
+    }
+    if (ok) {
+        weir_batch_view_t view = batch_view(records);
+        weir_batch_iter_t it = weir_batch_iter(&view);
+        weir_record_t record;
+        int more = 0;
+        while (ok && (more = weir_batch_next(&it, &record)) == 1) {
+            uint32_t target = targets->ptr[it.index - 1];
+            if (target >= n) {
+                ok = weir_failf("add: record %zu goes to accumulator %u, but there are %zu", it.index - 1,
+                                (unsigned)target, n);
+                break;
+            }
+            ok = weir_operator.aggregate->add(acc_at(&accs, target), &record);
+        }
+        if (ok && more < 0) {
+            ok = weir_failf("malformed batch at record %zu", it.index);
+        }
+    }
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = acc_encode(&accs, i);
+    }
+    accs_free(&accs);
+    for (size_t i = 0; i < accumulators->len; i++) {
+        if (accumulators->ptr[i].is_some) {
+            free_owned(accumulators->ptr[i].val.ptr, accumulators->ptr[i].val.len);
+        }
+    }
+    free_owned(accumulators->ptr, accumulators->len);
+    free_owned(targets->ptr, targets->len);
+    free_batch(records);
+    return finish_values(ok, "add", ret, err);
+}
+
+bool exports_weir_operator_window_function_merge(operator_list_tuple2_list_u8_list_u8_t *pairs,
+                                                 operator_list_list_u8_t *ret, operator_string_t *err) {
+    bool ok = window_begin(WEIR_WINDOW_AGGREGATE);
+    if (ok && weir_operator.aggregate->merge == NULL) {
+        ok = weir_fail("merge: weir_operator.aggregate defines no merge (session windows need one)");
+    }
+    acc_array_t accs = {NULL, NULL, 0, 0};
+    if (ok) {
+        accs_init(&accs, 2);
+    }
+    for (size_t i = 0; ok && i < pairs->len; i++) {
+        ok = acc_decode(&accs, 0, as_bytes(&pairs->ptr[i].f0)) && acc_decode(&accs, 1, as_bytes(&pairs->ptr[i].f1)) &&
+             weir_operator.aggregate->merge(acc_at(&accs, 0), acc_at(&accs, 1)) && acc_encode(&accs, 0);
+        acc_drop(&accs, 0);
+        acc_drop(&accs, 1);
+    }
+    accs_free(&accs);
+    for (size_t i = 0; i < pairs->len; i++) {
+        free_owned(pairs->ptr[i].f0.ptr, pairs->ptr[i].f0.len);
+        free_owned(pairs->ptr[i].f1.ptr, pairs->ptr[i].f1.len);
+    }
+    free_owned(pairs->ptr, pairs->len);
+    return finish_values(ok, "merge", ret, err);
+}
+
+bool exports_weir_operator_window_function_get_result(exports_weir_operator_window_function_list_accumulated_t *windows,
+                                                      operator_list_list_u8_t *ret, operator_string_t *err) {
+    bool ok = window_begin(WEIR_WINDOW_AGGREGATE);
+    acc_array_t accs = {NULL, NULL, 0, 0};
+    if (ok) {
+        accs_init(&accs, 1);
+    }
+    for (size_t i = 0; ok && i < windows->len; i++) {
+        const exports_weir_operator_window_function_accumulated_t *w = &windows->ptr[i];
+        weir_window_t window = {w->window.start, w->window.end};
+        if (acc_decode(&accs, 0, as_bytes(&w->accumulator))) {
+            weir_builder_begin(&values, 0, NULL);
+            ok = weir_operator.aggregate->get_result(as_bytes(&w->key), window, acc_at(&accs, 0), &values);
+            weir_builder_end(&values);
+        } else {
+            ok = false;
+        }
+        acc_drop(&accs, 0);
+    }
+    accs_free(&accs);
+    for (size_t i = 0; i < windows->len; i++) {
+        free_owned(windows->ptr[i].key.ptr, windows->ptr[i].key.len);
+        free_owned(windows->ptr[i].accumulator.ptr, windows->ptr[i].accumulator.len);
+    }
+    free_owned(windows->ptr, windows->len);
+    return finish_values(ok, "get_result", ret, err);
+}
+
+bool exports_weir_operator_window_function_process_window(operator_list_u8_t *key,
+                                                          exports_weir_operator_window_function_window_t *window,
+                                                          exports_weir_operator_window_function_batch_t *records,
+                                                          exports_weir_operator_window_function_emitted_t *ret,
+                                                          operator_string_t *err) {
+    weir_bytes_t k = as_bytes(key);
+    weir_window_t w = {window->start, window->end};
+    weir_ctx_t *ctx = begin_call(k, w.end != INT64_MIN ? w.end - 1 : w.end);
+    bool ok = window_begin(WEIR_WINDOW_PROCESS_WINDOW);
+    if (ok && !columns_agree(records)) {
+        ok = weir_fail("malformed batch: the columns differ in length");
+    }
+    weir_record_t *list = NULL;
+    size_t len = records->timestamps.len;
+    if (ok) {
+        list = len != 0 ? xrealloc(NULL, len * sizeof(weir_record_t)) : NULL;
+        weir_batch_view_t view = batch_view(records);
+        weir_batch_iter_t it = weir_batch_iter(&view);
+        weir_record_t record;
+        int more;
+        while ((more = weir_batch_next(&it, &record)) == 1) {
+            list[it.index - 1] = record;
+        }
+        if (more < 0) {
+            ok = weir_failf("malformed batch at record %zu", it.index);
+        }
+    }
+    if (ok) {
+        ok = weir_operator.process_window(k, w, list, len, ctx);
+    }
+    free(list);
+    bool done = finish_call(ctx, ok, "process_window", ret, err);
+    free_owned(key->ptr, key->len);
+    free_batch(records);
+    return done;
 }

@@ -3,21 +3,29 @@
  *
  * A C operator is one `const weir_operator_t weir_operator` definition: its
  * name, its declared keyed states and a few callbacks. weir.c implements the
- * WIT `operator` interface (wit/operator.wit, world `stream-operator`) on top
- * of it: it walks each input batch record by record, hands every record to
- * `process_element` with a context that carries the record's key, gathers
- * what the callbacks emit into growable columnar output batches, and turns
- * a failed callback into the call's `err(message)`. It also implements the
- * WIT `migration` interface (`migrate-state`, called by `weir upgrade`) with
- * each state's optional `migrate` function (weir_migrate_fn below); the
- * component exports it once bindings/ is generated for the world
- * `stream-operator-with-migration` (see REGENERATE.md).
+ * WIT `operator` interface (wit/operator.wit) on top of it: it walks each
+ * input batch record by record, hands every record to `process_element`
+ * with a context that carries the record's key, gathers what the callbacks
+ * emit into growable columnar output batches, and turns a failed callback
+ * into the call's `err(message)`. bindings/ is generated for the world
+ * `window-operator` (see REGENERATE.md), so every C component also exports:
+ *   - `migration` (`migrate-state`, called by `weir upgrade`), with each
+ *     state's optional `migrate` function (weir_migrate_fn below);
+ *   - `two-input` (`process-input`): input 0 is `process_element`, input 1
+ *     `process_element2` (a keyed co-process function; without it input 1
+ *     is an error);
+ *   - `processing-time` (`on-processing-timer`): `on_processing_timer`
+ *     (an error if it is not defined);
+ *   - `window-function`: kind `none`, unless `weir_operator` is a window
+ *     function (`aggregate` or `process_window`, see "Window functions").
  *
  * What this header owns:
  *   - weir_bytes_t, weir_record_t: borrowed views of records;
  *   - weir_batch_view_t + weir_batch_next(): iterate a columnar batch;
  *   - weir_batch_builder_t: build an output batch in bulk;
  *   - state, timer, log and metric helpers scoped by the context's key;
+ *   - window functions: weir_aggregate_t, weir_process_window_fn;
+ *   - weir_builder_append_json_string(), weir_parse_i64(): small text helpers;
  *   - weir_migrate_fn: how a state's stored bytes change on an upgrade;
  *   - the state value encoding shared by every SDK (wit/README.md, "State
  *     value encoding"): fixed-width little-endian integers and floats, one
@@ -178,6 +186,11 @@ void weir_builder_append_u64(weir_batch_builder_t *b, uint64_t n);
 void weir_builder_append_i64(weir_batch_builder_t *b, int64_t n);
 /* Returns `n` bytes at the end of the open value to write into directly. */
 uint8_t *weir_builder_extend(weir_batch_builder_t *b, size_t n);
+/* Appends `s` as a JSON string, quotes included: `"` and `\` escaped,
+ * control characters as \b \f \n \r \t or \u00XX, other characters as
+ * they are; invalid UTF-8 is replaced by U+FFFD, one per maximal invalid
+ * subsequence (as Rust's String::from_utf8_lossy, then serde_json). */
+void weir_builder_append_json_string(weir_batch_builder_t *b, weir_bytes_t s);
 /* Ends the open record. */
 void weir_builder_end(weir_batch_builder_t *b);
 /* Frees the builder's buffers and resets it. */
@@ -260,8 +273,71 @@ void weir_emit(weir_ctx_t *ctx, const weir_bytes_t *key, weir_bytes_t value);
 /* Emits a record on the side output `tag` at the context's timestamp. */
 void weir_emit_side(weir_ctx_t *ctx, const char *tag, const weir_bytes_t *key, weir_bytes_t value);
 
+/* ------------------------------------------------------ window functions */
+
+/* A window `[start, end)` in ms of event time. A count window (`type =
+ * "global"`) is the whole time line: start INT64_MIN, end INT64_MAX. */
+typedef struct {
+    int64_t start;
+    int64_t end;
+} weir_window_t;
+
+/* What the component's window function is (WIT `window-function-kind`). */
+typedef enum {
+    WEIR_WINDOW_NONE = 0,
+    WEIR_WINDOW_AGGREGATE = 1,
+    WEIR_WINDOW_PROCESS_WINDOW = 2,
+} weir_window_kind_t;
+
+/* An aggregate function (Flink's AggregateFunction) for the host's window
+ * operator: one accumulator per key and window, updated record by record.
+ * The accumulator is your own C type of `acc_size` bytes; the SDK keeps it
+ * in memory it allocates (aligned for any type) and, between calls, as
+ * bytes the host stores (`encode`/`decode`). It does all the batch
+ * bookkeeping of the WIT calls: `add` with many windows at once, `merge`,
+ * `get-result`. Every callback returns true, or false after weir_fail(). */
+typedef struct {
+    /* sizeof your accumulator type. */
+    size_t acc_size;
+    /* A new window's accumulator, in `acc` (acc_size zeroed bytes on entry).
+     * NULL: the zeroed bytes are the new accumulator. */
+    bool (*create)(void *acc);
+    /* Adds one record (key, value, timestamp: borrowed) to `acc`. */
+    bool (*add)(void *acc, const weir_record_t *record);
+    /* Merges `other` into `acc` (session windows that a record joined).
+     * NULL: merging fails (a session window needs it). */
+    bool (*merge)(void *acc, const void *other);
+    /* The window's result: append its bytes to `out`, whose record is open
+     * (weir_builder_append*, _extend; not _begin/_push). The host emits it
+     * with the window's key and the timestamp end - 1. */
+    bool (*get_result)(weir_bytes_t key, weir_window_t window, const void *acc, weir_batch_builder_t *out);
+    /* The accumulator as the bytes the host stores: append them to `out`,
+     * as get_result does; use a fixed layout such as the state value
+     * encoding (weir_encode_i64, ...). NULL: the acc_size bytes of the
+     * struct as they are (a plain struct without pointers only). */
+    bool (*encode)(const void *acc, weir_batch_builder_t *out);
+    /* The inverse: `acc` from `bytes` (acc_size zeroed bytes on entry).
+     * NULL: `bytes` must be exactly acc_size bytes and are copied. */
+    bool (*decode)(weir_bytes_t bytes, void *acc);
+    /* Frees what an accumulator owns (NULL: nothing); called once on every
+     * accumulator that `create` or `decode` made (or the SDK's defaults),
+     * also after a failure; not after a failed `create`/`decode`. */
+    void (*drop)(void *acc);
+} weir_aggregate_t;
+
+/* A process-window function (Flink's ProcessWindowFunction): the window
+ * `window` of `key` fired with `records`, all of them in arrival order
+ * (borrowed: valid during the call). Emit through `ctx` as in
+ * process_element (weir_emit, weir_emit_side, weir_ctx_out): the context's
+ * key is `key` and its timestamp end - 1, which the host gives every
+ * record emitted anyway. */
+typedef bool (*weir_process_window_fn)(weir_bytes_t key, weir_window_t window, const weir_record_t *records,
+                                       size_t len, weir_ctx_t *ctx);
+
 /* The operator. Every callback but `process_element`/`process_batch` is
- * optional (NULL); each returns false after weir_fail() to fail the task. */
+ * optional (NULL); each returns false after weir_fail() to fail the task.
+ * A window function sets `aggregate` or `process_window` instead (and may
+ * set `open`): see WEIR_AGGREGATE below. */
 typedef struct {
     /* Shown by `weir inspect`. */
     const char *name;
@@ -284,10 +360,40 @@ typedef struct {
     bool (*on_watermark)(int64_t watermark, weir_ctx_t *ctx);
     /* Once, after the last record; may emit. */
     bool (*close)(weir_ctx_t *ctx);
+
+    /* A keyed co-process function (two inputs, Flink's
+     * KeyedCoProcessFunction): process_element (or process_batch) gets the
+     * records of input 0 (`input = "left"` in the job spec, or an edge
+     * without `input`), process_element2 (or process_batch2) those of
+     * input 1 (`input = "right"`). Keyed state and timers are shared. */
+    bool (*process_element2)(const weir_record_t *record, weir_ctx_t *ctx);
+    bool (*process_batch2)(const weir_batch_view_t *batch, weir_ctx_t *ctx);
+    /* A processing-time timer registered for weir_ctx_key(ctx) fired at
+     * `time` (the subtask's wall clock reached it; after a restore,
+     * possibly later). Needed to register processing-time timers. */
+    bool (*on_processing_timer)(int64_t time, weir_ctx_t *ctx);
+
+    /* A window function instead of an operator (set one): the user
+     * function of an `[[operator]]` with a `window` table. Its `describe`
+     * says keyed = false and no states (`keyed`/`states` are ignored);
+     * `open` calls `.open` as for an operator; `process`, `on-timer`,
+     * `process-input` and `on-processing-timer` fail; `on-watermark` and
+     * `close` emit nothing. */
+    const weir_aggregate_t *aggregate;
+    weir_process_window_fn process_window;
 } weir_operator_t;
 
 /* Every C operator defines exactly one of these. */
 extern const weir_operator_t weir_operator;
+
+/* A window function as a component:
+ *   const weir_operator_t weir_operator = WEIR_AGGREGATE("stats", "0.1.0", &STATS);
+ *   const weir_operator_t weir_operator = WEIR_PROCESS_WINDOW("top", "0.1.0", top_window);
+ * (to read config, write the initializer out and add `.open`). */
+#define WEIR_AGGREGATE(name_, version_, aggregate_)                                              \
+    {.name = (name_), .version = (version_), .aggregate = (aggregate_)}
+#define WEIR_PROCESS_WINDOW(name_, version_, process_window_)                                    \
+    {.name = (name_), .version = (version_), .process_window = (process_window_)}
 
 /* #define WEIR_NUM_STATES(array) for weir_operator_t.num_states. */
 #define WEIR_COUNT(array) (sizeof(array) / sizeof((array)[0]))
@@ -344,6 +450,14 @@ bool weir_register_event_timer(weir_ctx_t *ctx, int64_t time);
 bool weir_delete_event_timer(weir_ctx_t *ctx, int64_t time);
 int64_t weir_current_watermark(void);
 
+/* Processing-time timers for the context's key (contract 0.1.2): fire
+ * through `on_processing_timer` once the subtask's wall clock reaches
+ * `time` (ms since the epoch); registering twice is a no-op. */
+bool weir_register_processing_timer(weir_ctx_t *ctx, int64_t time);
+bool weir_delete_processing_timer(weir_ctx_t *ctx, int64_t time);
+/* The subtask's wall clock: ms since the epoch. */
+int64_t weir_current_processing_time(void);
+
 /* ------------------------------------------------------- log and metrics */
 
 typedef enum {
@@ -357,6 +471,13 @@ typedef enum {
 void weir_log(weir_log_level_t level, const char *message);
 void weir_counter_add(const char *name, uint64_t delta);
 void weir_gauge_set(const char *name, double value);
+
+/* ----------------------------------------------------------------- text */
+
+/* Parses a decimal integer (optional sign, ASCII digits) with optional
+ * surrounding ASCII whitespace: false if `text` is anything else or out of
+ * the range of int64_t. */
+bool weir_parse_i64(weir_bytes_t text, int64_t *value);
 
 /* ------------------------------------------- state value encoding (codec) */
 

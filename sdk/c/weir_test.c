@@ -1,8 +1,9 @@
 /*
  * weir_test.c: a native stand-in for the Weir host, for unit tests (see
  * weir_test.h). Implements the WIT imports that bindings/operator.h
- * declares, in memory, and drives weir.c's exports (`operator`, and
- * `migration`'s migrate-state).
+ * declares, in memory, and drives weir.c's exports (`operator`,
+ * `migration`'s migrate-state, `two-input`, `processing-time` and
+ * `window-function`).
  *
  * State is a flat array of cells, searched linearly: tests hold a handful
  * of keys. A value is one cell; a list is one cell per element in insertion
@@ -362,6 +363,61 @@ weir_operator_timers_timestamp_t weir_operator_timers_current_watermark(void) { 
 
 size_t weir_test_timer_count(void) { return num_timers; }
 
+/* Processing-time timers: the same, against the harness's own clock. */
+static timer_t_ *ptimers;
+static size_t num_ptimers, cap_ptimers;
+static int64_t processing_time;
+
+static size_t ptimer_find(const operator_list_u8_t *key, int64_t time) {
+    for (size_t i = 0; i < num_ptimers; i++) {
+        if (ptimers[i].time == time && same(&ptimers[i].key, key->ptr, key->len)) {
+            return i;
+        }
+    }
+    return num_ptimers;
+}
+
+static void ptimer_remove(size_t i) {
+    free(ptimers[i].key.ptr);
+    memmove(&ptimers[i], &ptimers[i + 1], (num_ptimers - i - 1) * sizeof(timer_t_));
+    num_ptimers--;
+}
+
+bool weir_operator_timers_register_processing_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time,
+                                                    weir_operator_timers_state_error_t *err) {
+    (void)err;
+    if (ptimer_find(key, time) < num_ptimers) {
+        return true;
+    }
+    if (num_ptimers == cap_ptimers) {
+        cap_ptimers = cap_ptimers == 0 ? 64 : cap_ptimers * 2;
+        ptimers = realloc(ptimers, cap_ptimers * sizeof(timer_t_));
+        if (ptimers == NULL) {
+            abort();
+        }
+    }
+    ptimers[num_ptimers].key = copy_bytes(key->ptr, key->len);
+    ptimers[num_ptimers].time = time;
+    num_ptimers++;
+    return true;
+}
+
+bool weir_operator_timers_delete_processing_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time,
+                                                  weir_operator_timers_state_error_t *err) {
+    (void)err;
+    size_t i = ptimer_find(key, time);
+    if (i < num_ptimers) {
+        ptimer_remove(i);
+    }
+    return true;
+}
+
+weir_operator_timers_timestamp_t weir_operator_timers_current_processing_time(void) { return processing_time; }
+
+int64_t weir_test_processing_time(void) { return processing_time; }
+
+size_t weir_test_processing_timer_count(void) { return num_ptimers; }
+
 /* ---------------------------------------------------------- log, metrics */
 
 void weir_operator_log_log(weir_operator_log_level_t level, operator_string_t *message) {
@@ -463,7 +519,11 @@ bool weir_test_open(const char *const *config) {
     while (num_timers > 0) {
         timer_remove(num_timers - 1);
     }
+    while (num_ptimers > 0) {
+        ptimer_remove(num_ptimers - 1);
+    }
     watermark = INT64_MIN;
+    processing_time = 0;
 
     /* describe, as the host calls it first; its result is freed as post-return would. */
     weir_operator_types_operator_info_t info;
@@ -513,8 +573,8 @@ weir_record_t weir_test_record(const char *key, const char *value, int64_t times
     return r;
 }
 
-bool weir_test_process(const weir_record_t *records, size_t len, weir_test_output_t *out) {
-    /* Pack the records into one columnar batch the callee owns. */
+/* Packs `records` into one columnar batch the callee owns, as the host passes it. */
+static weir_operator_types_batch_t pack(const weir_record_t *records, size_t len) {
     size_t data_len = 0;
     for (size_t i = 0; i < len; i++) {
         data_len += (records[i].has_key ? records[i].key.len : 0) + records[i].value.len;
@@ -541,6 +601,11 @@ bool weir_test_process(const weir_record_t *records, size_t len, weir_test_outpu
         }
         offset += r->value.len;
     }
+    return batch;
+}
+
+bool weir_test_process(const weir_record_t *records, size_t len, weir_test_output_t *out) {
+    weir_operator_types_batch_t batch = pack(records, len);
     weir_operator_types_emitted_t emitted;
     operator_string_t err;
     if (!exports_weir_operator_operator_process(&batch, &emitted, &err)) {
@@ -548,6 +613,47 @@ bool weir_test_process(const weir_record_t *records, size_t len, weir_test_outpu
     }
     take_emitted(&emitted, out);
     return true;
+}
+
+bool weir_test_process_input(uint32_t input, const weir_record_t *records, size_t len, weir_test_output_t *out) {
+    weir_operator_types_batch_t batch = pack(records, len);
+    weir_operator_types_emitted_t emitted;
+    operator_string_t err;
+    if (!exports_weir_operator_two_input_process_input(input, &batch, &emitted, &err)) {
+        return failed(&err);
+    }
+    take_emitted(&emitted, out);
+    return true;
+}
+
+bool weir_test_advance_processing_time(int64_t ms, weir_test_output_t *out) {
+    processing_time += ms;
+    for (;;) {
+        /* The earliest due timer (registration order among equal times). */
+        size_t next = num_ptimers;
+        for (size_t i = 0; i < num_ptimers; i++) {
+            if (ptimers[i].time <= processing_time &&
+                (next == num_ptimers || ptimers[i].time < ptimers[next].time)) {
+                next = i;
+            }
+        }
+        if (next == num_ptimers) {
+            return true;
+        }
+        operator_list_u8_t key = ptimers[next].key; /* handed over: the callee frees it */
+        int64_t time = ptimers[next].time;
+        memmove(&ptimers[next], &ptimers[next + 1], (num_ptimers - next - 1) * sizeof(timer_t_));
+        num_ptimers--;
+        if (key.len == 0) {
+            key.ptr = NULL;
+        }
+        weir_operator_types_emitted_t emitted;
+        operator_string_t err;
+        if (!exports_weir_operator_processing_time_on_processing_timer(&key, time, &emitted, &err)) {
+            return failed(&err);
+        }
+        take_emitted(&emitted, out);
+    }
 }
 
 bool weir_test_watermark(int64_t to, weir_test_output_t *out) {
@@ -654,6 +760,189 @@ bool weir_test_migrate_stored_state(const char *from_version) {
     }
     free(migrated);
     return ok;
+}
+
+/* ------------------------------------------------------ window functions */
+
+weir_window_kind_t weir_test_window_kind(void) {
+    return (weir_window_kind_t)exports_weir_operator_window_function_kind();
+}
+
+/* What a window call returned, as the caller's weir_buf_list_t (same layout;
+ * weir_buf_list_free frees what post-return would). */
+static void take_values(operator_list_list_u8_t *ret, weir_buf_list_t *out) {
+    _Static_assert(sizeof(operator_list_u8_t) == sizeof(weir_buf_t), "weir_buf_t layout");
+    out->items = (weir_buf_t *)ret->ptr;
+    out->len = ret->len;
+}
+
+bool weir_test_window_add(const weir_test_accumulator_t *accumulators, size_t n, const uint32_t *targets,
+                          const weir_record_t *records, size_t len, weir_buf_list_t *out) {
+    operator_list_option_list_u8_t accs = {n != 0 ? xmalloc(n * sizeof(operator_option_list_u8_t)) : NULL, n};
+    for (size_t i = 0; i < n; i++) {
+        accs.ptr[i].is_some = accumulators[i].is_some;
+        if (accumulators[i].is_some) {
+            accs.ptr[i].val = copy_bytes(accumulators[i].bytes.ptr, accumulators[i].bytes.len);
+        }
+    }
+    operator_list_u32_t t = {len != 0 ? xmalloc(len * sizeof(uint32_t)) : NULL, len};
+    if (len != 0) {
+        memcpy(t.ptr, targets, len * sizeof(uint32_t));
+    }
+    weir_operator_types_batch_t batch = pack(records, len);
+    operator_list_list_u8_t ret;
+    operator_string_t err;
+    if (!exports_weir_operator_window_function_add(&accs, &t, &batch, &ret, &err)) {
+        return failed(&err);
+    }
+    take_values(&ret, out);
+    return true;
+}
+
+bool weir_test_window_merge(const weir_bytes_t *a, const weir_bytes_t *b, size_t n, weir_buf_list_t *out) {
+    operator_list_tuple2_list_u8_list_u8_t pairs = {n != 0 ? xmalloc(n * sizeof(*pairs.ptr)) : NULL, n};
+    for (size_t i = 0; i < n; i++) {
+        pairs.ptr[i].f0 = copy_bytes(a[i].ptr, a[i].len);
+        pairs.ptr[i].f1 = copy_bytes(b[i].ptr, b[i].len);
+    }
+    operator_list_list_u8_t ret;
+    operator_string_t err;
+    if (!exports_weir_operator_window_function_merge(&pairs, &ret, &err)) {
+        return failed(&err);
+    }
+    take_values(&ret, out);
+    return true;
+}
+
+bool weir_test_window_get_result(const weir_test_accumulated_t *windows, size_t n, weir_buf_list_t *out) {
+    exports_weir_operator_window_function_list_accumulated_t list = {
+        n != 0 ? xmalloc(n * sizeof(*list.ptr)) : NULL, n};
+    for (size_t i = 0; i < n; i++) {
+        list.ptr[i].key = copy_bytes(windows[i].key.ptr, windows[i].key.len);
+        list.ptr[i].window.start = windows[i].window.start;
+        list.ptr[i].window.end = windows[i].window.end;
+        list.ptr[i].accumulator = copy_bytes(windows[i].accumulator.ptr, windows[i].accumulator.len);
+    }
+    operator_list_list_u8_t ret;
+    operator_string_t err;
+    if (!exports_weir_operator_window_function_get_result(&list, &ret, &err)) {
+        return failed(&err);
+    }
+    take_values(&ret, out);
+    return true;
+}
+
+/* A failure of the harness's own checks (what the host checks of a result). */
+static bool harness_failed(const char *message) {
+    operator_string_t err = {NULL, strlen(message)};
+    err.ptr = xmalloc(err.len);
+    memcpy(err.ptr, message, err.len);
+    return failed(&err);
+}
+
+/* The one value of a call that returns one per input, moved to `*value`;
+ * false if there is not exactly one (as the host, which fails the task). */
+static bool only_value(weir_buf_list_t *values, weir_buf_t *value) {
+    if (values->len != 1) {
+        weir_buf_list_free(values);
+        return harness_failed("the window call returned a number of values other than its number of windows");
+    }
+    *value = values->items[0];
+    free(values->items);
+    values->items = NULL;
+    values->len = 0;
+    return true;
+}
+
+static bool get_result(weir_bytes_t key, weir_window_t window, weir_buf_t *acc, weir_buf_t *result) {
+    weir_test_accumulated_t w = {key, window, weir_buf_bytes(acc)};
+    weir_buf_list_t values;
+    bool ok = weir_test_window_get_result(&w, 1, &values);
+    weir_buf_free(acc);
+    return ok && only_value(&values, result);
+}
+
+bool weir_test_aggregate(weir_bytes_t key, weir_window_t window, const weir_record_t *records, size_t len,
+                         size_t chunk, weir_buf_t *result) {
+    if (chunk == 0 || chunk > len) {
+        chunk = len;
+    }
+    weir_buf_t acc = {NULL, 0};
+    bool have = false;
+    size_t done = 0;
+    do {
+        size_t k = len - done < chunk ? len - done : chunk;
+        uint32_t *targets = xmalloc(k * sizeof(uint32_t));
+        for (size_t i = 0; i < k; i++) {
+            targets[i] = 0;
+        }
+        weir_test_accumulator_t in = {have, weir_buf_bytes(&acc)};
+        weir_buf_list_t values;
+        bool ok = weir_test_window_add(&in, 1, targets, records + done, k, &values);
+        free(targets);
+        weir_buf_free(&acc);
+        if (!ok) {
+            return false;
+        }
+        if (!only_value(&values, &acc)) {
+            return false;
+        }
+        have = true;
+        done += k;
+    } while (done < len);
+    return get_result(key, window, &acc, result);
+}
+
+bool weir_test_merged_aggregate(weir_bytes_t key, weir_window_t window, const weir_record_t *a, size_t a_len,
+                                const weir_record_t *b, size_t b_len, weir_buf_t *result) {
+    size_t len = a_len + b_len;
+    weir_record_t *records = xmalloc(len * sizeof(weir_record_t));
+    uint32_t *targets = xmalloc(len * sizeof(uint32_t));
+    for (size_t i = 0; i < len; i++) {
+        records[i] = i < a_len ? a[i] : b[i - a_len];
+        targets[i] = i < a_len ? 0 : 1;
+    }
+    weir_test_accumulator_t fresh[2] = {{false, {NULL, 0}}, {false, {NULL, 0}}};
+    weir_buf_list_t halves;
+    bool ok = weir_test_window_add(fresh, 2, targets, records, len, &halves);
+    free(records);
+    free(targets);
+    if (!ok) {
+        return false;
+    }
+    if (halves.len != 2) {
+        weir_buf_list_free(&halves);
+        return harness_failed("the window call returned a number of values other than its number of windows");
+    }
+    weir_bytes_t first = weir_buf_bytes(&halves.items[0]);
+    weir_bytes_t second = weir_buf_bytes(&halves.items[1]);
+    weir_buf_list_t merged;
+    ok = weir_test_window_merge(&first, &second, 1, &merged);
+    weir_buf_list_free(&halves);
+    weir_buf_t acc;
+    if (!ok || !only_value(&merged, &acc)) {
+        return false;
+    }
+    return get_result(key, window, &acc, result);
+}
+
+bool weir_test_process_window(weir_bytes_t key, weir_window_t window, const weir_record_t *records, size_t len,
+                              weir_test_output_t *out) {
+    operator_list_u8_t k = copy_bytes(key.ptr, key.len);
+    exports_weir_operator_window_function_window_t w = {window.start, window.end};
+    weir_operator_types_batch_t batch = pack(records, len);
+    weir_operator_types_emitted_t emitted;
+    operator_string_t err;
+    if (!exports_weir_operator_window_function_process_window(&k, &w, &batch, &emitted, &err)) {
+        return failed(&err);
+    }
+    size_t from = out->len;
+    take_emitted(&emitted, out);
+    /* The host gives every record the window's last millisecond. */
+    for (size_t i = from; i < out->len; i++) {
+        out->records[i].timestamp = window.end != INT64_MIN ? window.end - 1 : window.end;
+    }
+    return true;
 }
 
 void weir_test_output_free(weir_test_output_t *out) {

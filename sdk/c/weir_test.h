@@ -2,10 +2,12 @@
  * weir_test.h: unit-test a C operator natively, without Wasm.
  *
  * weir_test.c stands in for the host: it implements the imported WIT
- * functions (keyed state in memory, event-time timers, log to stderr,
- * metrics dropped) and drives the operator through weir.c's exports, the
- * same path the component takes (also `migrate-state`, the export
- * `weir upgrade` calls). Build the test with the host compiler,
+ * functions (keyed state in memory, event-time and processing-time timers
+ * with a clock of its own, log to stderr, metrics dropped) and drives the
+ * operator through weir.c's exports, the same path the component takes
+ * (also `migrate-state`, the export `weir upgrade` calls; `process-input`
+ * of two-input operators; `on-processing-timer`; the `window-function`
+ * calls of the host's window operator). Build the test with the host compiler,
  * without bindings/operator.c (which is Wasm-only glue):
  *
  *   cc -std=c11 -I sdk/c -I sdk/c/bindings -I PROJECT/src -o test \
@@ -97,6 +99,76 @@ bool weir_test_migrate_stored_state(const char *from_version);
 
 /* How many timers are registered and not yet fired. */
 size_t weir_test_timer_count(void);
+
+/* ------------------------------------------------------------ two inputs */
+
+/* Processes `records` as one batch on input `input` (0: left, 1: right)
+ * through `two-input.process-input`; appends what it emitted to `out`. */
+bool weir_test_process_input(uint32_t input, const weir_record_t *records, size_t len, weir_test_output_t *out);
+
+/* ------------------------------------------------ processing-time timers */
+
+/* Moves the harness's processing-time clock (0 after weir_test_open)
+ * forward by `ms` and fires the processing-time timers now due, in time
+ * order (registration order among equal times), through
+ * `on-processing-timer`; appends what they emitted to `out`. */
+bool weir_test_advance_processing_time(int64_t ms, weir_test_output_t *out);
+
+/* The harness's processing-time clock (weir_current_processing_time()). */
+int64_t weir_test_processing_time(void);
+
+/* How many processing-time timers are registered and not yet fired. */
+size_t weir_test_processing_timer_count(void);
+
+/* ------------------------------------------------------ window functions */
+
+/* Window functions run through the `window-function` exports, as the
+ * host's window operator calls them (after weir_test_open: the host opens a
+ * window function too). Results are the caller's: weir_buf_free /
+ * weir_buf_list_free. On failure, the message is in weir_test_error(). */
+
+/* What `kind` answers. */
+weir_window_kind_t weir_test_window_kind(void);
+
+/* An accumulator as the host passes it to `add`: none (a new window) or bytes. */
+typedef struct {
+    bool is_some;
+    weir_bytes_t bytes;
+} weir_test_accumulator_t;
+
+/* A fired window as the host passes it to `get-result`. */
+typedef struct {
+    weir_bytes_t key;
+    weir_window_t window;
+    weir_bytes_t accumulator;
+} weir_test_accumulated_t;
+
+/* The wire-level calls: `add` (record i into accumulators[targets[i]]),
+ * `merge` (a[i] with b[i]) and `get-result`; `*out` gets what the export
+ * returned, one value per accumulator, pair or window. */
+bool weir_test_window_add(const weir_test_accumulator_t *accumulators, size_t n, const uint32_t *targets,
+                          const weir_record_t *records, size_t len, weir_buf_list_t *out);
+bool weir_test_window_merge(const weir_bytes_t *a, const weir_bytes_t *b, size_t n, weir_buf_list_t *out);
+bool weir_test_window_get_result(const weir_test_accumulated_t *windows, size_t n, weir_buf_list_t *out);
+
+/* An aggregate's result for one window of `key` with `records`: `add`
+ * with `chunk` records per call (0: all at once), the accumulator
+ * round-tripped as bytes between calls (the first call creates it), then
+ * `get-result`. */
+bool weir_test_aggregate(weir_bytes_t key, weir_window_t window, const weir_record_t *records, size_t len,
+                         size_t chunk, weir_buf_t *result);
+
+/* The same over two halves merged, as a session window that a record
+ * joined: one `add` with two new accumulators (`a` into the first, `b`
+ * into the second), `merge` of the two, then `get-result`. */
+bool weir_test_merged_aggregate(weir_bytes_t key, weir_window_t window, const weir_record_t *a, size_t a_len,
+                                const weir_record_t *b, size_t b_len, weir_buf_t *result);
+
+/* What a process-window function emits for the window `window` of `key`
+ * with `records` (`process-window`), appended to `out` with every
+ * timestamp set to end - 1, as the host does. */
+bool weir_test_process_window(weir_bytes_t key, weir_window_t window, const weir_record_t *records, size_t len,
+                              weir_test_output_t *out);
 
 /* True if the record's value is exactly the C string `s`. */
 bool weir_test_value_is(const weir_test_record_t *record, const char *s);

@@ -3,71 +3,480 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Imported Functions from `weir:operator/state@0.1.2`
+// Imported Functions from `weir:operator/state@0.1.3`
 
-__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("value-get")))
+__attribute__((__import_module__("weir:operator/state@0.1.3"), __import_name__("value-get")))
 extern void __wasm_import_weir_operator_state_value_get(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("value-set")))
+__attribute__((__import_module__("weir:operator/state@0.1.3"), __import_name__("value-set")))
 extern void __wasm_import_weir_operator_state_value_set(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("list-get")))
+__attribute__((__import_module__("weir:operator/state@0.1.3"), __import_name__("list-get")))
 extern void __wasm_import_weir_operator_state_list_get(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("list-add")))
+__attribute__((__import_module__("weir:operator/state@0.1.3"), __import_name__("list-add")))
 extern void __wasm_import_weir_operator_state_list_add(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("map-get")))
+__attribute__((__import_module__("weir:operator/state@0.1.3"), __import_name__("map-get")))
 extern void __wasm_import_weir_operator_state_map_get(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("map-put")))
+__attribute__((__import_module__("weir:operator/state@0.1.3"), __import_name__("map-put")))
 extern void __wasm_import_weir_operator_state_map_put(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("map-remove")))
+__attribute__((__import_module__("weir:operator/state@0.1.3"), __import_name__("map-remove")))
 extern void __wasm_import_weir_operator_state_map_remove(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("map-entries")))
+__attribute__((__import_module__("weir:operator/state@0.1.3"), __import_name__("map-entries")))
 extern void __wasm_import_weir_operator_state_map_entries(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/state@0.1.2"), __import_name__("clear")))
+__attribute__((__import_module__("weir:operator/state@0.1.3"), __import_name__("clear")))
 extern void __wasm_import_weir_operator_state_clear(int32_t, uint8_t *, size_t, uint8_t *);
 
-// Imported Functions from `weir:operator/timers@0.1.2`
+__attribute__((__import_module__("weir:operator/state@0.1.3"), __import_name__("value-get-many")))
+extern void __wasm_import_weir_operator_state_value_get_many(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("register-event-timer")))
+__attribute__((__import_module__("weir:operator/state@0.1.3"), __import_name__("value-set-many")))
+extern void __wasm_import_weir_operator_state_value_set_many(int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
+
+// Imported Functions from `weir:operator/timers@0.1.3`
+
+__attribute__((__import_module__("weir:operator/timers@0.1.3"), __import_name__("register-event-timer")))
 extern void __wasm_import_weir_operator_timers_register_event_timer(uint8_t *, size_t, int64_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("delete-event-timer")))
+__attribute__((__import_module__("weir:operator/timers@0.1.3"), __import_name__("delete-event-timer")))
 extern void __wasm_import_weir_operator_timers_delete_event_timer(uint8_t *, size_t, int64_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("current-watermark")))
+__attribute__((__import_module__("weir:operator/timers@0.1.3"), __import_name__("current-watermark")))
 extern int64_t __wasm_import_weir_operator_timers_current_watermark(void);
 
-__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("register-processing-timer")))
+__attribute__((__import_module__("weir:operator/timers@0.1.3"), __import_name__("register-processing-timer")))
 extern void __wasm_import_weir_operator_timers_register_processing_timer(uint8_t *, size_t, int64_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("delete-processing-timer")))
+__attribute__((__import_module__("weir:operator/timers@0.1.3"), __import_name__("delete-processing-timer")))
 extern void __wasm_import_weir_operator_timers_delete_processing_timer(uint8_t *, size_t, int64_t, uint8_t *);
 
-__attribute__((__import_module__("weir:operator/timers@0.1.2"), __import_name__("current-processing-time")))
+__attribute__((__import_module__("weir:operator/timers@0.1.3"), __import_name__("current-processing-time")))
 extern int64_t __wasm_import_weir_operator_timers_current_processing_time(void);
 
-// Imported Functions from `weir:operator/log@0.1.2`
+// Imported Functions from `weir:operator/log@0.1.3`
 
-__attribute__((__import_module__("weir:operator/log@0.1.2"), __import_name__("log")))
+__attribute__((__import_module__("weir:operator/log@0.1.3"), __import_name__("log")))
 extern void __wasm_import_weir_operator_log_log(int32_t, uint8_t *, size_t);
 
-// Imported Functions from `weir:operator/metrics@0.1.2`
+// Imported Functions from `weir:operator/metrics@0.1.3`
 
-__attribute__((__import_module__("weir:operator/metrics@0.1.2"), __import_name__("counter-add")))
+__attribute__((__import_module__("weir:operator/metrics@0.1.3"), __import_name__("counter-add")))
 extern void __wasm_import_weir_operator_metrics_counter_add(uint8_t *, size_t, int64_t);
 
-__attribute__((__import_module__("weir:operator/metrics@0.1.2"), __import_name__("gauge-set")))
+__attribute__((__import_module__("weir:operator/metrics@0.1.3"), __import_name__("gauge-set")))
 extern void __wasm_import_weir_operator_metrics_gauge_set(uint8_t *, size_t, double);
 
-// Exported Functions from `weir:operator/migration@0.1.2`
+// Exported Functions from `weir:operator/window-function@0.1.3`
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/migration@0.1.2#migrate-state")))
+
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/window-function@0.1.3#add")))
+void __wasm_export_exports_weir_operator_window_function_add_post_return(uint8_t * arg0) {
+  switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
+    case 0: {
+      size_t len0 = *((size_t*) (arg0 + (2*sizeof(void*))));
+      if (len0 > 0) {
+        uint8_t *ptr1 = *((uint8_t **) (arg0 + sizeof(void*)));
+        for (size_t i2 = 0; i2 < len0; i2++) {
+          uint8_t *base = ptr1 + i2 * (2*sizeof(void*));
+          (void) base;
+          size_t len = *((size_t*) (base + sizeof(void*)));
+          if (len > 0) {
+            uint8_t *ptr = *((uint8_t **) (base + 0));
+            for (size_t i = 0; i < len; i++) {
+              uint8_t *base = ptr + i * 1;
+              (void) base;
+            }
+            free(ptr);
+          }
+        }
+        free(ptr1);
+      }
+      break;
+    }
+    case 1: {
+      if ((*((size_t*) (arg0 + (2*sizeof(void*))))) > 0) {
+        free(*((uint8_t **) (arg0 + sizeof(void*))));
+      }
+      break;
+    }
+  }
+}
+
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/window-function@0.1.3#merge")))
+void __wasm_export_exports_weir_operator_window_function_merge_post_return(uint8_t * arg0) {
+  switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
+    case 0: {
+      size_t len0 = *((size_t*) (arg0 + (2*sizeof(void*))));
+      if (len0 > 0) {
+        uint8_t *ptr1 = *((uint8_t **) (arg0 + sizeof(void*)));
+        for (size_t i2 = 0; i2 < len0; i2++) {
+          uint8_t *base = ptr1 + i2 * (2*sizeof(void*));
+          (void) base;
+          size_t len = *((size_t*) (base + sizeof(void*)));
+          if (len > 0) {
+            uint8_t *ptr = *((uint8_t **) (base + 0));
+            for (size_t i = 0; i < len; i++) {
+              uint8_t *base = ptr + i * 1;
+              (void) base;
+            }
+            free(ptr);
+          }
+        }
+        free(ptr1);
+      }
+      break;
+    }
+    case 1: {
+      if ((*((size_t*) (arg0 + (2*sizeof(void*))))) > 0) {
+        free(*((uint8_t **) (arg0 + sizeof(void*))));
+      }
+      break;
+    }
+  }
+}
+
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/window-function@0.1.3#get-result")))
+void __wasm_export_exports_weir_operator_window_function_get_result_post_return(uint8_t * arg0) {
+  switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
+    case 0: {
+      size_t len0 = *((size_t*) (arg0 + (2*sizeof(void*))));
+      if (len0 > 0) {
+        uint8_t *ptr1 = *((uint8_t **) (arg0 + sizeof(void*)));
+        for (size_t i2 = 0; i2 < len0; i2++) {
+          uint8_t *base = ptr1 + i2 * (2*sizeof(void*));
+          (void) base;
+          size_t len = *((size_t*) (base + sizeof(void*)));
+          if (len > 0) {
+            uint8_t *ptr = *((uint8_t **) (base + 0));
+            for (size_t i = 0; i < len; i++) {
+              uint8_t *base = ptr + i * 1;
+              (void) base;
+            }
+            free(ptr);
+          }
+        }
+        free(ptr1);
+      }
+      break;
+    }
+    case 1: {
+      if ((*((size_t*) (arg0 + (2*sizeof(void*))))) > 0) {
+        free(*((uint8_t **) (arg0 + sizeof(void*))));
+      }
+      break;
+    }
+  }
+}
+
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/window-function@0.1.3#process-window")))
+void __wasm_export_exports_weir_operator_window_function_process_window_post_return(uint8_t * arg0) {
+  switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
+    case 0: {
+      size_t len = *((size_t*) (arg0 + (2*sizeof(void*))));
+      if (len > 0) {
+        uint8_t *ptr = *((uint8_t **) (arg0 + sizeof(void*)));
+        for (size_t i = 0; i < len; i++) {
+          uint8_t *base = ptr + i * 8;
+          (void) base;
+        }
+        free(ptr);
+      }
+      size_t len0 = *((size_t*) (arg0 + (4*sizeof(void*))));
+      if (len0 > 0) {
+        uint8_t *ptr1 = *((uint8_t **) (arg0 + (3*sizeof(void*))));
+        for (size_t i2 = 0; i2 < len0; i2++) {
+          uint8_t *base = ptr1 + i2 * 4;
+          (void) base;
+        }
+        free(ptr1);
+      }
+      size_t len3 = *((size_t*) (arg0 + (6*sizeof(void*))));
+      if (len3 > 0) {
+        uint8_t *ptr4 = *((uint8_t **) (arg0 + (5*sizeof(void*))));
+        for (size_t i5 = 0; i5 < len3; i5++) {
+          uint8_t *base = ptr4 + i5 * 4;
+          (void) base;
+        }
+        free(ptr4);
+      }
+      size_t len6 = *((size_t*) (arg0 + (8*sizeof(void*))));
+      if (len6 > 0) {
+        uint8_t *ptr7 = *((uint8_t **) (arg0 + (7*sizeof(void*))));
+        for (size_t i8 = 0; i8 < len6; i8++) {
+          uint8_t *base = ptr7 + i8 * 1;
+          (void) base;
+        }
+        free(ptr7);
+      }
+      size_t len21 = *((size_t*) (arg0 + (10*sizeof(void*))));
+      if (len21 > 0) {
+        uint8_t *ptr22 = *((uint8_t **) (arg0 + (9*sizeof(void*))));
+        for (size_t i23 = 0; i23 < len21; i23++) {
+          uint8_t *base = ptr22 + i23 * (10*sizeof(void*));
+          (void) base;
+          if ((*((size_t*) (base + sizeof(void*)))) > 0) {
+            free(*((uint8_t **) (base + 0)));
+          }
+          size_t len9 = *((size_t*) (base + (3*sizeof(void*))));
+          if (len9 > 0) {
+            uint8_t *ptr10 = *((uint8_t **) (base + (2*sizeof(void*))));
+            for (size_t i11 = 0; i11 < len9; i11++) {
+              uint8_t *base = ptr10 + i11 * 8;
+              (void) base;
+            }
+            free(ptr10);
+          }
+          size_t len12 = *((size_t*) (base + (5*sizeof(void*))));
+          if (len12 > 0) {
+            uint8_t *ptr13 = *((uint8_t **) (base + (4*sizeof(void*))));
+            for (size_t i14 = 0; i14 < len12; i14++) {
+              uint8_t *base = ptr13 + i14 * 4;
+              (void) base;
+            }
+            free(ptr13);
+          }
+          size_t len15 = *((size_t*) (base + (7*sizeof(void*))));
+          if (len15 > 0) {
+            uint8_t *ptr16 = *((uint8_t **) (base + (6*sizeof(void*))));
+            for (size_t i17 = 0; i17 < len15; i17++) {
+              uint8_t *base = ptr16 + i17 * 4;
+              (void) base;
+            }
+            free(ptr16);
+          }
+          size_t len18 = *((size_t*) (base + (9*sizeof(void*))));
+          if (len18 > 0) {
+            uint8_t *ptr19 = *((uint8_t **) (base + (8*sizeof(void*))));
+            for (size_t i20 = 0; i20 < len18; i20++) {
+              uint8_t *base = ptr19 + i20 * 1;
+              (void) base;
+            }
+            free(ptr19);
+          }
+        }
+        free(ptr22);
+      }
+      break;
+    }
+    case 1: {
+      if ((*((size_t*) (arg0 + (2*sizeof(void*))))) > 0) {
+        free(*((uint8_t **) (arg0 + sizeof(void*))));
+      }
+      break;
+    }
+  }
+}
+
+// Exported Functions from `weir:operator/processing-time@0.1.3`
+
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/processing-time@0.1.3#on-processing-timer")))
+void __wasm_export_exports_weir_operator_processing_time_on_processing_timer_post_return(uint8_t * arg0) {
+  switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
+    case 0: {
+      size_t len = *((size_t*) (arg0 + (2*sizeof(void*))));
+      if (len > 0) {
+        uint8_t *ptr = *((uint8_t **) (arg0 + sizeof(void*)));
+        for (size_t i = 0; i < len; i++) {
+          uint8_t *base = ptr + i * 8;
+          (void) base;
+        }
+        free(ptr);
+      }
+      size_t len0 = *((size_t*) (arg0 + (4*sizeof(void*))));
+      if (len0 > 0) {
+        uint8_t *ptr1 = *((uint8_t **) (arg0 + (3*sizeof(void*))));
+        for (size_t i2 = 0; i2 < len0; i2++) {
+          uint8_t *base = ptr1 + i2 * 4;
+          (void) base;
+        }
+        free(ptr1);
+      }
+      size_t len3 = *((size_t*) (arg0 + (6*sizeof(void*))));
+      if (len3 > 0) {
+        uint8_t *ptr4 = *((uint8_t **) (arg0 + (5*sizeof(void*))));
+        for (size_t i5 = 0; i5 < len3; i5++) {
+          uint8_t *base = ptr4 + i5 * 4;
+          (void) base;
+        }
+        free(ptr4);
+      }
+      size_t len6 = *((size_t*) (arg0 + (8*sizeof(void*))));
+      if (len6 > 0) {
+        uint8_t *ptr7 = *((uint8_t **) (arg0 + (7*sizeof(void*))));
+        for (size_t i8 = 0; i8 < len6; i8++) {
+          uint8_t *base = ptr7 + i8 * 1;
+          (void) base;
+        }
+        free(ptr7);
+      }
+      size_t len21 = *((size_t*) (arg0 + (10*sizeof(void*))));
+      if (len21 > 0) {
+        uint8_t *ptr22 = *((uint8_t **) (arg0 + (9*sizeof(void*))));
+        for (size_t i23 = 0; i23 < len21; i23++) {
+          uint8_t *base = ptr22 + i23 * (10*sizeof(void*));
+          (void) base;
+          if ((*((size_t*) (base + sizeof(void*)))) > 0) {
+            free(*((uint8_t **) (base + 0)));
+          }
+          size_t len9 = *((size_t*) (base + (3*sizeof(void*))));
+          if (len9 > 0) {
+            uint8_t *ptr10 = *((uint8_t **) (base + (2*sizeof(void*))));
+            for (size_t i11 = 0; i11 < len9; i11++) {
+              uint8_t *base = ptr10 + i11 * 8;
+              (void) base;
+            }
+            free(ptr10);
+          }
+          size_t len12 = *((size_t*) (base + (5*sizeof(void*))));
+          if (len12 > 0) {
+            uint8_t *ptr13 = *((uint8_t **) (base + (4*sizeof(void*))));
+            for (size_t i14 = 0; i14 < len12; i14++) {
+              uint8_t *base = ptr13 + i14 * 4;
+              (void) base;
+            }
+            free(ptr13);
+          }
+          size_t len15 = *((size_t*) (base + (7*sizeof(void*))));
+          if (len15 > 0) {
+            uint8_t *ptr16 = *((uint8_t **) (base + (6*sizeof(void*))));
+            for (size_t i17 = 0; i17 < len15; i17++) {
+              uint8_t *base = ptr16 + i17 * 4;
+              (void) base;
+            }
+            free(ptr16);
+          }
+          size_t len18 = *((size_t*) (base + (9*sizeof(void*))));
+          if (len18 > 0) {
+            uint8_t *ptr19 = *((uint8_t **) (base + (8*sizeof(void*))));
+            for (size_t i20 = 0; i20 < len18; i20++) {
+              uint8_t *base = ptr19 + i20 * 1;
+              (void) base;
+            }
+            free(ptr19);
+          }
+        }
+        free(ptr22);
+      }
+      break;
+    }
+    case 1: {
+      if ((*((size_t*) (arg0 + (2*sizeof(void*))))) > 0) {
+        free(*((uint8_t **) (arg0 + sizeof(void*))));
+      }
+      break;
+    }
+  }
+}
+
+// Exported Functions from `weir:operator/two-input@0.1.3`
+
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/two-input@0.1.3#process-input")))
+void __wasm_export_exports_weir_operator_two_input_process_input_post_return(uint8_t * arg0) {
+  switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
+    case 0: {
+      size_t len = *((size_t*) (arg0 + (2*sizeof(void*))));
+      if (len > 0) {
+        uint8_t *ptr = *((uint8_t **) (arg0 + sizeof(void*)));
+        for (size_t i = 0; i < len; i++) {
+          uint8_t *base = ptr + i * 8;
+          (void) base;
+        }
+        free(ptr);
+      }
+      size_t len0 = *((size_t*) (arg0 + (4*sizeof(void*))));
+      if (len0 > 0) {
+        uint8_t *ptr1 = *((uint8_t **) (arg0 + (3*sizeof(void*))));
+        for (size_t i2 = 0; i2 < len0; i2++) {
+          uint8_t *base = ptr1 + i2 * 4;
+          (void) base;
+        }
+        free(ptr1);
+      }
+      size_t len3 = *((size_t*) (arg0 + (6*sizeof(void*))));
+      if (len3 > 0) {
+        uint8_t *ptr4 = *((uint8_t **) (arg0 + (5*sizeof(void*))));
+        for (size_t i5 = 0; i5 < len3; i5++) {
+          uint8_t *base = ptr4 + i5 * 4;
+          (void) base;
+        }
+        free(ptr4);
+      }
+      size_t len6 = *((size_t*) (arg0 + (8*sizeof(void*))));
+      if (len6 > 0) {
+        uint8_t *ptr7 = *((uint8_t **) (arg0 + (7*sizeof(void*))));
+        for (size_t i8 = 0; i8 < len6; i8++) {
+          uint8_t *base = ptr7 + i8 * 1;
+          (void) base;
+        }
+        free(ptr7);
+      }
+      size_t len21 = *((size_t*) (arg0 + (10*sizeof(void*))));
+      if (len21 > 0) {
+        uint8_t *ptr22 = *((uint8_t **) (arg0 + (9*sizeof(void*))));
+        for (size_t i23 = 0; i23 < len21; i23++) {
+          uint8_t *base = ptr22 + i23 * (10*sizeof(void*));
+          (void) base;
+          if ((*((size_t*) (base + sizeof(void*)))) > 0) {
+            free(*((uint8_t **) (base + 0)));
+          }
+          size_t len9 = *((size_t*) (base + (3*sizeof(void*))));
+          if (len9 > 0) {
+            uint8_t *ptr10 = *((uint8_t **) (base + (2*sizeof(void*))));
+            for (size_t i11 = 0; i11 < len9; i11++) {
+              uint8_t *base = ptr10 + i11 * 8;
+              (void) base;
+            }
+            free(ptr10);
+          }
+          size_t len12 = *((size_t*) (base + (5*sizeof(void*))));
+          if (len12 > 0) {
+            uint8_t *ptr13 = *((uint8_t **) (base + (4*sizeof(void*))));
+            for (size_t i14 = 0; i14 < len12; i14++) {
+              uint8_t *base = ptr13 + i14 * 4;
+              (void) base;
+            }
+            free(ptr13);
+          }
+          size_t len15 = *((size_t*) (base + (7*sizeof(void*))));
+          if (len15 > 0) {
+            uint8_t *ptr16 = *((uint8_t **) (base + (6*sizeof(void*))));
+            for (size_t i17 = 0; i17 < len15; i17++) {
+              uint8_t *base = ptr16 + i17 * 4;
+              (void) base;
+            }
+            free(ptr16);
+          }
+          size_t len18 = *((size_t*) (base + (9*sizeof(void*))));
+          if (len18 > 0) {
+            uint8_t *ptr19 = *((uint8_t **) (base + (8*sizeof(void*))));
+            for (size_t i20 = 0; i20 < len18; i20++) {
+              uint8_t *base = ptr19 + i20 * 1;
+              (void) base;
+            }
+            free(ptr19);
+          }
+        }
+        free(ptr22);
+      }
+      break;
+    }
+    case 1: {
+      if ((*((size_t*) (arg0 + (2*sizeof(void*))))) > 0) {
+        free(*((uint8_t **) (arg0 + sizeof(void*))));
+      }
+      break;
+    }
+  }
+}
+
+// Exported Functions from `weir:operator/migration@0.1.3`
+
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/migration@0.1.3#migrate-state")))
 void __wasm_export_exports_weir_operator_migration_migrate_state_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -91,9 +500,9 @@ void __wasm_export_exports_weir_operator_migration_migrate_state_post_return(uin
   }
 }
 
-// Exported Functions from `weir:operator/operator@0.1.2`
+// Exported Functions from `weir:operator/operator@0.1.3`
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#describe")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.3#describe")))
 void __wasm_export_exports_weir_operator_operator_describe_post_return(uint8_t * arg0) {
   if ((*((size_t*) (arg0 + sizeof(void*)))) > 0) {
     free(*((uint8_t **) (arg0 + 0)));
@@ -115,7 +524,7 @@ void __wasm_export_exports_weir_operator_operator_describe_post_return(uint8_t *
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#open")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.3#open")))
 void __wasm_export_exports_weir_operator_operator_open_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -130,7 +539,7 @@ void __wasm_export_exports_weir_operator_operator_open_post_return(uint8_t * arg
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#process")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.3#process")))
 void __wasm_export_exports_weir_operator_operator_process_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -229,7 +638,7 @@ void __wasm_export_exports_weir_operator_operator_process_post_return(uint8_t * 
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#on-timer")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.3#on-timer")))
 void __wasm_export_exports_weir_operator_operator_on_timer_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -328,7 +737,7 @@ void __wasm_export_exports_weir_operator_operator_on_timer_post_return(uint8_t *
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#on-watermark")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.3#on-watermark")))
 void __wasm_export_exports_weir_operator_operator_on_watermark_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -427,7 +836,7 @@ void __wasm_export_exports_weir_operator_operator_on_watermark_post_return(uint8
   }
 }
 
-__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.2#close")))
+__attribute__((__weak__, __export_name__("cabi_post_weir:operator/operator@0.1.3#close")))
 void __wasm_export_exports_weir_operator_operator_close_post_return(uint8_t * arg0) {
   switch ((int32_t) (int32_t) *((uint8_t*) (arg0 + 0))) {
     case 0: {
@@ -557,6 +966,16 @@ void weir_operator_state_state_error_free(weir_operator_state_state_error_t *ptr
   }
 }
 
+void operator_list_s32_free(operator_list_s32_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    int32_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+    }
+    free(list_ptr);
+  }
+}
+
 void operator_list_u8_free(operator_list_u8_t *ptr) {
   size_t list_len = ptr->len;
   if (list_len > 0) {
@@ -565,6 +984,11 @@ void operator_list_u8_free(operator_list_u8_t *ptr) {
     }
     free(list_ptr);
   }
+}
+
+void weir_operator_state_packed_free(weir_operator_state_packed_t *ptr) {
+  operator_list_s32_free(&ptr->lens);
+  operator_list_u8_free(&ptr->data);
 }
 
 void operator_option_list_u8_free(operator_option_list_u8_t *ptr) {
@@ -631,20 +1055,18 @@ void weir_operator_state_result_list_tuple2_list_u8_list_u8_state_error_free(wei
   }
 }
 
+void weir_operator_state_result_packed_state_error_free(weir_operator_state_result_packed_state_error_t *ptr) {
+  if (!ptr->is_err) {
+    weir_operator_state_packed_free(&ptr->val.ok);
+  } else {
+    weir_operator_state_state_error_free(&ptr->val.err);
+  }
+}
+
 void weir_operator_types_list_timestamp_free(weir_operator_types_list_timestamp_t *ptr) {
   size_t list_len = ptr->len;
   if (list_len > 0) {
     weir_operator_types_timestamp_t *list_ptr = ptr->ptr;
-    for (size_t i = 0; i < list_len; i++) {
-    }
-    free(list_ptr);
-  }
-}
-
-void operator_list_s32_free(operator_list_s32_t *ptr) {
-  size_t list_len = ptr->len;
-  if (list_len > 0) {
-    int32_t *list_ptr = ptr->ptr;
     for (size_t i = 0; i < list_len; i++) {
     }
     free(list_ptr);
@@ -745,6 +1167,83 @@ void weir_operator_timers_result_void_state_error_free(weir_operator_timers_resu
   if (!ptr->is_err) {
   } else {
     weir_operator_timers_state_error_free(&ptr->val.err);
+  }
+}
+
+void exports_weir_operator_window_function_batch_free(exports_weir_operator_window_function_batch_t *ptr) {
+  weir_operator_types_batch_free(ptr);
+}
+
+void exports_weir_operator_window_function_emitted_free(exports_weir_operator_window_function_emitted_t *ptr) {
+  weir_operator_types_emitted_free(ptr);
+}
+
+void exports_weir_operator_window_function_accumulated_free(exports_weir_operator_window_function_accumulated_t *ptr) {
+  operator_list_u8_free(&ptr->key);
+  operator_list_u8_free(&ptr->accumulator);
+}
+
+void operator_list_option_list_u8_free(operator_list_option_list_u8_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    operator_option_list_u8_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+    }
+    free(list_ptr);
+  }
+}
+
+void exports_weir_operator_window_function_result_list_list_u8_string_free(exports_weir_operator_window_function_result_list_list_u8_string_t *ptr) {
+  if (!ptr->is_err) {
+  } else {
+    operator_string_free(&ptr->val.err);
+  }
+}
+
+void exports_weir_operator_window_function_list_accumulated_free(exports_weir_operator_window_function_list_accumulated_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    exports_weir_operator_window_function_accumulated_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+      exports_weir_operator_window_function_accumulated_free(&list_ptr[i]);
+    }
+    free(list_ptr);
+  }
+}
+
+void exports_weir_operator_window_function_result_emitted_string_free(exports_weir_operator_window_function_result_emitted_string_t *ptr) {
+  if (!ptr->is_err) {
+    exports_weir_operator_window_function_emitted_free(&ptr->val.ok);
+  } else {
+    operator_string_free(&ptr->val.err);
+  }
+}
+
+void exports_weir_operator_processing_time_emitted_free(exports_weir_operator_processing_time_emitted_t *ptr) {
+  weir_operator_types_emitted_free(ptr);
+}
+
+void exports_weir_operator_processing_time_result_emitted_string_free(exports_weir_operator_processing_time_result_emitted_string_t *ptr) {
+  if (!ptr->is_err) {
+    exports_weir_operator_processing_time_emitted_free(&ptr->val.ok);
+  } else {
+    operator_string_free(&ptr->val.err);
+  }
+}
+
+void exports_weir_operator_two_input_batch_free(exports_weir_operator_two_input_batch_t *ptr) {
+  weir_operator_types_batch_free(ptr);
+}
+
+void exports_weir_operator_two_input_emitted_free(exports_weir_operator_two_input_emitted_t *ptr) {
+  weir_operator_types_emitted_free(ptr);
+}
+
+void exports_weir_operator_two_input_result_emitted_string_free(exports_weir_operator_two_input_result_emitted_string_t *ptr) {
+  if (!ptr->is_err) {
+    exports_weir_operator_two_input_emitted_free(&ptr->val.ok);
+  } else {
+    operator_string_free(&ptr->val.err);
   }
 }
 
@@ -1253,6 +1752,101 @@ bool weir_operator_state_clear(weir_operator_state_state_id_t state, operator_li
   }
 }
 
+bool weir_operator_state_value_get_many(weir_operator_state_state_id_t state, weir_operator_state_packed_t *keys, weir_operator_state_packed_t *ret, weir_operator_state_state_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(5*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_weir_operator_state_value_get_many((int32_t) (state), (uint8_t *) ((*keys).lens).ptr, ((*keys).lens).len, (uint8_t *) ((*keys).data).ptr, ((*keys).data).len, ptr);
+  weir_operator_state_result_packed_state_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (weir_operator_state_packed_t) {
+        (operator_list_s32_t) (operator_list_s32_t) { (int32_t*)(*((uint8_t **) (ptr + sizeof(void*)))), (*((size_t*) (ptr + (2*sizeof(void*))))) },
+        (operator_list_u8_t) (operator_list_u8_t) { (uint8_t*)(*((uint8_t **) (ptr + (3*sizeof(void*))))), (*((size_t*) (ptr + (4*sizeof(void*))))) },
+      };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      weir_operator_state_state_error_t variant;
+      variant.tag = (int32_t) *((uint8_t*) (ptr + sizeof(void*)));
+      switch ((int32_t) variant.tag) {
+        case 0: {
+          variant.val.unknown_state = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 1: {
+          variant.val.wrong_kind = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 2: {
+          break;
+        }
+        case 3: {
+          variant.val.backend = (operator_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+      }
+
+      result.val.err = variant;
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool weir_operator_state_value_set_many(weir_operator_state_state_id_t state, weir_operator_state_packed_t *keys, weir_operator_state_packed_t *values, weir_operator_state_state_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_weir_operator_state_value_set_many((int32_t) (state), (uint8_t *) ((*keys).lens).ptr, ((*keys).lens).len, (uint8_t *) ((*keys).data).ptr, ((*keys).data).len, (uint8_t *) ((*values).lens).ptr, ((*values).lens).len, (uint8_t *) ((*values).data).ptr, ((*values).data).len, ptr);
+  weir_operator_state_result_void_state_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      weir_operator_state_state_error_t variant;
+      variant.tag = (int32_t) *((uint8_t*) (ptr + sizeof(void*)));
+      switch ((int32_t) variant.tag) {
+        case 0: {
+          variant.val.unknown_state = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 1: {
+          variant.val.wrong_kind = (uint32_t) (*((int32_t*) (ptr + (2*sizeof(void*)))));
+          break;
+        }
+        case 2: {
+          break;
+        }
+        case 3: {
+          variant.val.backend = (operator_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+      }
+
+      result.val.err = variant;
+      break;
+    }
+  }
+  if (!result.is_err) {
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
 bool weir_operator_timers_register_event_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time, weir_operator_timers_state_error_t *err) {
   __attribute__((__aligned__(sizeof(void*))))
   uint8_t ret_area[(4*sizeof(void*))];
@@ -1455,7 +2049,215 @@ void weir_operator_metrics_gauge_set(operator_string_t *name, double value) {
   __wasm_import_weir_operator_metrics_gauge_set((uint8_t *) (*name).ptr, (*name).len, value);
 }
 
-__attribute__((__export_name__("weir:operator/migration@0.1.2#migrate-state")))
+__attribute__((__export_name__("weir:operator/window-function@0.1.3#kind")))
+int32_t __wasm_export_exports_weir_operator_window_function_kind(void) {
+  exports_weir_operator_window_function_window_function_kind_t ret = exports_weir_operator_window_function_kind();
+  return (int32_t) ret;
+}
+
+__attribute__((__export_name__("weir:operator/window-function@0.1.3#add")))
+uint8_t * __wasm_export_exports_weir_operator_window_function_add(uint8_t * arg, size_t arg0, uint8_t * arg1, size_t arg2, uint8_t * arg3, size_t arg4, uint8_t * arg5, size_t arg6, uint8_t * arg7, size_t arg8, uint8_t * arg9, size_t arg10) {
+  operator_list_option_list_u8_t arg11 = (operator_list_option_list_u8_t) { (operator_option_list_u8_t*)(arg), (arg0) };
+  operator_list_u32_t arg12 = (operator_list_u32_t) { (uint32_t*)(arg1), (arg2) };
+  exports_weir_operator_window_function_batch_t arg13 = (weir_operator_types_batch_t) {
+    (weir_operator_types_list_timestamp_t) (weir_operator_types_list_timestamp_t) { (weir_operator_types_timestamp_t*)(arg3), (arg4) },
+    (operator_list_s32_t) (operator_list_s32_t) { (int32_t*)(arg5), (arg6) },
+    (operator_list_u32_t) (operator_list_u32_t) { (uint32_t*)(arg7), (arg8) },
+    (operator_list_u8_t) (operator_list_u8_t) { (uint8_t*)(arg9), (arg10) },
+  };
+  exports_weir_operator_window_function_result_list_list_u8_string_t ret;
+  operator_list_list_u8_t ok;
+  operator_string_t err;
+  ret.is_err = !exports_weir_operator_window_function_add(&arg11, &arg12, &arg13, &ok, &err);
+  if (ret.is_err) {
+    ret.val.err = err;
+  }
+  if (!ret.is_err) {
+    ret.val.ok = ok;
+  }
+  uint8_t *ptr = (uint8_t *) &RET_AREA;
+  if ((ret).is_err) {
+    const operator_string_t *payload14 = &(ret).val.err;*((int8_t*)(ptr + 0)) = 1;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload14).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload14).ptr;
+  } else {
+    const operator_list_list_u8_t *payload = &(ret).val.ok;*((int8_t*)(ptr + 0)) = 0;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload).ptr;
+  }
+  return ptr;
+}
+
+__attribute__((__export_name__("weir:operator/window-function@0.1.3#merge")))
+uint8_t * __wasm_export_exports_weir_operator_window_function_merge(uint8_t * arg, size_t arg0) {
+  operator_list_tuple2_list_u8_list_u8_t arg1 = (operator_list_tuple2_list_u8_list_u8_t) { (operator_tuple2_list_u8_list_u8_t*)(arg), (arg0) };
+  exports_weir_operator_window_function_result_list_list_u8_string_t ret;
+  operator_list_list_u8_t ok;
+  operator_string_t err;
+  ret.is_err = !exports_weir_operator_window_function_merge(&arg1, &ok, &err);
+  if (ret.is_err) {
+    ret.val.err = err;
+  }
+  if (!ret.is_err) {
+    ret.val.ok = ok;
+  }
+  uint8_t *ptr = (uint8_t *) &RET_AREA;
+  if ((ret).is_err) {
+    const operator_string_t *payload2 = &(ret).val.err;*((int8_t*)(ptr + 0)) = 1;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload2).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload2).ptr;
+  } else {
+    const operator_list_list_u8_t *payload = &(ret).val.ok;*((int8_t*)(ptr + 0)) = 0;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload).ptr;
+  }
+  return ptr;
+}
+
+__attribute__((__export_name__("weir:operator/window-function@0.1.3#get-result")))
+uint8_t * __wasm_export_exports_weir_operator_window_function_get_result(uint8_t * arg, size_t arg0) {
+  exports_weir_operator_window_function_list_accumulated_t arg1 = (exports_weir_operator_window_function_list_accumulated_t) { (exports_weir_operator_window_function_accumulated_t*)(arg), (arg0) };
+  exports_weir_operator_window_function_result_list_list_u8_string_t ret;
+  operator_list_list_u8_t ok;
+  operator_string_t err;
+  ret.is_err = !exports_weir_operator_window_function_get_result(&arg1, &ok, &err);
+  if (ret.is_err) {
+    ret.val.err = err;
+  }
+  if (!ret.is_err) {
+    ret.val.ok = ok;
+  }
+  uint8_t *ptr = (uint8_t *) &RET_AREA;
+  if ((ret).is_err) {
+    const operator_string_t *payload2 = &(ret).val.err;*((int8_t*)(ptr + 0)) = 1;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload2).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload2).ptr;
+  } else {
+    const operator_list_list_u8_t *payload = &(ret).val.ok;*((int8_t*)(ptr + 0)) = 0;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload).ptr;
+  }
+  return ptr;
+}
+
+__attribute__((__export_name__("weir:operator/window-function@0.1.3#process-window")))
+uint8_t * __wasm_export_exports_weir_operator_window_function_process_window(uint8_t * arg, size_t arg0, int64_t arg1, int64_t arg2, uint8_t * arg3, size_t arg4, uint8_t * arg5, size_t arg6, uint8_t * arg7, size_t arg8, uint8_t * arg9, size_t arg10) {
+  operator_list_u8_t arg11 = (operator_list_u8_t) { (uint8_t*)(arg), (arg0) };
+  exports_weir_operator_window_function_window_t arg12 = (exports_weir_operator_window_function_window_t) {
+    (exports_weir_operator_window_function_timestamp_t) arg1,
+    (exports_weir_operator_window_function_timestamp_t) arg2,
+  };
+  exports_weir_operator_window_function_batch_t arg13 = (weir_operator_types_batch_t) {
+    (weir_operator_types_list_timestamp_t) (weir_operator_types_list_timestamp_t) { (weir_operator_types_timestamp_t*)(arg3), (arg4) },
+    (operator_list_s32_t) (operator_list_s32_t) { (int32_t*)(arg5), (arg6) },
+    (operator_list_u32_t) (operator_list_u32_t) { (uint32_t*)(arg7), (arg8) },
+    (operator_list_u8_t) (operator_list_u8_t) { (uint8_t*)(arg9), (arg10) },
+  };
+  exports_weir_operator_window_function_result_emitted_string_t ret;
+  exports_weir_operator_window_function_emitted_t ok;
+  operator_string_t err;
+  ret.is_err = !exports_weir_operator_window_function_process_window(&arg11, &arg12, &arg13, &ok, &err);
+  if (ret.is_err) {
+    ret.val.err = err;
+  }
+  if (!ret.is_err) {
+    ret.val.ok = ok;
+  }
+  uint8_t *ptr = (uint8_t *) &RET_AREA;
+  if ((ret).is_err) {
+    const operator_string_t *payload14 = &(ret).val.err;*((int8_t*)(ptr + 0)) = 1;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload14).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload14).ptr;
+  } else {
+    const exports_weir_operator_window_function_emitted_t *payload = &(ret).val.ok;*((int8_t*)(ptr + 0)) = 0;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (((*payload).main).timestamps).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (((*payload).main).timestamps).ptr;
+    *((size_t*)(ptr + (4*sizeof(void*)))) = (((*payload).main).key_lens).len;
+    *((uint8_t **)(ptr + (3*sizeof(void*)))) = (uint8_t *) (((*payload).main).key_lens).ptr;
+    *((size_t*)(ptr + (6*sizeof(void*)))) = (((*payload).main).value_lens).len;
+    *((uint8_t **)(ptr + (5*sizeof(void*)))) = (uint8_t *) (((*payload).main).value_lens).ptr;
+    *((size_t*)(ptr + (8*sizeof(void*)))) = (((*payload).main).data).len;
+    *((uint8_t **)(ptr + (7*sizeof(void*)))) = (uint8_t *) (((*payload).main).data).ptr;
+    *((size_t*)(ptr + (10*sizeof(void*)))) = ((*payload).side).len;
+    *((uint8_t **)(ptr + (9*sizeof(void*)))) = (uint8_t *) ((*payload).side).ptr;
+  }
+  return ptr;
+}
+
+__attribute__((__export_name__("weir:operator/processing-time@0.1.3#on-processing-timer")))
+uint8_t * __wasm_export_exports_weir_operator_processing_time_on_processing_timer(uint8_t * arg, size_t arg0, int64_t arg1) {
+  operator_list_u8_t arg2 = (operator_list_u8_t) { (uint8_t*)(arg), (arg0) };
+  exports_weir_operator_processing_time_result_emitted_string_t ret;
+  exports_weir_operator_processing_time_emitted_t ok;
+  operator_string_t err;
+  ret.is_err = !exports_weir_operator_processing_time_on_processing_timer(&arg2, arg1, &ok, &err);
+  if (ret.is_err) {
+    ret.val.err = err;
+  }
+  if (!ret.is_err) {
+    ret.val.ok = ok;
+  }
+  uint8_t *ptr = (uint8_t *) &RET_AREA;
+  if ((ret).is_err) {
+    const operator_string_t *payload3 = &(ret).val.err;*((int8_t*)(ptr + 0)) = 1;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload3).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload3).ptr;
+  } else {
+    const exports_weir_operator_processing_time_emitted_t *payload = &(ret).val.ok;*((int8_t*)(ptr + 0)) = 0;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (((*payload).main).timestamps).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (((*payload).main).timestamps).ptr;
+    *((size_t*)(ptr + (4*sizeof(void*)))) = (((*payload).main).key_lens).len;
+    *((uint8_t **)(ptr + (3*sizeof(void*)))) = (uint8_t *) (((*payload).main).key_lens).ptr;
+    *((size_t*)(ptr + (6*sizeof(void*)))) = (((*payload).main).value_lens).len;
+    *((uint8_t **)(ptr + (5*sizeof(void*)))) = (uint8_t *) (((*payload).main).value_lens).ptr;
+    *((size_t*)(ptr + (8*sizeof(void*)))) = (((*payload).main).data).len;
+    *((uint8_t **)(ptr + (7*sizeof(void*)))) = (uint8_t *) (((*payload).main).data).ptr;
+    *((size_t*)(ptr + (10*sizeof(void*)))) = ((*payload).side).len;
+    *((uint8_t **)(ptr + (9*sizeof(void*)))) = (uint8_t *) ((*payload).side).ptr;
+  }
+  return ptr;
+}
+
+__attribute__((__export_name__("weir:operator/two-input@0.1.3#process-input")))
+uint8_t * __wasm_export_exports_weir_operator_two_input_process_input(int32_t arg, uint8_t * arg0, size_t arg1, uint8_t * arg2, size_t arg3, uint8_t * arg4, size_t arg5, uint8_t * arg6, size_t arg7) {
+  exports_weir_operator_two_input_batch_t arg8 = (weir_operator_types_batch_t) {
+    (weir_operator_types_list_timestamp_t) (weir_operator_types_list_timestamp_t) { (weir_operator_types_timestamp_t*)(arg0), (arg1) },
+    (operator_list_s32_t) (operator_list_s32_t) { (int32_t*)(arg2), (arg3) },
+    (operator_list_u32_t) (operator_list_u32_t) { (uint32_t*)(arg4), (arg5) },
+    (operator_list_u8_t) (operator_list_u8_t) { (uint8_t*)(arg6), (arg7) },
+  };
+  exports_weir_operator_two_input_result_emitted_string_t ret;
+  exports_weir_operator_two_input_emitted_t ok;
+  operator_string_t err;
+  ret.is_err = !exports_weir_operator_two_input_process_input((uint32_t) (arg), &arg8, &ok, &err);
+  if (ret.is_err) {
+    ret.val.err = err;
+  }
+  if (!ret.is_err) {
+    ret.val.ok = ok;
+  }
+  uint8_t *ptr = (uint8_t *) &RET_AREA;
+  if ((ret).is_err) {
+    const operator_string_t *payload9 = &(ret).val.err;*((int8_t*)(ptr + 0)) = 1;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload9).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload9).ptr;
+  } else {
+    const exports_weir_operator_two_input_emitted_t *payload = &(ret).val.ok;*((int8_t*)(ptr + 0)) = 0;
+    *((size_t*)(ptr + (2*sizeof(void*)))) = (((*payload).main).timestamps).len;
+    *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (((*payload).main).timestamps).ptr;
+    *((size_t*)(ptr + (4*sizeof(void*)))) = (((*payload).main).key_lens).len;
+    *((uint8_t **)(ptr + (3*sizeof(void*)))) = (uint8_t *) (((*payload).main).key_lens).ptr;
+    *((size_t*)(ptr + (6*sizeof(void*)))) = (((*payload).main).value_lens).len;
+    *((uint8_t **)(ptr + (5*sizeof(void*)))) = (uint8_t *) (((*payload).main).value_lens).ptr;
+    *((size_t*)(ptr + (8*sizeof(void*)))) = (((*payload).main).data).len;
+    *((uint8_t **)(ptr + (7*sizeof(void*)))) = (uint8_t *) (((*payload).main).data).ptr;
+    *((size_t*)(ptr + (10*sizeof(void*)))) = ((*payload).side).len;
+    *((uint8_t **)(ptr + (9*sizeof(void*)))) = (uint8_t *) ((*payload).side).ptr;
+  }
+  return ptr;
+}
+
+__attribute__((__export_name__("weir:operator/migration@0.1.3#migrate-state")))
 uint8_t * __wasm_export_exports_weir_operator_migration_migrate_state(uint8_t * arg, size_t arg0, uint8_t * arg1, size_t arg2, uint8_t * arg3, size_t arg4) {
   operator_string_t arg5 = (operator_string_t) { (uint8_t*)(arg), (arg0) };
   operator_string_t arg6 = (operator_string_t) { (uint8_t*)(arg1), (arg2) };
@@ -1483,7 +2285,7 @@ uint8_t * __wasm_export_exports_weir_operator_migration_migrate_state(uint8_t * 
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.2#describe")))
+__attribute__((__export_name__("weir:operator/operator@0.1.3#describe")))
 uint8_t * __wasm_export_exports_weir_operator_operator_describe(void) {
   exports_weir_operator_operator_operator_info_t ret;
   exports_weir_operator_operator_describe(&ret);
@@ -1498,7 +2300,7 @@ uint8_t * __wasm_export_exports_weir_operator_operator_describe(void) {
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.2#open")))
+__attribute__((__export_name__("weir:operator/operator@0.1.3#open")))
 uint8_t * __wasm_export_exports_weir_operator_operator_open(uint8_t * arg, size_t arg0, int32_t arg1, int32_t arg2, int32_t arg3, uint8_t * arg4, size_t arg5) {
   exports_weir_operator_operator_open_context_t arg6 = (weir_operator_types_open_context_t) {
     (operator_string_t) (operator_string_t) { (uint8_t*)(arg), (arg0) },
@@ -1524,7 +2326,7 @@ uint8_t * __wasm_export_exports_weir_operator_operator_open(uint8_t * arg, size_
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.2#process")))
+__attribute__((__export_name__("weir:operator/operator@0.1.3#process")))
 uint8_t * __wasm_export_exports_weir_operator_operator_process(uint8_t * arg, size_t arg0, uint8_t * arg1, size_t arg2, uint8_t * arg3, size_t arg4, uint8_t * arg5, size_t arg6) {
   exports_weir_operator_operator_batch_t arg7 = (weir_operator_types_batch_t) {
     (weir_operator_types_list_timestamp_t) (weir_operator_types_list_timestamp_t) { (weir_operator_types_timestamp_t*)(arg), (arg0) },
@@ -1563,7 +2365,7 @@ uint8_t * __wasm_export_exports_weir_operator_operator_process(uint8_t * arg, si
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.2#on-timer")))
+__attribute__((__export_name__("weir:operator/operator@0.1.3#on-timer")))
 uint8_t * __wasm_export_exports_weir_operator_operator_on_timer(uint8_t * arg, size_t arg0, int64_t arg1) {
   operator_list_u8_t arg2 = (operator_list_u8_t) { (uint8_t*)(arg), (arg0) };
   exports_weir_operator_operator_result_emitted_string_t ret;
@@ -1597,7 +2399,7 @@ uint8_t * __wasm_export_exports_weir_operator_operator_on_timer(uint8_t * arg, s
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.2#on-watermark")))
+__attribute__((__export_name__("weir:operator/operator@0.1.3#on-watermark")))
 uint8_t * __wasm_export_exports_weir_operator_operator_on_watermark(int64_t arg) {
   exports_weir_operator_operator_result_emitted_string_t ret;
   exports_weir_operator_operator_emitted_t ok;
@@ -1630,7 +2432,7 @@ uint8_t * __wasm_export_exports_weir_operator_operator_on_watermark(int64_t arg)
   return ptr;
 }
 
-__attribute__((__export_name__("weir:operator/operator@0.1.2#close")))
+__attribute__((__export_name__("weir:operator/operator@0.1.3#close")))
 uint8_t * __wasm_export_exports_weir_operator_operator_close(void) {
   exports_weir_operator_operator_result_emitted_string_t ret;
   exports_weir_operator_operator_emitted_t ok;

@@ -37,9 +37,25 @@ typedef struct weir_operator_state_state_error_t {
 #define WEIR_OPERATOR_STATE_STATE_ERROR_BACKEND 3
 
 typedef struct {
+  int32_t *ptr;
+  size_t len;
+} operator_list_s32_t;
+
+typedef struct {
   uint8_t *ptr;
   size_t len;
 } operator_list_u8_t;
+
+// (Since 0.1.3.) Byte strings packed flat, as a batch's keys are:
+// entry i is the `lens[i]` bytes of `data` after entry i-1's; a length
+// of -1 is an absent entry (no bytes). The lengths must add up to the
+// length of `data`.
+typedef struct weir_operator_state_packed_t {
+  // Each entry's length, or -1 for none.
+  operator_list_s32_t   lens;
+  // The entries back to back.
+  operator_list_u8_t   data;
+} weir_operator_state_packed_t;
 
 typedef struct {
   bool is_some;
@@ -92,6 +108,14 @@ typedef struct {
   } val;
 } weir_operator_state_result_list_tuple2_list_u8_list_u8_state_error_t;
 
+typedef struct {
+  bool is_err;
+  union {
+    weir_operator_state_packed_t ok;
+    weir_operator_state_state_error_t err;
+  } val;
+} weir_operator_state_result_packed_state_error_t;
+
 // Event time: milliseconds since the Unix epoch.
 typedef int64_t weir_operator_types_timestamp_t;
 
@@ -99,11 +123,6 @@ typedef struct {
   weir_operator_types_timestamp_t *ptr;
   size_t len;
 } weir_operator_types_list_timestamp_t;
-
-typedef struct {
-  int32_t *ptr;
-  size_t len;
-} operator_list_s32_t;
 
 typedef struct {
   uint32_t *ptr;
@@ -247,6 +266,92 @@ typedef uint8_t weir_operator_log_level_t;
 #define WEIR_OPERATOR_LOG_LEVEL_WARN 3
 #define WEIR_OPERATOR_LOG_LEVEL_ERROR 4
 
+typedef weir_operator_types_batch_t exports_weir_operator_window_function_batch_t;
+
+typedef weir_operator_types_emitted_t exports_weir_operator_window_function_emitted_t;
+
+typedef weir_operator_types_timestamp_t exports_weir_operator_window_function_timestamp_t;
+
+// What a component's window function is.
+typedef uint8_t exports_weir_operator_window_function_window_function_kind_t;
+
+// It has none (what the SDKs export for other operators).
+#define EXPORTS_WEIR_OPERATOR_WINDOW_FUNCTION_WINDOW_FUNCTION_KIND_NONE 0
+// An aggregate function: `add`, `merge`, `get-result`.
+#define EXPORTS_WEIR_OPERATOR_WINDOW_FUNCTION_WINDOW_FUNCTION_KIND_AGGREGATE 1
+// A process-window function: `process-window`.
+#define EXPORTS_WEIR_OPERATOR_WINDOW_FUNCTION_WINDOW_FUNCTION_KIND_PROCESS_WINDOW 2
+
+// A window `[start, end)`, in ms of event time. The window of a count
+// window (`type = "global"`) is the whole time line: `start` is the
+// smallest s64, `end` the largest.
+typedef struct exports_weir_operator_window_function_window_t {
+  // The first millisecond in the window.
+  exports_weir_operator_window_function_timestamp_t   start;
+  // The first millisecond after it.
+  exports_weir_operator_window_function_timestamp_t   end;
+} exports_weir_operator_window_function_window_t;
+
+// A window that fired, with its accumulator.
+typedef struct exports_weir_operator_window_function_accumulated_t {
+  // The key.
+  operator_list_u8_t   key;
+  // The window.
+  exports_weir_operator_window_function_window_t   window;
+  // Its accumulator, as `add` and `merge` returned it.
+  operator_list_u8_t   accumulator;
+} exports_weir_operator_window_function_accumulated_t;
+
+typedef struct {
+  operator_option_list_u8_t *ptr;
+  size_t len;
+} operator_list_option_list_u8_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    operator_list_list_u8_t ok;
+    operator_string_t err;
+  } val;
+} exports_weir_operator_window_function_result_list_list_u8_string_t;
+
+typedef struct {
+  exports_weir_operator_window_function_accumulated_t *ptr;
+  size_t len;
+} exports_weir_operator_window_function_list_accumulated_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    exports_weir_operator_window_function_emitted_t ok;
+    operator_string_t err;
+  } val;
+} exports_weir_operator_window_function_result_emitted_string_t;
+
+typedef weir_operator_types_emitted_t exports_weir_operator_processing_time_emitted_t;
+
+typedef weir_operator_types_timestamp_t exports_weir_operator_processing_time_timestamp_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    exports_weir_operator_processing_time_emitted_t ok;
+    operator_string_t err;
+  } val;
+} exports_weir_operator_processing_time_result_emitted_string_t;
+
+typedef weir_operator_types_batch_t exports_weir_operator_two_input_batch_t;
+
+typedef weir_operator_types_emitted_t exports_weir_operator_two_input_emitted_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    exports_weir_operator_two_input_emitted_t ok;
+    operator_string_t err;
+  } val;
+} exports_weir_operator_two_input_result_emitted_string_t;
+
 typedef struct {
   bool is_err;
   union {
@@ -280,7 +385,7 @@ typedef struct {
   } val;
 } exports_weir_operator_operator_result_emitted_string_t;
 
-// Imported Functions from `weir:operator/state@0.1.2`
+// Imported Functions from `weir:operator/state@0.1.3`
 // The value for `key`, if any.
 extern bool weir_operator_state_value_get(weir_operator_state_state_id_t state, operator_list_u8_t *key, operator_option_list_u8_t *ret, weir_operator_state_state_error_t *err);
 // Sets the value for `key`.
@@ -299,8 +404,18 @@ extern bool weir_operator_state_map_remove(weir_operator_state_state_id_t state,
 extern bool weir_operator_state_map_entries(weir_operator_state_state_id_t state, operator_list_u8_t *key, operator_list_tuple2_list_u8_list_u8_t *ret, weir_operator_state_state_error_t *err);
 // Removes whatever the state holds for `key` (value, list or map).
 extern bool weir_operator_state_clear(weir_operator_state_state_id_t state, operator_list_u8_t *key, weir_operator_state_state_error_t *err);
+// (Since 0.1.3.) The values of value state `state` for many keys in
+// one call: entry i of the result is `keys` entry i's value (-1: none).
+// An absent key entry is an error. What the SDKs use to read a batch's
+// state at once.
+extern bool weir_operator_state_value_get_many(weir_operator_state_state_id_t state, weir_operator_state_packed_t *keys, weir_operator_state_packed_t *ret, weir_operator_state_state_error_t *err);
+// (Since 0.1.3.) Sets (or, for an absent value entry, clears) the
+// values of value state `state` for many keys in one call, in order:
+// `keys` entry i gets `values` entry i. What the SDKs use to write a
+// batch's changes back at once.
+extern bool weir_operator_state_value_set_many(weir_operator_state_state_id_t state, weir_operator_state_packed_t *keys, weir_operator_state_packed_t *values, weir_operator_state_state_error_t *err);
 
-// Imported Functions from `weir:operator/timers@0.1.2`
+// Imported Functions from `weir:operator/timers@0.1.3`
 // Registers a timer for `key` at `time`; registering the same one twice is a no-op.
 extern bool weir_operator_timers_register_event_timer(operator_list_u8_t *key, weir_operator_timers_timestamp_t time, weir_operator_timers_state_error_t *err);
 // Deletes a registered timer, if it exists.
@@ -316,20 +431,33 @@ extern bool weir_operator_timers_delete_processing_timer(operator_list_u8_t *key
 // (Since 0.1.2.) The subtask's wall clock: ms since the epoch.
 extern weir_operator_timers_timestamp_t weir_operator_timers_current_processing_time(void);
 
-// Imported Functions from `weir:operator/log@0.1.2`
+// Imported Functions from `weir:operator/log@0.1.3`
 // Writes one message.
 extern void weir_operator_log_log(weir_operator_log_level_t level, operator_string_t *message);
 
-// Imported Functions from `weir:operator/metrics@0.1.2`
+// Imported Functions from `weir:operator/metrics@0.1.3`
 // Adds `delta` to the counter `name`.
 extern void weir_operator_metrics_counter_add(operator_string_t *name, uint64_t delta);
 // Sets the gauge `name`.
 extern void weir_operator_metrics_gauge_set(operator_string_t *name, double value);
 
-// Exported Functions from `weir:operator/migration@0.1.2`
+// Exported Functions from `weir:operator/window-function@0.1.3`
+exports_weir_operator_window_function_window_function_kind_t exports_weir_operator_window_function_kind(void);
+bool exports_weir_operator_window_function_add(operator_list_option_list_u8_t *accumulators, operator_list_u32_t *targets, exports_weir_operator_window_function_batch_t *records, operator_list_list_u8_t *ret, operator_string_t *err);
+bool exports_weir_operator_window_function_merge(operator_list_tuple2_list_u8_list_u8_t *pairs, operator_list_list_u8_t *ret, operator_string_t *err);
+bool exports_weir_operator_window_function_get_result(exports_weir_operator_window_function_list_accumulated_t *windows, operator_list_list_u8_t *ret, operator_string_t *err);
+bool exports_weir_operator_window_function_process_window(operator_list_u8_t *key, exports_weir_operator_window_function_window_t *window, exports_weir_operator_window_function_batch_t *records, exports_weir_operator_window_function_emitted_t *ret, operator_string_t *err);
+
+// Exported Functions from `weir:operator/processing-time@0.1.3`
+bool exports_weir_operator_processing_time_on_processing_timer(operator_list_u8_t *key, exports_weir_operator_processing_time_timestamp_t time, exports_weir_operator_processing_time_emitted_t *ret, operator_string_t *err);
+
+// Exported Functions from `weir:operator/two-input@0.1.3`
+bool exports_weir_operator_two_input_process_input(uint32_t input, exports_weir_operator_two_input_batch_t *records, exports_weir_operator_two_input_emitted_t *ret, operator_string_t *err);
+
+// Exported Functions from `weir:operator/migration@0.1.3`
 bool exports_weir_operator_migration_migrate_state(operator_string_t *state, operator_string_t *from_version, operator_list_u8_t *old, operator_list_u8_t *ret, operator_string_t *err);
 
-// Exported Functions from `weir:operator/operator@0.1.2`
+// Exported Functions from `weir:operator/operator@0.1.3`
 void exports_weir_operator_operator_describe(exports_weir_operator_operator_operator_info_t *ret);
 bool exports_weir_operator_operator_open(exports_weir_operator_operator_open_context_t *ctx, operator_string_t *err);
 bool exports_weir_operator_operator_process(exports_weir_operator_operator_batch_t *input, exports_weir_operator_operator_emitted_t *ret, operator_string_t *err);
@@ -341,7 +469,11 @@ bool exports_weir_operator_operator_close(exports_weir_operator_operator_emitted
 
 void weir_operator_state_state_error_free(weir_operator_state_state_error_t *ptr);
 
+void operator_list_s32_free(operator_list_s32_t *ptr);
+
 void operator_list_u8_free(operator_list_u8_t *ptr);
+
+void weir_operator_state_packed_free(weir_operator_state_packed_t *ptr);
 
 void operator_option_list_u8_free(operator_option_list_u8_t *ptr);
 
@@ -359,9 +491,9 @@ void operator_list_tuple2_list_u8_list_u8_free(operator_list_tuple2_list_u8_list
 
 void weir_operator_state_result_list_tuple2_list_u8_list_u8_state_error_free(weir_operator_state_result_list_tuple2_list_u8_list_u8_state_error_t *ptr);
 
-void weir_operator_types_list_timestamp_free(weir_operator_types_list_timestamp_t *ptr);
+void weir_operator_state_result_packed_state_error_free(weir_operator_state_result_packed_state_error_t *ptr);
 
-void operator_list_s32_free(operator_list_s32_t *ptr);
+void weir_operator_types_list_timestamp_free(weir_operator_types_list_timestamp_t *ptr);
 
 void operator_list_u32_free(operator_list_u32_t *ptr);
 
@@ -390,6 +522,30 @@ void weir_operator_types_open_context_free(weir_operator_types_open_context_t *p
 void weir_operator_timers_state_error_free(weir_operator_timers_state_error_t *ptr);
 
 void weir_operator_timers_result_void_state_error_free(weir_operator_timers_result_void_state_error_t *ptr);
+
+void exports_weir_operator_window_function_batch_free(exports_weir_operator_window_function_batch_t *ptr);
+
+void exports_weir_operator_window_function_emitted_free(exports_weir_operator_window_function_emitted_t *ptr);
+
+void exports_weir_operator_window_function_accumulated_free(exports_weir_operator_window_function_accumulated_t *ptr);
+
+void operator_list_option_list_u8_free(operator_list_option_list_u8_t *ptr);
+
+void exports_weir_operator_window_function_result_list_list_u8_string_free(exports_weir_operator_window_function_result_list_list_u8_string_t *ptr);
+
+void exports_weir_operator_window_function_list_accumulated_free(exports_weir_operator_window_function_list_accumulated_t *ptr);
+
+void exports_weir_operator_window_function_result_emitted_string_free(exports_weir_operator_window_function_result_emitted_string_t *ptr);
+
+void exports_weir_operator_processing_time_emitted_free(exports_weir_operator_processing_time_emitted_t *ptr);
+
+void exports_weir_operator_processing_time_result_emitted_string_free(exports_weir_operator_processing_time_result_emitted_string_t *ptr);
+
+void exports_weir_operator_two_input_batch_free(exports_weir_operator_two_input_batch_t *ptr);
+
+void exports_weir_operator_two_input_emitted_free(exports_weir_operator_two_input_emitted_t *ptr);
+
+void exports_weir_operator_two_input_result_emitted_string_free(exports_weir_operator_two_input_result_emitted_string_t *ptr);
 
 void exports_weir_operator_migration_result_list_u8_string_free(exports_weir_operator_migration_result_list_u8_string_t *ptr);
 
