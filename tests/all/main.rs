@@ -31,5 +31,6 @@ mod side_output;
 mod upgrade;
 mod upload_memory;
 mod util;
+mod window_functions;
 mod windows;
 mod word_count;

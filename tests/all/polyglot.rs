@@ -553,3 +553,20 @@ fn co_process_joins_in_python_and_js_equal_the_nested_loop_join() {
         );
     }
 }
+
+#[test]
+fn window_functions_in_python_js_and_c_equal_the_independent_windows() {
+    for (lang, stats, top) in [
+        (
+            "python",
+            "udfs/python/window-stats",
+            "udfs/python/window-top",
+        ),
+        ("js", "udfs/js/window-stats", "udfs/js/window-top"),
+        ("c", "udfs/c/window-stats", "udfs/c/window-top"),
+    ] {
+        let stats = built(lang, &repo().join(stats), &format!("window-stats-{lang}"));
+        let top = built(lang, &repo().join(top), &format!("window-top-{lang}"));
+        crate::window_functions::check_window_functions(lang, &stats, &top);
+    }
+}

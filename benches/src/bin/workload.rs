@@ -22,9 +22,10 @@
 //! * `windowed-count`: `--records` JSON lines `{"k":…,"ts":…}` over `--keys`
 //!   keys (spread by a hash), `--records-per-ms` per millisecond of event
 //!   time, counted per key in tumbling windows of `--window-ms` through
-//!   file → window → blackhole on `--backend`, three ways: the host's
-//!   built-in `aggregate = "count"`, the `window-count` operator (the same
-//!   count written in Wasm with event-time timers and map state), and a
+//!   file → window → blackhole on `--backend`, four ways: the host's
+//!   built-in `aggregate = "count"`, the same window with the Wasm
+//!   aggregate function `count-aggregate`, the `window-count` operator (the
+//!   same count written in Wasm with event-time timers and map state), and a
 //!   file → blackhole job (what reading and parsing the input costs alone);
 //!   beside a native loop that parses the same file and counts in a
 //!   `HashMap`. Every case must fire the same number of windows.
@@ -183,7 +184,7 @@ enum Case {
         #[arg(long)]
         window_ms: u64,
     },
-    /// A windowed-count job over `--input`: `builtin`, `wasm` or `source`.
+    /// A windowed-count job over `--input`: `builtin`, `aggregate`, `wasm` or `source`.
     WnJob {
         #[arg(long)]
         input: PathBuf,
@@ -564,6 +565,10 @@ fn windowed_count_workload(args: &WindowedCountArgs) -> anyhow::Result<()> {
     )];
     for (mode, name) in [
         ("builtin", "weir: built-in aggregate = \"count\""),
+        (
+            "aggregate",
+            "weir: count-aggregate.wasm (Wasm aggregate function)",
+        ),
         ("wasm", "weir: window-count.wasm (timers + map state)"),
         ("source", "weir: file → blackhole (no window)"),
     ] {
@@ -605,7 +610,7 @@ fn windowed_count_workload(args: &WindowedCountArgs) -> anyhow::Result<()> {
             mib(r.peak_kib),
         );
     }
-    if rows[1..3].iter().any(|(_, r)| r.distinct != windows) {
+    if rows[1..4].iter().any(|(_, r)| r.distinct != windows) {
         bail!("a job fired a different number of windows than the native count");
     }
     Ok(())
@@ -655,6 +660,10 @@ fn wn_job(input: &Path, window_ms: u64, mode: &str, backend: &str) -> anyhow::Re
     let operator = match mode {
         "builtin" => format!(
             "window = {{ type = \"tumbling\", size_ms = {window_ms} }}\naggregate = \"count\"\nkey_by = \"key\""
+        ),
+        "aggregate" => format!(
+            "window = {{ type = \"tumbling\", size_ms = {window_ms} }}\nmodule = {}\nkey_by = \"key\"",
+            toml_str(artifacts::COUNT_AGGREGATE)
         ),
         "wasm" => format!(
             "module = {}\nconfig = {{ size_ms = {window_ms} }}\nkey_by = \"key\"",
