@@ -593,6 +593,8 @@ impl WindowOperator {
         windows.push(merged);
         windows.sort_by_key(|w| w.start);
         self.cache.sessions.insert(key.to_vec(), windows);
+        // (Loaded already unless the record fell inside one session.)
+        self.load(key, merged)?;
         self.add_record(records, i, key, merged)?;
         if merged.max_timestamp() <= self.core.watermark {
             self.fire_now(records, key, merged, merged.max_timestamp())?;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tokio::io::AsyncReadExt;
 
-use weir_runtime::job::{JobGraph, ModuleRef, VertexId, VertexKind};
+use weir_runtime::job::{JobGraph, ModuleRef, VertexId};
 use weir_runtime::modules::StoreError;
 use weir_runtime::rpc::{FetchModule, FrameError, ModuleHeader, read_frame, write_frame};
 
