@@ -358,7 +358,9 @@ fn a_migration_that_fails_for_one_key_rolls_the_job_back_exactly_once() {
         "{}",
         describe(&unwritable)
     );
-    let detail = cluster.wait_job(&id, |s| s == "running");
+    // Running again, every subtask deployed (the next upgrade's savepoint
+    // is refused before that).
+    let detail = cluster.wait_deployed(&id);
     assert_eq!(detail["upgrades"][0]["status"], "failed", "{detail}");
     std::fs::remove_file(&upgrades).unwrap();
 

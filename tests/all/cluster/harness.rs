@@ -334,6 +334,29 @@ impl Cluster {
         })
     }
 
+    /// Job `id` once it runs with every subtask deployed (running or
+    /// finished): what savepoints and upgrades wait for. A job's state is
+    /// `running` while its subtasks are still being deployed.
+    pub fn wait_deployed(&self, id: &str) -> Value {
+        wait_for(
+            &format!("job {id} to run with every subtask deployed"),
+            || {
+                let (status, v) = self.get(&format!("/v1/jobs/{id}"));
+                assert_eq!(status, 200, "{v}");
+                let deployed = v["state"] == "running"
+                    && v["vertices"].as_array().is_some_and(|vs| {
+                        vs.iter().all(|vertex| {
+                            vertex["subtasks"].as_array().is_some_and(|ss| {
+                                ss.iter()
+                                    .all(|s| s["state"] == "running" || s["state"] == "finished")
+                            })
+                        })
+                    });
+                deployed.then_some(v)
+            },
+        )
+    }
+
     /// Vertex `vertex` of job `id`, as `GET /v1/jobs/{id}` shows it.
     pub fn vertex(&self, id: &str, vertex: &str) -> Option<Value> {
         let (_, job) = self.get(&format!("/v1/jobs/{id}"));
