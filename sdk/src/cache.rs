@@ -117,10 +117,10 @@ pub(crate) fn get(id: u32, key: &[u8]) -> Option<HostResult<Option<Vec<u8>>>> {
         let &i = cache.index.get(key)?;
         let n = cache.keys.lens.len();
         let at = state_index(cache, id, n);
-        if let Slot::Unknown = cache.states[at].slots[i] {
-            if let Err(e) = fetch(&cache.keys, &mut cache.states[at]) {
-                return Some(Err(e));
-            }
+        if let Slot::Unknown = cache.states[at].slots[i]
+            && let Err(e) = fetch(&cache.keys, &mut cache.states[at])
+        {
+            return Some(Err(e));
         }
         match &cache.states[at].slots[i] {
             Slot::Known(value, _) => Some(Ok(value.clone())),
