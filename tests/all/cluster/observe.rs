@@ -256,10 +256,14 @@ scrape_configs:
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         [0, 1]
             .iter()
-            .all(|s| text.contains(&format!("INFO  chatty[{s}] chatty opened: subtask {s} of 2")))
+            .all(|s| {
+                text.contains(&format!(
+                    "INFO  chatty[{s}] chatty opened: subtask {s} of 2"
+                ))
+            })
             .then_some(())
     });
-        // And the JobManager's own series, through the token.
+    // And the JobManager's own series, through the token.
     let state = format!(r#"weir_job_state{{job_id="{id}",state="running"}}"#);
     assert_eq!(prometheus.value(&state), Some(1.0));
 
