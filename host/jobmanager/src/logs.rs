@@ -273,7 +273,13 @@ mod tests {
     fn lines_are_kept_per_subtask_and_numbered_per_job() {
         let graph = graph();
         let tasks = chain(&graph);
-        let tm = |t: usize, s: usize| if (t + s) % 2 == 0 { "tm-a" } else { "tm-b" };
+        let tm = |t: usize, s: usize| {
+            if (t + s).is_multiple_of(2) {
+                "tm-a"
+            } else {
+                "tm-b"
+            }
+        };
         let placement: Vec<Vec<SlotRef>> = tasks
             .iter()
             .enumerate()
