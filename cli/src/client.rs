@@ -1,5 +1,5 @@
 //! The cluster client commands of `weir`: `upload`, `modules`, `submit`,
-//! `list`, `status`, `cancel`, `taskmanagers`, `checkpoints`,
+//! `list`, `status`, `cancel`, `taskmanagers`, `checkpoints`, `logs`,
 //! `savepoint` and `stop`, all talking to a JobManager over its REST API
 //! (`host/jobmanager/src/REST.md`), and `savepoint inspect`, which reads a
 //! savepoint on this machine (`savepoint`).
@@ -38,6 +38,7 @@ use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+mod logs;
 mod render;
 mod rest;
 mod savepoint;
@@ -45,6 +46,7 @@ mod savepoint;
 mod tests;
 mod upgrade;
 
+pub use logs::LogsArgs;
 pub(crate) use render::human_bytes;
 use render::*;
 pub use rest::*;
@@ -87,6 +89,18 @@ pub enum ClientCommand {
     /// Show a job's checkpoints (id, status, duration, full and
     /// incremental size, alignment) and its restores.
     Checkpoints(JobArgs),
+    /// Show what a job's operators logged, each line with its time, level,
+    /// operator and subtask (`tokenize[0]`).
+    ///
+    /// Operators write these lines through the contract's `log` interface
+    /// (in Rust `weir_sdk::log::info!`). Each subtask's TaskManager keeps
+    /// them in a bounded ring (the newest 1000 lines and 256 KiB) and sends
+    /// them to the JobManager with its heartbeats, which keeps as many per
+    /// subtask for as long as it knows the job, across restarts. A subtask
+    /// may log 200 lines a second (bursts of 1000): a chatty operator's
+    /// lines beyond that are dropped and counted, and this command says how
+    /// many. Use --json for one JSON object per line.
+    Logs(LogsArgs),
     /// Take a savepoint of a running job, which keeps running
     /// (`weir savepoint JOB DIR`), or read one (`weir savepoint inspect DIR`).
     ///
@@ -293,6 +307,7 @@ pub fn run(command: ClientCommand) -> Result<(), Failure> {
         ClientCommand::Cancel(args) => cancel(args),
         ClientCommand::Taskmanagers(args) => taskmanagers(args),
         ClientCommand::Checkpoints(args) => checkpoints(args),
+        ClientCommand::Logs(args) => logs::logs(args),
         ClientCommand::Savepoint(args) => savepoint::savepoint(args),
         ClientCommand::Stop(args) => savepoint::stop(args),
         ClientCommand::Upgrade(args) => upgrade::upgrade(args),

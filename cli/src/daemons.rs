@@ -230,6 +230,15 @@ pub struct TaskManagerArgs {
     #[arg(long = "allow-path", value_name = "DIR")]
     allow_paths: Vec<PathBuf>,
 
+    /// Serve Prometheus metrics at http://ADDR/metrics: per job, vertex and
+    /// subtask records and bytes in/out, busy/idle/backpressured time and
+    /// watermarks, and the operators' own counters and gauges. Off by
+    /// default; no token (like Flink's Prometheus reporter), so bind it
+    /// where only your Prometheus reaches (e.g. 127.0.0.1:9249). Port 0
+    /// picks a free port; the address is printed at start.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+
     #[command(flatten)]
     certs: CertArgs,
 
@@ -567,6 +576,7 @@ pub fn taskmanager(args: TaskManagerArgs) -> Result<(), Failure> {
             bind: args.bind,
             net,
             allowed_roots: roots,
+            metrics: args.metrics,
         };
         let jobmanager = config.jobmanager;
         let slots = config.slots;
@@ -575,6 +585,12 @@ pub fn taskmanager(args: TaskManagerArgs) -> Result<(), Failure> {
             "taskmanager {} (data {}, {slots} slots): connecting to jobmanager {jobmanager}",
             tm.id, tm.data_address
         );
+        if let Some(metrics) = tm.metrics_address {
+            ready(format!(
+                "taskmanager {} metrics http://{metrics}/metrics",
+                tm.id
+            ));
+        }
         let mut registrations = tm.registrations();
         let (tm_id, data) = (tm.id.clone(), tm.data_address);
         let announce = tokio::spawn(async move {
@@ -656,6 +672,7 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
                 bind: any,
                 net,
                 allowed_roots: roots.clone(),
+                metrics: None,
             };
             let mut tm = daemon::serve(endpoint, config, wasm.clone())
                 .await

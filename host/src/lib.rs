@@ -27,7 +27,8 @@
 pub use weir_job as job;
 pub use weir_jobmanager as jobmanager;
 pub use weir_runtime::{
-    channel, checkpoint, connectors, contract, local, modules, net, record, rpc, start, wasm,
+    channel, checkpoint, connectors, contract, local, modules, net, record, rpc, start, telemetry,
+    wasm,
 };
 pub use weir_state as state;
 

@@ -56,7 +56,9 @@ fn every_endpoint(api: &Api) -> Vec<(String, Reply)> {
             "POST /v1/jobs/x/cancel".into(),
             api.post_empty("/v1/jobs/x/cancel"),
         ),
+        ("GET /v1/jobs/x/logs".into(), api.get("/v1/jobs/x/logs")),
         ("GET /v1/taskmanagers".into(), api.get("/v1/taskmanagers")),
+        ("GET /metrics".into(), api.get("/metrics")),
         ("GET /v1/nope".into(), api.get("/v1/nope")),
     ]
 }

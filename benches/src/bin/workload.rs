@@ -917,6 +917,7 @@ fn id_chain(g: Generated) -> anyhow::Result<CaseResult> {
         abort: Abort::new(),
         handle: rt.handle().clone(),
         checkpointing: None,
+        subtask_metrics: Vec::new(),
     };
     let started = Instant::now();
     subtask.run()?;

@@ -13,6 +13,9 @@
 //!   module loading, placement, deployment).
 //! - `messages`: what TaskManagers send (registration, heartbeats, acks,
 //!   task states, commits) and losing one.
+//! - `logs`: the operators' log lines each job keeps, per subtask, in
+//!   bounded rings (`GET /v1/jobs/{id}/logs`); `metrics`: the Prometheus
+//!   exposition of `GET /metrics`.
 //! - `checkpoints`: a job's coordinator and registry, and carrying out the
 //!   coordinator's actions.
 //! - `storage_io`: the checkpoint storage commands the JobManager decides
@@ -135,7 +138,9 @@ mod checkpoints;
 mod config;
 mod control;
 mod drain;
+mod logs;
 mod messages;
+mod metrics;
 mod savepoints;
 mod server;
 mod submit;
@@ -187,6 +192,8 @@ use cell::*;
 use checkpoints::*;
 pub use config::*;
 use control::*;
+use logs::{JobLogs, JobPlacement};
+pub use logs::{JobLogsView, LogLineView, LogQuery, MAX_LINES_PER_ANSWER};
 use savepoints::*;
 pub use savepoints::{FromSavepoint, SavepointStatus, SavepointView};
 pub use server::{RunningJobManager, Sockets, bind, serve, start};
@@ -266,6 +273,8 @@ struct Job {
     /// Failed for a reason a restart cannot fix (over the cluster's state
     /// quota): it ends `failed` whatever its restart strategy says.
     fatal: bool,
+    /// What its operators logged, per subtask, across its attempts.
+    logs: JobLogs,
 }
 
 impl Job {

@@ -96,7 +96,15 @@ impl JobManager {
                     self.on_job_message(job, &tm, message, now);
                 }
             }
-            JobEvent::Report { tm, report } => {
+            JobEvent::Report { tm, mut report } => {
+                let shipped = std::mem::take(&mut report.logs);
+                if !shipped.is_empty() {
+                    let placement = JobPlacement {
+                        tasks: &job.tasks,
+                        placement: &job.placement,
+                    };
+                    job.logs.add(&placement, &tm, shipped);
+                }
                 job.reports.insert(tm, report);
             }
             JobEvent::Lost {

@@ -36,7 +36,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
-use super::{ApiError, FromSavepoint, JobManager, UpgradeRequest};
+use super::{ApiError, FromSavepoint, JobManager, LogQuery, UpgradeRequest};
 
 /// Largest job submission body.
 pub const MAX_JOB_BODY: usize = 1 << 20;
@@ -204,7 +204,9 @@ pub fn router(jm: Arc<JobManager>, options: RestOptions) -> Router {
             "/v1/jobs/{id}/upgrades",
             get(job_upgrades).post(upgrade_job),
         )
+        .route("/v1/jobs/{id}/logs", get(job_logs))
         .route("/v1/taskmanagers", get(taskmanagers))
+        .route("/metrics", get(metrics))
         .fallback(move |req: Request| async move {
             // Read any body first: see `MAX_DRAIN`.
             let _ = read_body(req.into_body(), 0, MAX_DRAIN_REFUSED, read_timeout).await;
@@ -721,6 +723,27 @@ async fn cancel_job(State(jm): Jm, Path(id): Path<String>) -> Result<Response, A
 
 async fn job_checkpoints(State(jm): Jm, Path(id): Path<String>) -> Result<Response, ApiError> {
     Ok(Json(jm.checkpoints(&id)?).into_response())
+}
+
+async fn job_logs(
+    State(jm): Jm,
+    Path(id): Path<String>,
+    query: Result<Query<LogQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query?;
+    Ok(Json(jm.logs(&id, &query)?).into_response())
+}
+
+/// The Prometheus exposition (`metrics`); same guard as every route.
+async fn metrics(State(jm): Jm) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            weir_runtime::telemetry::exposition::CONTENT_TYPE,
+        )],
+        jm.prometheus(),
+    )
+        .into_response()
 }
 
 /// `POST /v1/jobs/{id}/savepoints`.

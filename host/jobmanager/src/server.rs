@@ -410,6 +410,7 @@ mod tests {
                 bind: unused,
                 net: weir_runtime::net::NetConfig::default(),
                 allowed_roots: AllowedRoots::none(),
+                metrics: None,
             };
             let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None }).unwrap());
             let mut tm = weir_taskmanager::serve(tm_endpoint, tm_config, runtime)

@@ -276,6 +276,7 @@ impl JobManager {
             upgrade: None,
             rollback_of: None,
             fatal: false,
+            logs: JobLogs::default(),
         };
         deploy(
             &self.taskmanagers,

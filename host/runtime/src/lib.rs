@@ -31,6 +31,8 @@
 //! - [`local`]: the deployment of a job's subtasks (every spec → runtime
 //!   translation) that every TaskManager uses.
 //! - [`modules`]: the content-addressed module store.
+//! - [`telemetry`]: what operators log and measure, kept per subtask in
+//!   bounded rings, and the Prometheus exposition of `/metrics`.
 //! - [`start`]: why a daemon could not start.
 //!
 //! `job` and `state` are separate crates below this one, re-exported here
@@ -53,5 +55,6 @@ pub mod record;
 pub mod rpc;
 pub mod start;
 pub mod taskmanager;
+pub mod telemetry;
 pub mod wasm;
 pub mod window;

@@ -426,6 +426,7 @@ impl LocalCluster {
                                         &settings.limits,
                                         &abort,
                                         options.attempt,
+                                        &metrics.vertices[v].subtask(s).telemetry,
                                     ),
                                 )?;
                                 if op.key_by.is_some() {
@@ -456,6 +457,7 @@ impl LocalCluster {
                                                 &settings.limits,
                                                 &abort,
                                                 options.attempt,
+                                                &metrics.vertices[v].subtask(s).telemetry,
                                             ),
                                         )?;
                                         WindowOperator::with_function(
@@ -582,6 +584,7 @@ impl LocalCluster {
                                 subtask: s,
                             }
                         }),
+                        subtask_metrics: Vec::new(),
                     })
                 };
                 match build() {
@@ -709,6 +712,7 @@ fn instance_config(
     limits: &weir_job::OperatorLimits,
     abort: &Abort,
     attempt: u32,
+    telemetry: &Arc<crate::telemetry::OperatorTelemetry>,
 ) -> InstanceConfig {
     InstanceConfig {
         operator: operator.to_owned(),
@@ -721,6 +725,7 @@ fn instance_config(
         max_output: (limits.max_output_mb as usize) << 20,
         cancel: abort.flag(),
         attempt,
+        telemetry: telemetry.clone(),
     }
 }
 

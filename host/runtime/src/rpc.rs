@@ -326,6 +326,32 @@ pub struct JobReport {
     /// Most batches seen queued in one of the job's local channels.
     #[serde(default)]
     pub max_queued_batches: u64,
+    /// Operator log lines written since the previous report, per subtask
+    /// (at most [`MAX_LOG_BYTES_PER_REPORT`] in all; the rest follow in
+    /// the next reports).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<SubtaskLogs>,
+}
+
+/// Most bytes of log lines (each counted with
+/// [`LINE_OVERHEAD`](crate::telemetry::logs::LINE_OVERHEAD)) one
+/// [`JobReport`] carries: a heartbeat stays far below [`MAX_FRAME`]
+/// whatever the operators log.
+pub const MAX_LOG_BYTES_PER_REPORT: usize = 1 << 20;
+
+/// New log lines of one subtask of one operator.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskLogs {
+    /// The vertex, indexed like the graph's vertices.
+    pub vertex: u32,
+    /// The subtask index.
+    pub subtask: u32,
+    /// The lines, oldest first (`seq` counts per subtask and attempt).
+    pub lines: Vec<crate::telemetry::logs::LogLine>,
+    /// Lines dropped since the previous report (over the rate limit, or
+    /// pushed out of the TaskManager's ring before they were sent).
+    #[serde(default)]
+    pub dropped: u64,
 }
 
 /// One vertex's counters on one TaskManager.

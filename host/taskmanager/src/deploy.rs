@@ -333,6 +333,8 @@ pub(crate) async fn run_job(
             started: deployed.started,
             heads: heads.into_iter().collect(),
             vertices: graph.vertices.len(),
+            name: graph.name.clone(),
+            vertex_ids: graph.vertices.iter().map(|v| v.id.0.clone()).collect(),
             events: events_tx,
         },
     );

@@ -59,6 +59,9 @@
 //!   deployment; uploads snapshots on the blocking pool.
 //! - `in_process`: [`InProcessTaskManager`], the same TaskManager attached
 //!   to an in-process JobManager (the embedded cluster).
+//! - `metrics`: `GET /metrics` (`--metrics ADDR`), the Prometheus
+//!   exposition of the subtasks running here and of their operators' own
+//!   metrics.
 //!
 //! [`Deployment`]: weir_runtime::rpc::Deployment
 //! [`RestorePoint`]: weir_runtime::rpc::RestorePoint
@@ -78,6 +81,7 @@ mod checkpoints;
 mod deploy;
 mod fetch;
 mod in_process;
+mod metrics;
 mod node;
 mod restore;
 mod session;
@@ -107,6 +111,10 @@ pub struct TaskManagerConfig {
     /// none by default. Checked again when each file is opened, whatever
     /// the JobManager checked.
     pub allowed_roots: AllowedRoots,
+    /// Where to serve `GET /metrics` (Prometheus text format); `None`: not
+    /// served. Port 0 picks a free port
+    /// ([`RunningTaskManager::metrics_address`] says which).
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Settings of an in-process TaskManager (the embedded cluster).

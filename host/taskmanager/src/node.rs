@@ -31,7 +31,9 @@ use tokio::sync::{mpsc, watch};
 use weir_runtime::local::LocalCluster;
 use weir_runtime::modules::ModuleStore;
 use weir_runtime::net::{DataPlane, NetStats};
-use weir_runtime::rpc::{JobReport, TaskState, ToJobManager, VertexReport};
+use weir_runtime::rpc::{
+    JobReport, MAX_LOG_BYTES_PER_REPORT, SubtaskLogs, TaskState, ToJobManager, VertexReport,
+};
 use weir_runtime::taskmanager::{Abort, JobMetrics};
 
 use crate::checkpoints::JobEvent;
@@ -85,6 +87,10 @@ pub(crate) struct LocalJob {
     /// Head vertex of each task with local subtasks → how many run here.
     pub(crate) heads: Vec<(usize, u32)>,
     pub(crate) vertices: usize,
+    /// The job's name (`job.name`), for metric labels.
+    pub(crate) name: String,
+    /// Every vertex's uid, indexed like the graph's vertices.
+    pub(crate) vertex_ids: Vec<String>,
 }
 
 impl LocalJob {
@@ -116,7 +122,29 @@ impl LocalJob {
             job: self.job.clone(),
             vertices,
             max_queued_batches: self.metrics.max_queued_batches.load(Ordering::Relaxed),
+            logs: self.unshipped_logs(),
         }
+    }
+
+    /// The operators' log lines not sent to the JobManager yet, within
+    /// [`MAX_LOG_BYTES_PER_REPORT`]; the rest wait for the next report.
+    fn unshipped_logs(&self) -> Vec<SubtaskLogs> {
+        let mut budget = MAX_LOG_BYTES_PER_REPORT;
+        let mut logs = Vec::new();
+        for (v, vertex) in self.metrics.vertices.iter().enumerate().take(self.vertices) {
+            for (subtask, m) in vertex.subtask_list() {
+                let new = m.telemetry.take_unshipped(&mut budget);
+                if !new.lines.is_empty() || new.dropped > 0 {
+                    logs.push(SubtaskLogs {
+                        vertex: v as u32,
+                        subtask,
+                        lines: new.lines,
+                        dropped: new.dropped,
+                    });
+                }
+            }
+        }
+        logs
     }
 }
 

@@ -36,8 +36,11 @@ pub struct RunningTaskManager {
     pub id: String,
     /// Its data-plane address.
     pub data_address: SocketAddr,
+    /// Where it serves `GET /metrics`, if it does (`--metrics`).
+    pub metrics_address: Option<SocketAddr>,
     registrations: watch::Receiver<u64>,
     task: tokio::task::JoinHandle<()>,
+    metrics_task: Option<tokio::task::JoinHandle<()>>,
     inner: Arc<Inner>,
 }
 
@@ -46,6 +49,7 @@ impl std::fmt::Debug for RunningTaskManager {
         f.debug_struct("RunningTaskManager")
             .field("id", &self.id)
             .field("data_address", &self.data_address)
+            .field("metrics_address", &self.metrics_address)
             .finish_non_exhaustive()
     }
 }
@@ -65,6 +69,9 @@ impl RunningTaskManager {
     /// Cancels every job and stops.
     pub async fn shutdown(self) {
         self.task.abort();
+        if let Some(metrics) = &self.metrics_task {
+            metrics.abort();
+        }
         self.inner.cancel_all();
         let Some(data) = &self.inner.data else {
             return;
@@ -116,6 +123,21 @@ pub async fn serve(
     let id = certified_id(&config.identity, config.id.as_deref())
         .map_err(|e| StartError::Identity(e.to_string()))?;
     std::fs::create_dir_all(&config.data_dir).map_err(|e| data_dir_error(e.to_string()))?;
+    // Bound before anything runs: a taken port is a start error.
+    let metrics = match config.metrics {
+        Some(address) => {
+            let refused = |e: std::io::Error| StartError::Bind {
+                address,
+                message: format!("the metrics listener (--metrics): {e}"),
+            };
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(refused)?;
+            let bound = listener.local_addr().map_err(refused)?;
+            Some((listener, bound))
+        }
+        None => None,
+    };
     let store = ModuleStore::open(&config.data_dir.join("modules"))
         .map_err(|e| data_dir_error(e.to_string()))?;
     let data = DataPlane::new(endpoint, config.net);
@@ -160,11 +182,20 @@ pub async fn serve(
             }
         })
     };
+    let (metrics_address, metrics_task) = match metrics {
+        Some((listener, address)) => {
+            let task = tokio::spawn(crate::metrics::serve(listener, inner.clone()));
+            (Some(address), Some(task))
+        }
+        None => (None, None),
+    };
     Ok(RunningTaskManager {
         id,
         data_address,
+        metrics_address,
         registrations,
         task,
+        metrics_task,
         inner,
     })
 }

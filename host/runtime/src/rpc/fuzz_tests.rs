@@ -147,6 +147,7 @@ fn job_report() -> impl Strategy<Value = JobReport> {
             job,
             vertices,
             max_queued_batches: 0,
+            logs: Vec::new(),
         })
 }
 

@@ -16,7 +16,9 @@
 //! - [`Output`]: one outgoing edge of a task with its partitioner and the
 //!   senders to every downstream subtask.
 //! - [`JobMetrics`]: per-vertex record counters and per-edge queue depth,
-//!   shared with whoever watches the job.
+//!   shared with whoever watches the job, and per vertex and subtask
+//!   ([`SubtaskMetrics`]) records and bytes in and out, idle and
+//!   backpressured time, and the operator's log ring and metrics.
 //!
 //! # Invariants
 //!
@@ -151,6 +153,63 @@ pub struct VertexMetrics {
     /// The current watermark of each of its subtasks running here, by
     /// subtask index (`i64::MIN` until the first).
     pub watermarks: std::sync::Mutex<std::collections::BTreeMap<u32, i64>>,
+    /// Each of its subtasks running here, by subtask index.
+    pub subtasks: std::sync::Mutex<std::collections::BTreeMap<u32, Arc<SubtaskMetrics>>>,
+}
+
+/// The counters of one subtask of one vertex (Flink's per-subtask task
+/// and operator metrics), and its operator's log ring and metrics. Added
+/// to as the per-vertex sums are, once per batch.
+#[derive(Debug)]
+pub struct SubtaskMetrics {
+    /// Records received (sources: 0).
+    pub records_in: AtomicU64,
+    /// Records emitted on every output (sinks: 0).
+    pub records_out: AtomicU64,
+    /// Bytes of the records received ([`Batch::byte_size`]).
+    pub bytes_in: AtomicU64,
+    /// Bytes of the records emitted.
+    pub bytes_out: AtomicU64,
+    /// Head vertices of a task only: nanoseconds spent waiting for input.
+    pub idle_ns: AtomicU64,
+    /// Head vertices of a task only: nanoseconds spent waiting for room in
+    /// a full output channel.
+    pub backpressured_ns: AtomicU64,
+    /// When it was set up: its busy time is the time since, less idle and
+    /// backpressured time.
+    pub started: Instant,
+    /// Operators: what the guest logs and measures.
+    pub telemetry: Arc<crate::telemetry::OperatorTelemetry>,
+}
+
+impl Default for SubtaskMetrics {
+    fn default() -> Self {
+        SubtaskMetrics {
+            records_in: AtomicU64::new(0),
+            records_out: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            idle_ns: AtomicU64::new(0),
+            backpressured_ns: AtomicU64::new(0),
+            started: Instant::now(),
+            telemetry: Arc::default(),
+        }
+    }
+}
+
+impl SubtaskMetrics {
+    fn add_in(&self, batch: &Batch) {
+        self.records_in
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.bytes_in
+            .fetch_add(batch.byte_size() as u64, Ordering::Relaxed);
+    }
+
+    fn add_out(&self, records: usize, bytes: usize) {
+        self.records_out
+            .fetch_add(records as u64, Ordering::Relaxed);
+        self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
 }
 
 impl VertexMetrics {
@@ -163,6 +222,24 @@ impl VertexMetrics {
     fn set_watermark(&self, subtask: u32, watermark: i64) {
         let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
         watermarks.insert(subtask, watermark);
+    }
+
+    /// The counters of its subtask `index`, created at the first call.
+    pub fn subtask(&self, index: u32) -> Arc<SubtaskMetrics> {
+        let mut subtasks = self.subtasks.lock().unwrap_or_else(|e| e.into_inner());
+        subtasks.entry(index).or_default().clone()
+    }
+
+    /// The counters of each of its subtasks here, by subtask index.
+    pub fn subtask_list(&self) -> Vec<(u32, Arc<SubtaskMetrics>)> {
+        let subtasks = self.subtasks.lock().unwrap_or_else(|e| e.into_inner());
+        subtasks.iter().map(|(i, m)| (*i, m.clone())).collect()
+    }
+
+    /// The current watermark of its subtask `index`, if it runs here.
+    pub fn subtask_watermark(&self, index: u32) -> Option<i64> {
+        let watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
+        watermarks.get(&index).copied()
     }
 }
 
@@ -460,6 +537,9 @@ pub struct Subtask {
     pub handle: tokio::runtime::Handle,
     /// Set when the job takes checkpoints.
     pub checkpointing: Option<Checkpointing>,
+    /// This subtask's counters of each vertex of its chain; filled from
+    /// `metrics` when it starts running if left empty.
+    pub subtask_metrics: Vec<(usize, Arc<SubtaskMetrics>)>,
 }
 
 impl Subtask {
@@ -483,9 +563,22 @@ impl Subtask {
             .chain(self.sink.as_ref().map(|s| s.vertex))
     }
 
+    /// This subtask's counters of vertex `vertex` of its chain.
+    fn counters(&self, vertex: usize) -> Option<&SubtaskMetrics> {
+        self.subtask_metrics
+            .iter()
+            .find(|(v, _)| *v == vertex)
+            .map(|(_, m)| &**m)
+    }
+
     fn run_inner(&mut self) -> Result<(), TaskError> {
-        for v in self.chain_vertices() {
+        let vertices: Vec<usize> = self.chain_vertices().collect();
+        for v in vertices {
             self.metrics.vertices[v].set_watermark(self.index, i64::MIN);
+            if self.counters(v).is_none() {
+                let m = self.metrics.vertices[v].subtask(self.index);
+                self.subtask_metrics.push((v, m));
+            }
         }
         for op in &mut self.operators {
             op.instance.open()?;
@@ -557,6 +650,9 @@ impl Subtask {
                         self.metrics.vertices[vertex]
                             .records_out
                             .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        if let Some(c) = self.counters(vertex) {
+                            c.add_out(batch.len(), batch.byte_size());
+                        }
                         self.push(0, batch)?;
                     }
                     self.fire_processing_timers()?;
@@ -753,10 +849,14 @@ impl Subtask {
     /// (0 but for the head of a two-input task), down the chain.
     fn push_at(&mut self, from: usize, input: u8, batch: Batch) -> Result<(), TaskError> {
         if from < self.operators.len() {
-            let op = &mut self.operators[from];
-            self.metrics.vertices[op.vertex]
+            let vertex = self.operators[from].vertex;
+            self.metrics.vertices[vertex]
                 .records_in
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            if let Some(c) = self.counters(vertex) {
+                c.add_in(&batch);
+            }
+            let op = &mut self.operators[from];
             // State is not flushed per batch: the backend's write-back
             // buffer flushes itself by size, and the end of input (later:
             // every checkpoint) flushes it completely.
@@ -767,6 +867,9 @@ impl Subtask {
             self.metrics.vertices[tail.vertex]
                 .records_in
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            if let Some(c) = self.subtask_metrics.iter().find(|(v, _)| *v == tail.vertex) {
+                c.1.add_in(&batch);
+            }
             return tail
                 .sink
                 .write(&batch)
@@ -787,6 +890,15 @@ impl Subtask {
         self.metrics.vertices[vertex]
             .records_out
             .fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(c) = self.counters(vertex) {
+            let mut bytes = emitted.main.byte_size();
+            bytes += emitted
+                .side
+                .iter()
+                .map(|s| s.records.byte_size())
+                .sum::<usize>();
+            c.add_out(n, bytes);
+        }
         let last = i + 1 == self.operators.len();
         if !emitted.main.is_empty() {
             self.push(i + 1, emitted.main)?;
@@ -893,9 +1005,13 @@ impl Subtask {
                         r = target.tx.send(msg) => r.map_err(|_| TaskError::Aborted),
                     }
                 });
+                let waited = waited.elapsed().as_nanos() as u64;
                 self.metrics.vertices[self.head_vertex]
                     .backpressured_ns
-                    .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    .fetch_add(waited, Ordering::Relaxed);
+                if let Some(c) = self.counters(self.head_vertex) {
+                    c.backpressured_ns.fetch_add(waited, Ordering::Relaxed);
+                }
                 sent
             }
         };
@@ -967,9 +1083,13 @@ impl Subtask {
                 _ = timeout => Ok(None),
             }
         });
+        let waited = waited.elapsed().as_nanos() as u64;
         self.metrics.vertices[self.head_vertex]
             .idle_ns
-            .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            .fetch_add(waited, Ordering::Relaxed);
+        if let Some(c) = self.counters(self.head_vertex) {
+            c.idle_ns.fetch_add(waited, Ordering::Relaxed);
+        }
         got
     }
 

@@ -1,6 +1,12 @@
 //! Host functions imported by operators: keyed state, timers, logging and
 //! metrics, plus WASI (sandboxed: see [`super::instance`]).
 //!
+//! Log lines and metrics go to the instance's
+//! [`OperatorTelemetry`](crate::telemetry::OperatorTelemetry) (a bounded,
+//! rate-limited ring per subtask, which the TaskManager ships to the
+//! JobManager and serves on `/metrics`); a line kept there is also printed
+//! through `tracing` (target `weir::guest`), as `weir run` shows it.
+//!
 //! State calls are forwarded to the instance's [`crate::state`] backend,
 //! which checks the state id, its kind and the key's key group.
 
@@ -11,6 +17,7 @@ use super::bindings::StreamOperator;
 use super::bindings::weir::operator::{log, metrics, state, timers, types};
 use super::instance::InstanceState;
 use crate::state::{StateError, key_group_of};
+use crate::telemetry::logs::LogLevel;
 
 /// The WASI clocks interface whose timer subscriptions Weir replaces
 /// (the version wasmtime-wasi 48 links; guests importing any 0.2.x match).
@@ -367,6 +374,7 @@ impl log::Host for InstanceState {
         let message = match self.quota.admit_log(&message) {
             Ok(line) => line,
             Err(first) => {
+                self.telemetry.drop_line();
                 if first {
                     tracing::warn!(
                         target: "weir::guest", operator = %op, subtask = sub,
@@ -377,6 +385,22 @@ impl log::Host for InstanceState {
                 return;
             }
         };
+        let kept = self.telemetry.log(
+            crate::connectors::now_millis(),
+            match level {
+                log::Level::Trace => LogLevel::Trace,
+                log::Level::Debug => LogLevel::Debug,
+                log::Level::Info => LogLevel::Info,
+                log::Level::Warn => LogLevel::Warn,
+                log::Level::Error => LogLevel::Error,
+            },
+            message,
+        );
+        if !kept {
+            // Over the subtask's rate limit: neither kept nor printed, and
+            // counted (`weir_operator_log_lines_dropped_total`).
+            return;
+        }
         match level {
             log::Level::Trace => {
                 tracing::trace!(target: "weir::guest", operator = %op, subtask = sub, "{message}")
@@ -403,7 +427,9 @@ impl metrics::Host for InstanceState {
             .quota
             .admit_metric(&self.counters, self.gauges.len(), &name)
         {
-            *self.counters.entry(name).or_default() += delta;
+            self.telemetry.counter_add(&name, delta);
+            let counter = self.counters.entry(name).or_default();
+            *counter = counter.saturating_add(delta);
         }
     }
 
@@ -412,6 +438,7 @@ impl metrics::Host for InstanceState {
             .quota
             .admit_metric(&self.gauges, self.counters.len(), &name)
         {
+            self.telemetry.gauge_set(&name, value);
             self.gauges.insert(name, value);
         }
     }

@@ -26,6 +26,7 @@ use super::{
 };
 use crate::record::Batch;
 use crate::state::{KeyGroupRange, KeyedStateBackend};
+use crate::telemetry::OperatorTelemetry;
 
 /// Most table elements (function references) over all of an instance's
 /// tables; generous for any compiled language runtime, small enough to bound
@@ -58,6 +59,9 @@ pub struct InstanceConfig {
     /// The job's deployment attempt (0, then one more per restart); the
     /// guest sees it as the environment variable [`ATTEMPT_ENV`].
     pub attempt: u32,
+    /// Where the guest's log lines and metrics are kept for the daemon to
+    /// ship and serve (this vertex's subtask's).
+    pub telemetry: Arc<OperatorTelemetry>,
 }
 
 /// The one environment variable a guest sees: the job's deployment attempt
@@ -79,6 +83,7 @@ impl InstanceConfig {
             max_output: DEFAULT_MAX_OUTPUT,
             cancel: Arc::default(),
             attempt: 0,
+            telemetry: Arc::default(),
         }
     }
 }
@@ -212,6 +217,8 @@ pub(crate) struct InstanceState {
     pub(crate) watermark: i64,
     pub(crate) counters: BTreeMap<String, u64>,
     pub(crate) gauges: BTreeMap<String, f64>,
+    /// Log lines and metrics as the daemon sees them.
+    pub(crate) telemetry: Arc<OperatorTelemetry>,
 }
 
 impl WasiView for InstanceState {
@@ -790,6 +797,7 @@ fn new_store(engine: &wasmtime::Engine, config: &InstanceConfig) -> (Store<Insta
         watermark: i64::MIN,
         counters: BTreeMap::new(),
         gauges: BTreeMap::new(),
+        telemetry: config.telemetry.clone(),
     };
     let mut store = Store::new(engine, data);
     store.limiter(|s| &mut s.limiter);
