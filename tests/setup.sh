@@ -28,6 +28,17 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
         $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
 fi
+# DuckDB for Python, the Nexmark oracle (tests/all/nexmark.rs runs
+# udfs/jobs/nexmark/oracle.py with it): one wheel from PyPI, about 45 s and
+# 70 MB, kept in the tool folder outside the clone.
+DUCKDB_DIR="${WEIR_TOOLS_DIR:-$HOME/.cache/weir/tools}/duckdb-2.0.1"
+if [ ! -d "$DUCKDB_DIR/duckdb" ]; then
+    echo "weir: installing DuckDB 2.0.1 for Python into $DUCKDB_DIR (the Nexmark oracle)" >&2
+    rm -rf "$DUCKDB_DIR.tmp"
+    python3 -m pip install -q --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
+        --target "$DUCKDB_DIR.tmp" duckdb==2.0.1
+    rm -rf "$DUCKDB_DIR" && mv "$DUCKDB_DIR.tmp" "$DUCKDB_DIR"
+fi
 # The toolchain, its components and the wasm32-wasip2 target, from
 # rust-toolchain.toml (a no-op when present; needed where RUSTUP_AUTO_INSTALL=0).
 rustup toolchain install >/dev/null

@@ -43,6 +43,11 @@ mod vertices;
 const DEFAULT_ACCOUNTS: u64 = 100;
 /// Default `vocabulary` of a words generator.
 const DEFAULT_VOCABULARY: u32 = 1000;
+/// Default `event_rate` of a nexmark generator: the Nexmark suite's
+/// default of 10,000 events per second (of event time).
+const DEFAULT_NEXMARK_EVENT_RATE: u64 = 10_000;
+/// Largest `event_rate`: one event per microsecond, the generator's clock.
+const MAX_NEXMARK_EVENT_RATE: u64 = 1_000_000;
 
 impl JobGraph {
     /// Validates `spec` and builds its graph. Reports every problem found
@@ -459,6 +464,7 @@ fn kind_name_str(kind: GeneratorKindName) -> &'static str {
         GeneratorKindName::Sequence => "sequence",
         GeneratorKindName::Transactions => "transactions",
         GeneratorKindName::Words => "words",
+        GeneratorKindName::Nexmark => "nexmark",
     }
 }
 

@@ -269,6 +269,13 @@ pub enum GeneratorKind {
         /// Number of distinct words (`vocabulary`, default 1000).
         vocabulary: u32,
     },
+    /// `kind = "nexmark"`: the Nexmark benchmark's persons, auctions and
+    /// bids (the `nexmark` crate's generator) as JSON, unkeyed, with the
+    /// event's `date_time` as the record's timestamp.
+    Nexmark {
+        /// `event_rate`: events per second of event time (default 10000).
+        event_rate: u64,
+    },
 }
 
 /// An `[[operator]]`: a Wasm component and how it is fed.

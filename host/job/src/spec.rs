@@ -206,6 +206,7 @@ pub(super) struct SourceTable {
     pub record_bytes: Option<u32>,
     pub keys: Option<u64>,
     pub vocabulary: Option<u32>,
+    pub event_rate: Option<u64>,
 }
 
 /// `[[source]] watermark = { … }`.
@@ -229,6 +230,7 @@ pub(super) enum GeneratorKindName {
     Sequence,
     Transactions,
     Words,
+    Nexmark,
 }
 
 /// `[[operator]]`.

@@ -808,6 +808,9 @@ fn build_source(
                     vocabulary: u64::from(*vocabulary),
                     words_per_record: 1,
                 },
+                GeneratorKind::Nexmark { event_rate } => GenKind::Nexmark {
+                    event_rate: *event_rate,
+                },
             };
             Box::new(GeneratorSource::new(
                 GeneratorConfig {

@@ -102,7 +102,7 @@ impl Builder {
                     None => {
                         self.problem(
                             format!("{label}.kind"),
-                            "missing; expected \"sequence\", \"transactions\" or \"words\"",
+                            "missing; expected \"sequence\", \"transactions\", \"words\" or \"nexmark\"",
                         );
                         GeneratorKindName::Sequence
                     }
@@ -118,6 +118,18 @@ impl Builder {
                 }
                 if kind_name != GeneratorKindName::Words {
                     self.not_for(label, "vocabulary", &t.vocabulary, &only("words"));
+                }
+                if kind_name != GeneratorKindName::Nexmark {
+                    self.not_for(label, "event_rate", &t.event_rate, &only("nexmark"));
+                } else {
+                    // The nexmark crate derives every event from its number
+                    // alone: there is nothing to seed.
+                    self.not_for(
+                        label,
+                        "seed",
+                        &t.seed,
+                        "for kind = \"nexmark\" (its events are fixed by their number)",
+                    );
                 }
                 let kind = match kind_name {
                     GeneratorKindName::Sequence => {
@@ -151,6 +163,16 @@ impl Builder {
                             u64::MAX,
                         );
                         GeneratorKind::Words { vocabulary }
+                    }
+                    GeneratorKindName::Nexmark => {
+                        let event_rate = t.event_rate.unwrap_or(DEFAULT_NEXMARK_EVENT_RATE);
+                        self.check_range(
+                            &format!("{label}.event_rate"),
+                            event_rate,
+                            1,
+                            MAX_NEXMARK_EVENT_RATE,
+                        );
+                        GeneratorKind::Nexmark { event_rate }
                     }
                 };
                 if let Some(rate) = t.rate {

@@ -4,6 +4,13 @@
 //! so parallel instances split the sequence (instance `i` of `p` makes
 //! `n ≡ i (mod p)`) and every run produces the same records. Event time is
 //! `BASE_TIME + n * interval_ms`, ascending within an instance.
+//!
+//! The `nexmark` kind is the Nexmark benchmark's generator (the `nexmark`
+//! crate, as RisingWave and Arroyo use it): event `n` is a person, an
+//! auction or a bid, a pure function of `n`, written as one JSON object
+//! (see [`GeneratorKind::Nexmark`]); its event time comes from the
+//! generator's own clock at `event_rate` events per second from
+//! [`BASE_TIME`].
 
 use super::{ConnectorError, Source, Throttle};
 use crate::record::Batch;
@@ -36,6 +43,15 @@ pub enum GeneratorKind {
         /// Words per line.
         words_per_record: usize,
     },
+    /// Nexmark events, unkeyed, one JSON object each with a `"type"` of
+    /// `"person"`, `"auction"` or `"bid"` and the event's fields under the
+    /// `nexmark` crate's names (`{"type":"bid","auction":1007,"bidder":1012,
+    /// "price":2113,"channel":"Google","url":"…","date_time":…,"extra":"…"}`).
+    /// The record's timestamp is `date_time`.
+    Nexmark {
+        /// Events per second of event time.
+        event_rate: u64,
+    },
 }
 
 /// Settings of one generator.
@@ -61,6 +77,10 @@ pub struct GeneratorSource {
     step: u64,
     throttle: Option<Throttle>,
     scratch: String,
+    /// The nexmark generator, positioned at `next` (made on first use and
+    /// after a seek).
+    nexmark: Option<nexmark::EventGenerator>,
+    bytes: Vec<u8>,
 }
 
 /// SplitMix64: a well-known, tiny, high-quality mixing function.
@@ -83,11 +103,41 @@ impl GeneratorSource {
             step: u64::from(parallelism.max(1)),
             throttle,
             scratch: String::new(),
+            nexmark: None,
+            bytes: Vec::new(),
         }
+    }
+
+    /// Event `n` of the Nexmark stream, as JSON, into `batch`.
+    fn push_nexmark(&mut self, n: u64, event_rate: u64, batch: &mut Batch) {
+        let step = self.step;
+        let generator = match &mut self.nexmark {
+            Some(g) if g.offset() == n => g,
+            slot => slot.insert(
+                nexmark::EventGenerator::new(nexmark::config::NexmarkConfig {
+                    base_time: BASE_TIME as u64,
+                    first_rate: event_rate as usize,
+                    next_rate: event_rate as usize,
+                    ..Default::default()
+                })
+                .with_offset(n)
+                .with_step(step),
+            ),
+        };
+        let Some(event) = generator.next() else {
+            return;
+        };
+        let ts = event.timestamp() as i64;
+        self.bytes.clear();
+        write_nexmark_json(&event, &mut self.bytes);
+        batch.push(None, &self.bytes, ts);
     }
 
     fn push_record(&mut self, n: u64, batch: &mut Batch) {
         use std::fmt::Write;
+        if let GeneratorKind::Nexmark { event_rate } = self.config.kind {
+            return self.push_nexmark(n, event_rate, batch);
+        }
         let r = || splitmix64(self.config.seed ^ splitmix64(n));
         let ts = BASE_TIME + (n as i64).wrapping_mul(self.config.interval_ms);
         self.scratch.clear();
@@ -138,8 +188,60 @@ impl GeneratorSource {
                 }
                 batch.push(None, self.scratch.as_bytes(), ts);
             }
+            GeneratorKind::Nexmark { .. } => unreachable!("handled above"),
         }
     }
+}
+
+/// Writes `event` as one JSON object (see [`GeneratorKind::Nexmark`]).
+fn write_nexmark_json(event: &nexmark::event::Event, out: &mut Vec<u8>) {
+    use nexmark::event::Event;
+    use std::io::Write;
+    // Writing into a Vec cannot fail; a string is escaped by serde_json.
+    let s = |out: &mut Vec<u8>, text: &str| {
+        let _ = serde_json::to_writer(&mut *out, text);
+    };
+    match event {
+        Event::Person(p) => {
+            let _ = write!(out, r#"{{"type":"person","id":{},"name":"#, p.id);
+            s(out, &p.name);
+            out.extend_from_slice(br#","email_address":"#);
+            s(out, &p.email_address);
+            out.extend_from_slice(br#","credit_card":"#);
+            s(out, &p.credit_card);
+            out.extend_from_slice(br#","city":"#);
+            s(out, &p.city);
+            out.extend_from_slice(br#","state":"#);
+            s(out, &p.state);
+            let _ = write!(out, r#","date_time":{},"extra":"#, p.date_time);
+            s(out, &p.extra);
+        }
+        Event::Auction(a) => {
+            let _ = write!(out, r#"{{"type":"auction","id":{},"item_name":"#, a.id);
+            s(out, &a.item_name);
+            out.extend_from_slice(br#","description":"#);
+            s(out, &a.description);
+            let _ = write!(
+                out,
+                r#","initial_bid":{},"reserve":{},"date_time":{},"expires":{},"seller":{},"category":{},"extra":"#,
+                a.initial_bid, a.reserve, a.date_time, a.expires, a.seller, a.category
+            );
+            s(out, &a.extra);
+        }
+        Event::Bid(b) => {
+            let _ = write!(
+                out,
+                r#"{{"type":"bid","auction":{},"bidder":{},"price":{},"channel":"#,
+                b.auction, b.bidder, b.price
+            );
+            s(out, &b.channel);
+            out.extend_from_slice(br#","url":"#);
+            s(out, &b.url);
+            let _ = write!(out, r#","date_time":{},"extra":"#, b.date_time);
+            s(out, &b.extra);
+        }
+    }
+    out.push(b'}');
 }
 
 impl Source for GeneratorSource {
@@ -158,6 +260,7 @@ impl Source for GeneratorSource {
                 ))
             })?;
         self.next = next;
+        self.nexmark = None;
         // The rate applies from now on.
         if let Some(t) = &mut self.throttle {
             t.restart();
@@ -178,6 +281,7 @@ impl Source for GeneratorSource {
                 record_bytes: Some(b),
                 ..
             } => *b + 8,
+            GeneratorKind::Nexmark { .. } => 200,
             _ => 48,
         };
         let mut batch = Batch::with_capacity(max, max * record_bytes);
@@ -233,6 +337,65 @@ mod tests {
             one[0].0.as_deref().unwrap()
         );
         assert!(v["amount"].as_f64().is_some());
+    }
+
+    #[test]
+    fn nexmark_events_are_json_split_across_instances_and_the_same_after_a_seek() {
+        let config = GeneratorConfig {
+            kind: GeneratorKind::Nexmark { event_rate: 1000 },
+            count: Some(500),
+            seed: 0,
+            rate: None,
+            interval_ms: 10,
+        };
+        let one = all(&config, 1);
+        assert_eq!(one.len(), 500);
+        let mut three = all(&config, 3);
+        three.sort_by(|a, b| (a.2, &a.1).cmp(&(b.2, &b.1)));
+        let mut sorted = one.clone();
+        sorted.sort_by(|a, b| (a.2, &a.1).cmp(&(b.2, &b.1)));
+        assert_eq!(sorted, three);
+        let mut types = std::collections::BTreeMap::new();
+        for (key, value, ts) in &one {
+            assert!(key.is_none());
+            let v: serde_json::Value = serde_json::from_slice(value).unwrap();
+            assert_eq!(v["date_time"].as_i64(), Some(*ts), "{v}");
+            *types
+                .entry(v["type"].as_str().unwrap().to_string())
+                .or_insert(0) += 1;
+        }
+        // The Nexmark proportions: 1 person, 3 auctions, 46 bids in 50.
+        assert_eq!(types["person"], 10);
+        assert_eq!(types["auction"], 30);
+        assert_eq!(types["bid"], 460);
+        // 1000 events per second of event time: 500 events span ~0.5 s.
+        assert!(
+            (one[499].2 - one[0].2 - 499).abs() <= 1,
+            "{:?}",
+            (one[0].2, one[499].2)
+        );
+        // A restored instance continues with the very same events.
+        let mut g = GeneratorSource::new(config.clone(), 1, 2);
+        let first = g.next_batch(10).unwrap().unwrap();
+        let position = g.position();
+        let rest: Vec<_> = g
+            .next_batch(5)
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|r| r.value.to_vec())
+            .collect();
+        let mut h = GeneratorSource::new(config, 1, 2);
+        h.seek(&position).unwrap();
+        let again: Vec<_> = h
+            .next_batch(5)
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|r| r.value.to_vec())
+            .collect();
+        assert_eq!(first.len(), 10);
+        assert_eq!(rest, again);
     }
 
     #[test]

@@ -1,0 +1,121 @@
+//! Nexmark (issue 16): the queries of `udfs/jobs/nexmark/` run by `weir run`
+//! over the `nexmark` generator, each compared line by line with the same
+//! query in SQL run by DuckDB (`udfs/jobs/nexmark/oracle.py`) over the same
+//! events, written to a file by `udfs/jobs/nexmark/generate.toml`.
+//!
+//! The oracle is independent of Weir's code: DuckDB computes the windows,
+//! sessions and maxima from the raw events. 100,000 events at 1,000 events
+//! per second of event time give 100 s of event time: ten q7 windows, fifty
+//! q5 windows, thousands of q11 sessions. Queries run at parallelism 2 (the
+//! stateless parts and the sink split over two subtasks) on RocksDB, q5 and
+//! q7 also on the heap backend.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{describe, read_sink, repo_root, run_weir};
+
+const EVENTS: &str = "100000";
+
+/// Where tests/setup.sh installs DuckDB for Python.
+fn duckdb_dir() -> PathBuf {
+    let tools = std::env::var_os("WEIR_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/weir/tools")
+        });
+    let dir = tools.join("duckdb-2.0.1");
+    assert!(
+        dir.join("duckdb").is_dir(),
+        "DuckDB for Python is missing at {}: run `bash tests/setup.sh`",
+        dir.display()
+    );
+    dir
+}
+
+fn nexmark_dir() -> PathBuf {
+    repo_root().join("udfs/jobs/nexmark")
+}
+
+/// `weir run` of the committed spec `name.toml`, its sink redirected to
+/// `out` in `dir`.
+fn run_job(dir: &Path, name: &str, out: &Path, extra: &[&str]) {
+    let spec = nexmark_dir().join(format!("{name}.toml"));
+    let count = format!("source.events.count={EVENTS}");
+    let sink = format!("sink.out.path={}", out.display());
+    let mut args = vec![
+        "run",
+        spec.to_str().unwrap(),
+        "--allow-path",
+        dir.to_str().unwrap(),
+        "--set",
+        &count,
+        "--set",
+        &sink,
+    ];
+    args.extend_from_slice(extra);
+    let result = run_weir(&dir.join("cache"), &args);
+    assert!(result.status.success(), "{name}: {}", describe(&result));
+}
+
+/// The oracle's sorted lines for `query` over `events`.
+fn oracle(events: &Path, query: &str) -> Vec<String> {
+    let out = Command::new("python3")
+        .arg(nexmark_dir().join("oracle.py"))
+        .arg(events)
+        .arg(query)
+        .env("PYTHONPATH", duckdb_dir())
+        .output()
+        .expect("python3 runs");
+    assert!(out.status.success(), "oracle {query}: {}", describe(&out));
+    let mut lines: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn check(dir: &Path, events: &Path, query: &str, extra: &[&str]) {
+    let out = dir.join(format!(
+        "{query}-{}.txt",
+        extra.join("-").replace(['=', '.'], "_")
+    ));
+    run_job(dir, query, &out, extra);
+    let mut got = read_sink(&out);
+    got.sort();
+    let want = oracle(events, query);
+    assert!(!want.is_empty(), "{query}: the oracle found nothing");
+    if got != want {
+        let missing: Vec<_> = want.iter().filter(|l| !got.contains(l)).take(5).collect();
+        let extra_lines: Vec<_> = got.iter().filter(|l| !want.contains(l)).take(5).collect();
+        panic!(
+            "{query} {extra:?}: Weir wrote {} lines, DuckDB {}\nmissing (first 5): {missing:#?}\nunexpected (first 5): {extra_lines:#?}",
+            got.len(),
+            want.len()
+        );
+    }
+}
+
+#[test]
+fn every_query_matches_duckdb_over_the_same_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    run_job(dir.path(), "generate", &events, &[]);
+    let generated = std::fs::read_to_string(&events).unwrap();
+    assert_eq!(generated.lines().count(), 100_000);
+    let p2 = ["--parallelism", "2"];
+    for query in ["q0", "q1", "q2", "q11"] {
+        check(dir.path(), &events, query, &p2);
+    }
+    for query in ["q5", "q7"] {
+        check(dir.path(), &events, query, &p2);
+        check(
+            dir.path(),
+            &events,
+            query,
+            &["--set", "job.state_backend=heap"],
+        );
+    }
+}

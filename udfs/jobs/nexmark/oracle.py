@@ -1,0 +1,148 @@
+"""The Nexmark queries in SQL, run by DuckDB: an oracle for Weir's jobs.
+
+    python3 oracle.py EVENTS.jsonl QUERY
+
+reads the events that `generate.toml` writes (the same generator the jobs
+read) and prints QUERY's result, one line per result, in the format the
+Weir job's sink writes (so a test can compare the sorted lines byte for
+byte). The SQL follows the Nexmark suite's definitions (Flink's
+nexmark-flink and RisingWave's); README.md says where each differs.
+Needs the `duckdb` package (tests/setup.sh installs it into the tool
+folder).
+"""
+
+import json
+import sys
+
+import duckdb
+
+COLUMNS = {
+    "type": "VARCHAR",
+    "id": "BIGINT",
+    "name": "VARCHAR",
+    "email_address": "VARCHAR",
+    "credit_card": "VARCHAR",
+    "city": "VARCHAR",
+    "state": "VARCHAR",
+    "item_name": "VARCHAR",
+    "description": "VARCHAR",
+    "initial_bid": "BIGINT",
+    "reserve": "BIGINT",
+    "expires": "BIGINT",
+    "seller": "BIGINT",
+    "category": "BIGINT",
+    "auction": "BIGINT",
+    "bidder": "BIGINT",
+    "price": "BIGINT",
+    "channel": "VARCHAR",
+    "url": "VARCHAR",
+    "date_time": "BIGINT",
+    "extra": "VARCHAR",
+}
+
+# Event times are epoch milliseconds; windows are [start, end).
+QUERIES = {
+    "q0": "SELECT auction, bidder, price, date_time, extra FROM bid",
+    "q1": "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid",
+    "q2": "SELECT auction, price FROM bid WHERE auction % 123 = 0",
+    # Hot items: bids per auction in 10 s windows sliding by 2 s, and the
+    # auctions whose count is the window's largest.
+    "q5": """
+        WITH windowed AS (
+            SELECT b.auction, s.start
+            FROM bid b, LATERAL (
+                SELECT unnest(range(b.date_time - b.date_time % 2000 - 8000,
+                                    b.date_time - b.date_time % 2000 + 1, 2000)) AS start
+            ) s
+            WHERE s.start > b.date_time - 10000
+        ),
+        counts AS (
+            SELECT start, auction, count(*) AS num FROM windowed GROUP BY start, auction
+        ),
+        maxes AS (SELECT start, max(num) AS maxn FROM counts GROUP BY start)
+        SELECT c.start, c.start + 10000 AS "end", c.num, c.auction
+        FROM counts c JOIN maxes m ON c.start = m.start AND c.num >= m.maxn
+    """,
+    # Highest bid: the bids at the highest price of each 10 s tumbling window.
+    "q7": """
+        WITH windowed AS (
+            SELECT *, date_time - date_time % 10000 AS start FROM bid
+        ),
+        maxes AS (SELECT start, max(price) AS maxprice FROM windowed GROUP BY start)
+        SELECT w.start, w.start + 10000 AS "end", w.price, w.auction, w.bidder, w.date_time
+        FROM windowed w JOIN maxes m ON w.start = m.start AND w.price = m.maxprice
+    """,
+    # User sessions: each bidder's bids, cut where two consecutive bids are
+    # more than 10 s apart; a session ends 10 s after its last bid.
+    "q11": """
+        WITH marked AS (
+            SELECT bidder, date_time,
+                CASE WHEN date_time - lag(date_time) OVER (PARTITION BY bidder ORDER BY date_time) > 10000
+                     THEN 1 ELSE 0 END AS cut
+            FROM bid
+        ),
+        numbered AS (
+            SELECT bidder, date_time,
+                sum(cut) OVER (PARTITION BY bidder ORDER BY date_time
+                               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS session
+            FROM marked
+        )
+        SELECT bidder, min(date_time) AS start, max(date_time) + 10000 AS "end", count(*) AS num
+        FROM numbered GROUP BY bidder, session
+    """,
+}
+
+
+def text(s):
+    return json.dumps(s, ensure_ascii=False)
+
+
+def lines(query, rows):
+    """The rows as the Weir job's sink writes them."""
+    if query in ("q0", "q1"):
+        for auction, bidder, price, date_time, extra in rows:
+            price = f"{price:.3f}" if query == "q1" else str(price)
+            yield (f'{{"auction":{auction},"bidder":{bidder},"price":{price},'
+                   f'"date_time":{date_time},"extra":{text(extra)}}}')
+    elif query == "q2":
+        for auction, price in rows:
+            yield f'{{"auction":{auction},"price":{price}}}'
+    elif query == "q5":
+        windows = {}
+        for start, end, num, auction in rows:
+            windows.setdefault((start, end, num), []).append(auction)
+        for (start, end, num), auctions in windows.items():
+            hot = ",".join(str(a) for a in sorted(auctions))
+            yield f'{{"start":{start},"end":{end},"num":{num},"auctions":[{hot}]}}'
+    elif query == "q7":
+        windows = {}
+        for start, end, price, auction, bidder, date_time in rows:
+            windows.setdefault((start, end, price), []).append((auction, bidder, date_time))
+        for (start, end, price), bids in windows.items():
+            listed = ",".join(f"[{a},{b},{t}]" for a, b, t in sorted(bids))
+            yield f'{{"start":{start},"end":{end},"price":{price},"bids":[{listed}]}}'
+    elif query == "q11":
+        for bidder, start, end, num in rows:
+            yield f'{{"key":{text(str(bidder))},"start":{start},"end":{end},"count":{num}}}'
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[2] not in QUERIES:
+        sys.exit(f"usage: oracle.py EVENTS.jsonl QUERY (one of {', '.join(QUERIES)})")
+    events, query = sys.argv[1], sys.argv[2]
+    db = duckdb.connect()
+    columns = "{" + ", ".join(f"{k}: '{v}'" for k, v in COLUMNS.items()) + "}"
+    path = events.replace("'", "''")
+    db.execute(
+        f"CREATE VIEW events AS SELECT * FROM read_json('{path}', "
+        f"format = 'newline_delimited', columns = {columns})"
+    )
+    db.execute("CREATE VIEW bid AS SELECT * FROM events WHERE type = 'bid'")
+    out = sys.stdout
+    for line in lines(query, db.execute(QUERIES[query]).fetchall()):
+        out.write(line)
+        out.write("\n")
+
+
+if __name__ == "__main__":
+    main()
