@@ -521,16 +521,23 @@ impl WindowOperator {
     }
 
     fn register(&mut self, key: &[u8], window: Window) {
+        for time in self.timer_times(window) {
+            self.core.timers.insert((time, key.to_vec()));
+        }
+    }
+
+    /// The times of `window`'s timers: when it fires and, with allowed
+    /// lateness, when it is cleaned up.
+    fn timer_times(&self, window: Window) -> Vec<i64> {
         if window == GLOBAL {
-            return;
+            return Vec::new();
         }
         let fire = window.max_timestamp();
-        self.core.timers.insert((fire, key.to_vec()));
         let lateness = self.spec.allowed_lateness_ms as i64;
         if lateness > 0 {
-            self.core
-                .timers
-                .insert((fire.saturating_add(lateness), key.to_vec()));
+            vec![fire, fire.saturating_add(lateness)]
+        } else {
+            vec![fire]
         }
     }
 
@@ -592,6 +599,18 @@ impl WindowOperator {
         let mut windows = kept;
         windows.push(merged);
         windows.sort_by_key(|w| w.start);
+        // The absorbed sessions' timers would only find nothing to fire,
+        // after reading all of the key's windows from the backend each
+        // time: one per record of a growing session. Drop them, unless a
+        // remaining session of the key needs the same time.
+        for w in absorbed.iter().filter(|w| **w != merged) {
+            for time in self.timer_times(*w) {
+                let needed = windows.iter().any(|k| self.timer_times(*k).contains(&time));
+                if !needed {
+                    self.core.timers.remove(&(time, key.to_vec()));
+                }
+            }
+        }
         self.cache.sessions.insert(key.to_vec(), windows);
         // (Loaded already unless the record fell inside one session.)
         self.load(key, merged)?;

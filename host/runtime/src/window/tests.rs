@@ -208,6 +208,36 @@ fn a_record_inside_a_stored_session_joins_it_without_growing_it() {
 }
 
 #[test]
+fn a_growing_session_keeps_one_timer_per_session() {
+    for lateness in [0, 7] {
+        let mut op = open(spec(
+            WindowAssigner::Session { gap_ms: 10 },
+            Aggregate::Count,
+            lateness,
+        ));
+        // One session growing by a record per batch, another key's beside
+        // it: the absorbed sessions' timers go (they used to stay, one per
+        // record, each reading all the key's windows when it came due).
+        for t in 0..50 {
+            feed(&mut op, &[("a", t * 5), ("b", 1000)]);
+        }
+        let per_window = if lateness > 0 { 2 } else { 1 };
+        assert_eq!(
+            op.core().timers.len(),
+            2 * per_window,
+            "lateness {lateness}"
+        );
+        assert_eq!(
+            fire(&mut op, i64::MAX),
+            [
+                r#"{"key":"a","start":0,"end":255,"count":50}"#,
+                r#"{"key":"b","start":1000,"end":1010,"count":50}"#,
+            ]
+        );
+    }
+}
+
+#[test]
 fn late_records_within_the_lateness_in_one_batch_fire_one_by_one() {
     let mut op = open(spec(
         WindowAssigner::Tumbling { size_ms: 10 },
