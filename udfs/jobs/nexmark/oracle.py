@@ -45,6 +45,12 @@ QUERIES = {
     "q0": "SELECT auction, bidder, price, date_time, extra FROM bid",
     "q1": "SELECT auction, bidder, 0.908 * price AS price, date_time, extra FROM bid",
     "q2": "SELECT auction, price FROM bid WHERE auction % 123 = 0",
+    # Local item suggestion: an inner join of auctions and their sellers.
+    "q3": """
+        SELECT P.name, P.city, P.state, A.id
+        FROM auction AS A INNER JOIN person AS P ON A.seller = P.id
+        WHERE A.category = 10 AND P.state IN ('or', 'id', 'ca')
+    """,
     # Hot items: bids per auction in 10 s windows sliding by 2 s, and the
     # auctions whose count is the window's largest.
     "q5": """
@@ -107,6 +113,10 @@ def lines(query, rows):
     elif query == "q2":
         for auction, price in rows:
             yield f'{{"auction":{auction},"price":{price}}}'
+    elif query == "q3":
+        for name, city, state, auction in rows:
+            yield (f'{{"name":{text(name)},"city":{text(city)},"state":{text(state)},'
+                   f'"id":{auction}}}')
     elif query == "q5":
         windows = {}
         for start, end, num, auction in rows:
@@ -137,7 +147,8 @@ def main():
         f"CREATE VIEW events AS SELECT * FROM read_json('{path}', "
         f"format = 'newline_delimited', columns = {columns})"
     )
-    db.execute("CREATE VIEW bid AS SELECT * FROM events WHERE type = 'bid'")
+    for kind in ("person", "auction", "bid"):
+        db.execute(f"CREATE VIEW {kind} AS SELECT * FROM events WHERE type = '{kind}'")
     out = sys.stdout
     for line in lines(query, db.execute(QUERIES[query]).fetchall()):
         out.write(line)

@@ -11,8 +11,12 @@
 //!   auction is a multiple of 123.
 //! - `"bids"`: every bid unchanged, keyed by config `key` (a constant, for a
 //!   window over all bids) or, without it, unkeyed.
+//! - `"q3-persons"`, `"q3-auctions"`: q3's (local item suggestion) two
+//!   inputs for `nexmark-local-item`: the persons of Oregon, Idaho and
+//!   California as `{"name":…,"city":…,"state":…}` keyed by their id, and
+//!   the ids of the auctions in category 10 keyed by their seller.
 //!
-//! Persons and auctions are dropped by every query. The query definitions
+//! Every other event is dropped. The query definitions
 //! are the Nexmark suite's as Flink and RisingWave publish them; see
 //! `udfs/jobs/nexmark/README.md`.
 
@@ -26,6 +30,8 @@ enum Query {
     Q1,
     Q2,
     Bids,
+    Q3Persons,
+    Q3Auctions,
 }
 
 /// The fields of a bid event the queries read.
@@ -38,6 +44,23 @@ struct Bid {
     extra: String,
 }
 
+/// The fields of a person event q3 reads.
+#[derive(Deserialize)]
+struct Person {
+    id: u64,
+    name: String,
+    city: String,
+    state: String,
+}
+
+/// The fields of an auction event q3 reads.
+#[derive(Deserialize)]
+struct Auction {
+    id: u64,
+    seller: u64,
+    category: u64,
+}
+
 /// The function.
 pub struct Select {
     query: Query,
@@ -47,6 +70,12 @@ pub struct Select {
 
 /// Every bid line the generator writes starts with this.
 const BID_PREFIX: &[u8] = br#"{"type":"bid","#;
+const PERSON_PREFIX: &[u8] = br#"{"type":"person","#;
+const AUCTION_PREFIX: &[u8] = br#"{"type":"auction","#;
+
+fn bad(what: &str, e: serde_json::Error) -> Error {
+    Error::msg(format!("not a Nexmark {what}: {e}"))
+}
 
 impl FlatMapFunction for Select {
     const NAME: &'static str = "nexmark-select";
@@ -57,9 +86,11 @@ impl FlatMapFunction for Select {
             "q1" => Query::Q1,
             "q2" => Query::Q2,
             "bids" => Query::Bids,
+            "q3-persons" => Query::Q3Persons,
+            "q3-auctions" => Query::Q3Auctions,
             other => {
                 return Err(Error::msg(format!(
-                    "config query: {other:?} is not one of \"q0\", \"q1\", \"q2\", \"bids\""
+                    "config query: {other:?} is not one of \"q0\", \"q1\", \"q2\", \"bids\", \"q3-persons\", \"q3-auctions\""
                 )));
             }
         };
@@ -75,6 +106,11 @@ impl FlatMapFunction for Select {
     }
 
     fn flat_map(&mut self, record: Record<'_>, out: &mut Collector) -> Result<(), Error> {
+        match self.query {
+            Query::Q3Persons => return self.q3_person(record, out),
+            Query::Q3Auctions => return self.q3_auction(record, out),
+            _ => {}
+        }
         // Persons and auctions are not parsed at all.
         if !record.value.starts_with(BID_PREFIX) {
             return Ok(());
@@ -116,9 +152,47 @@ impl FlatMapFunction for Select {
                     bid.auction, bid.price
                 );
             }
-            Query::Bids => unreachable!("handled above"),
+            Query::Bids | Query::Q3Persons | Query::Q3Auctions => unreachable!("handled above"),
         }
         out.collect(record.with_value(&self.out));
+        Ok(())
+    }
+}
+
+impl Select {
+    fn q3_person(&mut self, record: Record<'_>, out: &mut Collector) -> Result<(), Error> {
+        if !record.value.starts_with(PERSON_PREFIX) {
+            return Ok(());
+        }
+        let p: Person = serde_json::from_slice(record.value).map_err(|e| bad("person", e))?;
+        if !matches!(p.state.as_str(), "or" | "id" | "ca") {
+            return Ok(());
+        }
+        self.out.clear();
+        self.out.extend_from_slice(br#"{"name":"#);
+        let mut field = |name: &[u8], text: &str| -> Result<(), Error> {
+            self.out.extend_from_slice(name);
+            serde_json::to_writer(&mut self.out, text).map_err(|e| Error::msg(e.to_string()))
+        };
+        field(b"", &p.name)?;
+        field(br#","city":"#, &p.city)?;
+        field(br#","state":"#, &p.state)?;
+        self.out.push(b'}');
+        let key = p.id.to_string();
+        out.collect(Record::keyed(&key, &self.out, record.timestamp));
+        Ok(())
+    }
+
+    fn q3_auction(&mut self, record: Record<'_>, out: &mut Collector) -> Result<(), Error> {
+        if !record.value.starts_with(AUCTION_PREFIX) {
+            return Ok(());
+        }
+        let a: Auction = serde_json::from_slice(record.value).map_err(|e| bad("auction", e))?;
+        if a.category != 10 {
+            return Ok(());
+        }
+        let (key, id) = (a.seller.to_string(), a.id.to_string());
+        out.collect(Record::keyed(&key, &id, record.timestamp));
         Ok(())
     }
 }
@@ -174,6 +248,28 @@ mod tests {
         let out = h.process([Record::new(PERSON, 1), Record::new(BID, 2)]).unwrap();
         assert_eq!(out.values(), [BID]);
         assert_eq!(out.main[0].key.as_deref(), Some(&b"all"[..]));
+    }
+
+    #[test]
+    fn q3_inputs_are_the_local_persons_and_category_10_auctions_keyed_for_the_join() {
+        let ca = PERSON.replace(r#""state":"or""#, r#""state":"ca""#);
+        let az = PERSON.replace(r#""state":"or""#, r#""state":"az""#);
+        let mut h = Harness::<FlatMap<Select>>::open(&[("query", "q3-persons")]).unwrap();
+        let out = h
+            .process([Record::new(PERSON, 1), Record::new(&ca, 2), Record::new(&az, 3), Record::new(BID, 4)])
+            .unwrap();
+        assert_eq!(out.values(), [r#"{"name":"p","city":"x","state":"or"}"#, r#"{"name":"p","city":"x","state":"ca"}"#]);
+        assert_eq!(out.main[0].key.as_deref(), Some(&b"1000"[..]));
+        let auction = |category: u64| {
+            format!(r#"{{"type":"auction","id":1005,"item_name":"i","description":"d","initial_bid":1,"reserve":2,"date_time":5,"expires":9,"seller":1003,"category":{category},"extra":""}}"#)
+        };
+        let (ten, eleven) = (auction(10), auction(11));
+        let mut h = Harness::<FlatMap<Select>>::open(&[("query", "q3-auctions")]).unwrap();
+        let out = h
+            .process([Record::new(&ten, 1), Record::new(&eleven, 2), Record::new(PERSON, 3)])
+            .unwrap();
+        assert_eq!(out.values(), ["1005"]);
+        assert_eq!(out.main[0].key.as_deref(), Some(&b"1003"[..]));
     }
 
     #[test]
