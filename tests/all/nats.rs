@@ -30,7 +30,9 @@ fn server_binary() -> PathBuf {
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
         .map(|dir| dir.join("nats-server"))
         .find(|p| p.is_file());
-    in_path.expect("nats-server is not installed: run tests/setup.sh (it installs Debian's nats-server)")
+    in_path.expect(
+        "nats-server is not installed: run tests/setup.sh (it installs Debian's nats-server)",
+    )
 }
 
 /// A port nobody listens on now (bound to port 0, then released).
@@ -89,7 +91,11 @@ impl NatsServer {
             .expect("nats-server starts");
         self.child = Some(child);
         wait_for("nats-server to be ready", || {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!(
                     "nats-server exited with {status}; its log:\n{}",
                     std::fs::read_to_string(&log).unwrap_or_default()
@@ -204,7 +210,12 @@ impl NatsClient {
     pub fn read_all(&self, name: &str, key_header: &str) -> Vec<Received> {
         self.runtime.block_on(async {
             let mut stream = self.js.get_stream(name).await.expect("stream exists");
-            let last = stream.info().await.expect("stream info").state.last_sequence;
+            let last = stream
+                .info()
+                .await
+                .expect("stream info")
+                .state
+                .last_sequence;
             let mut out = Vec::new();
             if last == 0 {
                 return out;
@@ -293,7 +304,10 @@ fn assert_failed_naming(out: &std::process::Output, needles: &[&str]) {
 fn an_unreachable_nats_server_fails_the_run_naming_source_and_address() {
     let url = format!("nats://127.0.0.1:{}", free_port());
     let out = run_job(&nats_job(&url, &url, ""));
-    assert_failed_naming(&out, &["source `orders`", &url, "cannot reach the NATS server"]);
+    assert_failed_naming(
+        &out,
+        &["source `orders`", &url, "cannot reach the NATS server"],
+    );
 }
 
 /// The server is there, the streams are not: the source's stream and the
@@ -321,7 +335,13 @@ fn an_unknown_nats_option_is_refused() {
     assert_failed_naming(&out, &["unknown field `strem`"]);
     // A file-source field on a NATS source is named too.
     let out = run_job(&nats_job(&url, &url, "path = \"/tmp/x\""));
-    assert_failed_naming(&out, &["source[0] \"orders\".path", "not allowed for type = \"nats\""]);
+    assert_failed_naming(
+        &out,
+        &[
+            "source[0] \"orders\".path",
+            "not allowed for type = \"nats\"",
+        ],
+    );
 }
 
 /// A NATS source → identity → NATS sink with `weir run` (no checkpoints:
@@ -337,12 +357,10 @@ fn weir_run_copies_a_stream_to_another() {
         .map(|i| (format!("orders.k{}", i % 7), format!("order {i}")))
         .collect();
     client.publish(&input);
-    let job = nats_job(
-        &server.url(),
-        &server.url(),
-        "key_subject_token = 1",
-    )
-    .replace("subject = \"copies.all\"", "subject = \"copies.all\"\nkey_header = \"Weir-Key\"");
+    let job = nats_job(&server.url(), &server.url(), "key_subject_token = 1").replace(
+        "subject = \"copies.all\"",
+        "subject = \"copies.all\"\nkey_header = \"Weir-Key\"",
+    );
     // An unbounded source: run in the background until the copies are there.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("job.toml");

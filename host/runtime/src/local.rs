@@ -917,7 +917,9 @@ fn nats_connectors(graph: &JobGraph) -> Vec<(String, crate::connectors::nats::Na
         .vertices
         .iter()
         .filter_map(|v| match &v.kind {
-            VertexKind::Source(SourceSpec::Nats(s)) => Some((v.id.0.clone(), NatsConnector::Source(s))),
+            VertexKind::Source(SourceSpec::Nats(s)) => {
+                Some((v.id.0.clone(), NatsConnector::Source(s)))
+            }
             VertexKind::Sink(SinkSpec::Nats(s)) => Some((v.id.0.clone(), NatsConnector::Sink(s))),
             _ => None,
         })

@@ -35,8 +35,18 @@ impl Builder {
                 );
             }
         }
-        let url = self.required(label, "url", &t.url, "the server, like \"nats://127.0.0.1:4222\"");
-        let stream = self.required(label, "stream", &t.stream, "the name of the JetStream stream to read");
+        let url = self.required(
+            label,
+            "url",
+            &t.url,
+            "the server, like \"nats://127.0.0.1:4222\"",
+        );
+        let stream = self.required(
+            label,
+            "stream",
+            &t.stream,
+            "the name of the JetStream stream to read",
+        );
         if stream.contains(['.', '*', '>', ' ']) {
             self.problem(
                 format!("{label}.stream"),
@@ -77,7 +87,12 @@ impl Builder {
         self.not_for(label, "path", &t.path, what);
         self.not_for(label, "format", &t.format, what);
         self.not_for(label, "rate", &t.rate, what);
-        let url = self.required(label, "url", &t.url, "the server, like \"nats://127.0.0.1:4222\"");
+        let url = self.required(
+            label,
+            "url",
+            &t.url,
+            "the server, like \"nats://127.0.0.1:4222\"",
+        );
         let subject = self.required(label, "subject", &t.subject, "the subject to publish to");
         if !subject.is_empty() {
             self.check_subject(label, &subject, false);
@@ -120,11 +135,17 @@ impl Builder {
         match value.as_deref() {
             Some(v) if !v.trim().is_empty() => v.to_owned(),
             Some(_) => {
-                self.problem(format!("{label}.{field}"), format!("found \"\", expected {what}"));
+                self.problem(
+                    format!("{label}.{field}"),
+                    format!("found \"\", expected {what}"),
+                );
                 String::new()
             }
             None => {
-                self.problem(format!("{label}.{field}"), format!("missing; expected {what}"));
+                self.problem(
+                    format!("{label}.{field}"),
+                    format!("missing; expected {what}"),
+                );
                 String::new()
             }
         }

@@ -49,8 +49,16 @@ fn a_nats_source_needs_url_and_stream_and_refuses_file_fields() {
     );
     assert_problem(&body, "source[0] \"orders\".url", &["missing", "nats://"]);
     assert_problem(&body, "source[0] \"orders\".stream", &["missing"]);
-    assert_problem(&body, "source[0] \"orders\".path", &["not allowed for type = \"nats\""]);
-    assert_problem(&body, "source[0] \"orders\".parallelism", &["found 2", "expected 1"]);
+    assert_problem(
+        &body,
+        "source[0] \"orders\".path",
+        &["not allowed for type = \"nats\""],
+    );
+    assert_problem(
+        &body,
+        "source[0] \"orders\".parallelism",
+        &["found 2", "expected 1"],
+    );
 }
 
 #[test]

@@ -336,7 +336,12 @@ impl NatsSource {
             .create_consumer(config)
             .await
             .map_err(|e| failed(e.to_string()))?;
-        self.messages = Some(consumer.messages().await.map_err(|e| failed(e.to_string()))?);
+        self.messages = Some(
+            consumer
+                .messages()
+                .await
+                .map_err(|e| failed(e.to_string()))?,
+        );
         Ok(())
     }
 
@@ -348,7 +353,9 @@ impl NatsSource {
             self.disconnected = None;
             return Ok(());
         }
-        let since = *self.disconnected.get_or_insert_with(std::time::Instant::now);
+        let since = *self
+            .disconnected
+            .get_or_insert_with(std::time::Instant::now);
         if since.elapsed() >= CONNECT_TIMEOUT {
             return Err(nats_error(format!(
                 "{}: lost the NATS server at {} for {} s",
@@ -408,7 +415,10 @@ impl Source for NatsSource {
                     }
                 };
                 let info = message.info().map_err(|e| {
-                    nats_error(format!("{}: a message without JetStream metadata: {e}", self.who))
+                    nats_error(format!(
+                        "{}: a message without JetStream metadata: {e}",
+                        self.who
+                    ))
                 })?;
                 let (sequence, published) = (
                     info.stream_sequence,
@@ -536,7 +546,9 @@ impl NatsSink {
         block_on(async {
             for ack in acks {
                 ack.await.map_err(|e| {
-                    nats_error(format!("{who}: publishing to the NATS server at {url}: {e}"))
+                    nats_error(format!(
+                        "{who}: publishing to the NATS server at {url}: {e}"
+                    ))
                 })?;
             }
             Ok(())
