@@ -28,6 +28,18 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
         $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
 fi
+if ! command -v nats-server >/dev/null; then
+    # From Debian, like every service the tests run: the only registries
+    # reachable here are Debian's, crates.io, PyPI and npm, and NATS ships
+    # its server through none of the others. Debian's 2.9 has JetStream
+    # (`-js`), its de-duplication window and ordered consumers: what the
+    # NATS connectors use (tests/all/nats.rs starts one per test).
+    echo "weir: installing nats-server (the NATS JetStream connector tests run the real server)" >&2
+    apt_install --no-install-recommends nats-server
+    if command -v systemctl >/dev/null && systemctl is-active --quiet nats-server 2>/dev/null; then
+        $SUDO systemctl disable --now nats-server >/dev/null 2>&1 || true
+    fi
+fi
 # DuckDB for Python, the Nexmark oracle (tests/all/nexmark.rs runs
 # udfs/jobs/nexmark/oracle.py with it): one wheel from PyPI, about 45 s and
 # 70 MB, kept in the tool folder outside the clone.

@@ -20,6 +20,7 @@ mod event_time;
 mod exactly_once;
 mod fraud;
 mod joins;
+mod nats;
 mod nexmark;
 mod polyglot;
 mod processing_time;

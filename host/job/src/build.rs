@@ -37,6 +37,7 @@ use super::{
 use super::{JobError, JobSpec, Problem};
 
 mod edges;
+mod nats;
 mod vertices;
 
 /// Default `accounts` of a transactions generator.

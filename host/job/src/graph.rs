@@ -196,6 +196,8 @@ pub enum SourceSpec {
     File(FileSourceSpec),
     /// `type = "generator"`: synthesises records.
     Generator(GeneratorSpec),
+    /// `type = "nats"`: reads a NATS JetStream stream.
+    Nats(crate::nats::NatsSourceSpec),
 }
 
 /// A file source (`type = "file"`); always parallelism 1.
@@ -469,6 +471,8 @@ pub enum SinkSpec {
         /// deliberately slow consumer, to observe backpressure).
         rate: Option<u64>,
     },
+    /// `type = "nats"`: publishes to a NATS JetStream subject.
+    Nats(crate::nats::NatsSinkSpec),
 }
 
 /// A file sink (`type = "file"`).

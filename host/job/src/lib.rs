@@ -49,6 +49,7 @@
 pub mod chain;
 pub mod config;
 pub mod graph;
+pub mod nats;
 pub mod spec;
 
 mod build;
@@ -64,6 +65,7 @@ pub use graph::{
     Partitioner, SinkFormat, SinkSpec, SourceFormat, SourceSpec, StateBackendKind, Vertex,
     VertexId, VertexKind, WatermarkStrategy, WindowAssigner, WindowSpec,
 };
+pub use nats::{NatsDelivery, NatsSinkSpec, NatsSourceSpec, NatsStart};
 pub use spec::{JobSpec, parse_override};
 
 /// Everything that can be wrong with a job spec.

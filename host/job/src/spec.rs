@@ -197,6 +197,13 @@ pub(super) struct SourceTable {
     pub follow: Option<bool>,
     // any type
     pub watermark: Option<WatermarkTable>,
+    // nats (also `subject`, below the sink's)
+    pub url: Option<String>,
+    pub stream: Option<String>,
+    pub subject: Option<String>,
+    pub start: Option<crate::nats::NatsStart>,
+    pub key_header: Option<String>,
+    pub key_subject_token: Option<u32>,
     // generator
     pub kind: Option<GeneratorKindName>,
     pub count: Option<u64>,
@@ -222,6 +229,7 @@ pub(super) struct WatermarkTable {
 pub(super) enum SourceType {
     File,
     Generator,
+    Nats,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -300,6 +308,11 @@ pub(super) struct SinkTable {
     pub slot_sharing_group: Option<String>,
     /// Blackhole only: consume at most this many records per second.
     pub rate: Option<u64>,
+    // nats
+    pub url: Option<String>,
+    pub subject: Option<String>,
+    pub delivery: Option<crate::nats::NatsDelivery>,
+    pub key_header: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -308,6 +321,7 @@ pub(super) enum SinkType {
     File,
     Stdout,
     Blackhole,
+    Nats,
 }
 
 /// `[[edge]]`.

@@ -503,6 +503,17 @@ impl LocalCluster {
                                                     ))
                                                 })?,
                                             ),
+                                            (SinkSpec::Nats(n), checkpoints) => Box::new(
+                                                crate::connectors::nats::NatsSink::open(
+                                                    &graph.name,
+                                                    &vertex.id.0,
+                                                    s,
+                                                    n,
+                                                    checkpoints.is_some(),
+                                                    restored.and_then(|r| r.sink.as_ref()),
+                                                )
+                                                .map_err(|e| RunError::Plan(e.to_string()))?,
+                                            ),
                                             _ => build_sink(graph, v, spec, s, &self.roots)?,
                                         },
                                     });
@@ -824,6 +835,10 @@ fn build_source(
                 parallelism,
             ))
         }
+        SourceSpec::Nats(n) => Box::new(
+            crate::connectors::nats::NatsSource::open(id, n)
+                .map_err(|e| RunError::Plan(e.to_string()))?,
+        ),
     })
 }
 
@@ -850,10 +865,15 @@ fn build_sink(
         ),
         SinkSpec::Stdout { format } => Box::new(StdoutSink::new(output_format(*format))),
         SinkSpec::Blackhole { rate } => Box::new(BlackholeSink::new(rate.map(|r| r as f64))),
+        SinkSpec::Nats(n) => Box::new(
+            crate::connectors::nats::NatsSink::open(&graph.name, id, subtask, n, false, None)
+                .map_err(|e| RunError::Plan(e.to_string()))?,
+        ),
     })
 }
 
-/// Checks every file source and sink of `graph` against `roots`, before
+/// Checks every file source and sink of `graph` against `roots` (and every
+/// NATS source and sink against its server: [`crate::connectors::nats::check`]), before
 /// anything is opened or created: a path outside every root, a symlink out
 /// of one, a source that is not a regular file (FIFO, device, directory) or
 /// a non-regular file (or symlink) where a sink would write is refused. A
@@ -883,11 +903,30 @@ pub fn check_file_connectors(graph: &JobGraph, roots: &AllowedRoots) -> Result<(
             _ => {}
         }
     }
+    // Not files, but checked at the same two moments (submit, deploy):
+    // NATS servers reachable, streams present.
+    problems.extend(crate::connectors::nats::check(&nats_connectors(graph)));
     if problems.is_empty() {
         Ok(())
     } else {
         Err(problems.join("\n"))
     }
+}
+
+/// The NATS sources and sinks of `graph`, by id.
+fn nats_connectors(graph: &JobGraph) -> Vec<(String, crate::connectors::nats::NatsConnector<'_>)> {
+    use crate::connectors::nats::NatsConnector;
+    graph
+        .vertices
+        .iter()
+        .filter_map(|v| match &v.kind {
+            VertexKind::Source(SourceSpec::Nats(s)) => {
+                Some((v.id.0.clone(), NatsConnector::Source(s)))
+            }
+            VertexKind::Sink(SinkSpec::Nats(s)) => Some((v.id.0.clone(), NatsConnector::Sink(s))),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The default work directory: `$TMPDIR/weir`.

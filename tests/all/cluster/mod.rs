@@ -5,6 +5,7 @@
 mod cancel;
 pub mod harness;
 mod identity;
+mod nats;
 mod observe;
 
 use std::collections::HashMap;

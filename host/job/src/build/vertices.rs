@@ -187,7 +187,9 @@ impl Builder {
                 });
                 (spec, parallelism)
             }
+            SourceType::Nats => (self.nats_source(label, t), 1),
         };
+        self.nats_fields_only_for_nats(label, t);
         let watermark = t.watermark.unwrap_or_default();
         let strategy = WatermarkStrategy {
             max_out_of_orderness_ms: watermark.max_out_of_orderness_ms.unwrap_or(0),
@@ -529,7 +531,9 @@ impl Builder {
                 }
                 SinkSpec::Blackhole { rate: t.rate }
             }
+            SinkType::Nats => self.nats_sink(label, t),
         };
+        self.nats_sink_fields_only_for_nats(label, t);
         let parallelism = self.vertex_parallelism(label, t.parallelism, settings);
         Vertex {
             id,

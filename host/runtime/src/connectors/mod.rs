@@ -8,6 +8,8 @@
 //! - [`Sink`]: consumes batches. [`FileSink`], [`StdoutSink`] and
 //!   [`BlackholeSink`].
 //!
+//! - [`nats`]: a NATS JetStream source and sink (exactly-once through the
+//!   stream's message de-duplication).
 //! - [`AllowedRoots`] (in [`confine`]): the directories file connectors may
 //!   use. Every file a source reads or a sink writes is opened through it.
 //!
@@ -19,6 +21,7 @@
 
 pub mod confine;
 mod generator;
+pub mod nats;
 mod sink;
 
 pub use confine::{AllowedRoots, ConfineError};
@@ -73,6 +76,10 @@ pub enum ConnectorError {
     /// A checkpointed position or committable cannot be used.
     #[error("cannot restore: {0}")]
     Position(String),
+    /// A NATS server could not be reached or refused a request; the
+    /// message names the vertex and the server ([`nats`]).
+    #[error("{0}")]
+    Nats(String),
 }
 
 /// Paces a source to at most `rate` records per second: batches of about
@@ -167,6 +174,9 @@ pub trait Sink: Send {
 /// committing twice (after a restore) is harmless. Every part must be
 /// where `roots` allow.
 pub fn commit(committable: &serde_json::Value, roots: &AllowedRoots) -> Result<(), ConnectorError> {
+    if nats::is_committable(committable) {
+        return nats::commit(committable);
+    }
     sink::commit_files(committable, roots)
 }
 
