@@ -6,6 +6,7 @@ mod cancel;
 pub mod harness;
 mod identity;
 mod observe;
+mod ui;
 
 use std::collections::HashMap;
 use std::path::Path;
