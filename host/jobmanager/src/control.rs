@@ -186,7 +186,8 @@ pub(crate) fn fail(
         let replaces = job.failure.is_some();
         job.failure = Some(cause.message.clone());
         job.failure_is_root = root;
-        job.exceptions.record(job.attempt, cause, now_ms(), replaces);
+        job.exceptions
+            .record(job.attempt, cause, now_ms(), replaces);
     }
     if let Ok(next) = job.state.on(Event::TaskFailed) {
         job.state = next;

@@ -89,9 +89,7 @@ impl Exceptions {
             subtask,
             taskmanager,
         } = cause;
-        if replaces
-            && let Some(last) = self.entries.back_mut().filter(|e| e.attempt == attempt)
-        {
+        if replaces && let Some(last) = self.entries.back_mut().filter(|e| e.attempt == attempt) {
             last.root_cause = message;
             last.task = task;
             last.subtask = subtask;
@@ -124,7 +122,12 @@ mod tests {
     #[test]
     fn one_entry_per_failed_attempt_bounded_and_newest_first() {
         let mut h = Exceptions::default();
-        h.record(0, Cause::new("up (1/2) on tm-1 was aborted").on("tm-1"), 10, false);
+        h.record(
+            0,
+            Cause::new("up (1/2) on tm-1 was aborted").on("tm-1"),
+            10,
+            false,
+        );
         // The same attempt's root cause, found later: replaces, keeps the time.
         h.record(0, Cause::new("TaskManager tm-2 lost").on("tm-2"), 20, true);
         h.record(1, Cause::new("trap").at("up", 1).on("tm-1"), 30, false);

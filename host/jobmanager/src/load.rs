@@ -135,8 +135,7 @@ impl LoadWindow {
             vertices: totals,
         });
         // Keep one sample at or beyond the window's start as the baseline.
-        while self.samples.len() > 2
-            && now.saturating_duration_since(self.samples[1].at) >= WINDOW
+        while self.samples.len() > 2 && now.saturating_duration_since(self.samples[1].at) >= WINDOW
         {
             self.samples.pop_front();
         }
@@ -259,7 +258,10 @@ fn name(task: &TaskLoad) -> String {
     let first = task.vertices.first().map(String::as_str).unwrap_or("?");
     if task.vertices.len() > 1 {
         format!("`{first}` (chained with {})", {
-            let rest: Vec<String> = task.vertices[1..].iter().map(|v| format!("`{v}`")).collect();
+            let rest: Vec<String> = task.vertices[1..]
+                .iter()
+                .map(|v| format!("`{v}`"))
+                .collect();
             rest.join(", ")
         })
     } else {
@@ -314,7 +316,7 @@ pub fn find_bottleneck(tasks: &[TaskLoad]) -> Bottleneck {
             ),
         };
     }
-    let message = if let Some(task) = tasks.iter().filter(|t| pressured(t)).last() {
+    let message = if let Some(task) = tasks.iter().rfind(|t| pressured(t)) {
         // Backpressured, but nothing after it works hard: the wait is
         // elsewhere (the network between TaskManagers, a slow disk).
         format!(
@@ -399,7 +401,12 @@ mod tests {
         ];
         let b = find_bottleneck(&tasks);
         assert_eq!(b.chain, ["count", "sink"]);
-        assert!(b.message.starts_with("`count` (chained with `sink`) is the bottleneck"), "{}", b.message);
+        assert!(
+            b.message
+                .starts_with("`count` (chained with `sink`) is the bottleneck"),
+            "{}",
+            b.message
+        );
     }
 
     #[test]
@@ -413,10 +420,17 @@ mod tests {
         assert_eq!(b.vertex, None);
         assert!(b.message.starts_with("no bottleneck"), "{}", b.message);
         // A busy source with nothing backpressured: the input is the limit.
-        let tasks = [task(&["gen"], &[], 0.95, 0.0), task(&["out"], &[0], 0.2, 0.0)];
+        let tasks = [
+            task(&["gen"], &[], 0.95, 0.0),
+            task(&["out"], &[0], 0.2, 0.0),
+        ];
         let b = find_bottleneck(&tasks);
         assert_eq!(b.vertex, None);
-        assert!(b.message.contains("the source `gen` is busy 95 %"), "{}", b.message);
+        assert!(
+            b.message.contains("the source `gen` is busy 95 %"),
+            "{}",
+            b.message
+        );
     }
 
     #[test]
@@ -427,7 +441,11 @@ mod tests {
         ];
         let b = find_bottleneck(&tasks);
         assert_eq!(b.vertex, None);
-        assert!(b.message.contains("`gen` is backpressured 90 %"), "{}", b.message);
+        assert!(
+            b.message.contains("`gen` is backpressured 90 %"),
+            "{}",
+            b.message
+        );
     }
 
     #[test]
@@ -447,16 +465,18 @@ mod tests {
         JobReport {
             vertices: values
                 .iter()
-                .map(|&(records_in, records_out, busy_ms, backpressured_ms, idle_ms)| {
-                    weir_runtime::rpc::VertexReport {
-                        records_in,
-                        records_out,
-                        busy_ms,
-                        backpressured_ms,
-                        idle_ms,
-                        watermark: None,
-                    }
-                })
+                .map(
+                    |&(records_in, records_out, busy_ms, backpressured_ms, idle_ms)| {
+                        weir_runtime::rpc::VertexReport {
+                            records_in,
+                            records_out,
+                            busy_ms,
+                            backpressured_ms,
+                            idle_ms,
+                            watermark: None,
+                        }
+                    },
+                )
                 .collect(),
             ..JobReport::default()
         }
@@ -468,10 +488,22 @@ mod tests {
         let mut w = LoadWindow::default();
         let heads = [0, 0];
         // Two vertices chained: the second's time is its head's.
-        w.sample(0, t0, 2, &heads, [report(&[(0, 0, 0, 0, 0), (0, 0, 0, 0, 0)])].iter());
+        w.sample(
+            0,
+            t0,
+            2,
+            &heads,
+            [report(&[(0, 0, 0, 0, 0), (0, 0, 0, 0, 0)])].iter(),
+        );
         assert_eq!(w.loads(), None, "one sample is no window");
         // Too soon: skipped.
-        w.sample(0, t0 + Duration::from_millis(100), 2, &heads, [report(&[(0, 50, 9, 9, 9), (50, 0, 0, 0, 0)])].iter());
+        w.sample(
+            0,
+            t0 + Duration::from_millis(100),
+            2,
+            &heads,
+            [report(&[(0, 50, 9, 9, 9), (50, 0, 0, 0, 0)])].iter(),
+        );
         assert_eq!(w.loads(), None);
         // Two TaskManagers' reports are summed.
         let a = report(&[(0, 1000, 600, 300, 100), (1000, 500, 0, 0, 0)]);
@@ -482,7 +514,10 @@ mod tests {
         assert_eq!(loads[1].records_in_per_s, 1000.0);
         assert_eq!(loads[1].records_out_per_s, 500.0);
         assert!((loads[0].busy - 0.6).abs() < 1e-9);
-        assert!((loads[1].backpressured - 0.3).abs() < 1e-9, "the head's time");
+        assert!(
+            (loads[1].backpressured - 0.3).abs() < 1e-9,
+            "the head's time"
+        );
         // Old samples leave the window: the shares follow the new load.
         let mut t = t0 + Duration::from_secs(2);
         let mut busy = 1200;
@@ -491,12 +526,24 @@ mod tests {
             t += Duration::from_secs(1);
             busy += 100;
             bp += 900;
-            w.sample(0, t, 2, &heads, [report(&[(0, 0, busy, bp, 200), (0, 0, 0, 0, 0)])].iter());
+            w.sample(
+                0,
+                t,
+                2,
+                &heads,
+                [report(&[(0, 0, busy, bp, 200), (0, 0, 0, 0, 0)])].iter(),
+            );
         }
         let loads = w.loads().unwrap();
         assert!((loads[0].backpressured - 0.9).abs() < 1e-9, "{loads:?}");
         // A new attempt starts over.
-        w.sample(1, t + Duration::from_secs(1), 2, &heads, [report(&[(0, 0, 1, 1, 1), (0, 0, 0, 0, 0)])].iter());
+        w.sample(
+            1,
+            t + Duration::from_secs(1),
+            2,
+            &heads,
+            [report(&[(0, 0, 1, 1, 1), (0, 0, 0, 0, 0)])].iter(),
+        );
         assert_eq!(w.loads(), None);
     }
 }

@@ -51,9 +51,7 @@ const CSP: &str = "default-src 'none'; script-src 'self' 'unsafe-inline'; \
 /// Whether `path` is a page of the UI (answered with the page, also with
 /// 401 when the token is missing).
 pub fn is_page(path: &str) -> bool {
-    path == "/"
-        || path == PREFIX
-        || (path.starts_with("/ui/") && !path.starts_with(ASSETS))
+    path == "/" || path == PREFIX || (path.starts_with("/ui/") && !path.starts_with(ASSETS))
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: &'static str) -> Response {
@@ -86,10 +84,9 @@ fn page() -> Response {
 /// shell as its body (see the module docs).
 pub fn unauthorized_page() -> Response {
     let mut response = respond(StatusCode::UNAUTHORIZED, "text/html; charset=utf-8", INDEX);
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer"),
-    );
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response
 }
 
@@ -100,13 +97,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/ui", get(|| async { page() }))
         .route(
             "/ui/assets/app.js",
-            get(|| async {
-                respond(
-                    StatusCode::OK,
-                    "text/javascript; charset=utf-8",
-                    APP_JS,
-                )
-            }),
+            get(|| async { respond(StatusCode::OK, "text/javascript; charset=utf-8", APP_JS) }),
         )
         .route(
             "/ui/assets/style.css",

@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use weir_tests::artifacts;
 
 use super::harness::{Cluster, READY_TIMEOUT, wait_for};
@@ -243,7 +242,11 @@ fn the_ui_shows_the_job_its_graph_checkpoints_and_the_lost_taskmanager() {
     let overview = dom(&cluster, "/");
     let row = tag_with(&overview, "data-job", &id)
         .unwrap_or_else(|| panic!("the overview does not list job {id}:\n{overview}"));
-    assert_eq!(attr_in(row, "data-state").as_deref(), Some("running"), "{row}");
+    assert_eq!(
+        attr_in(row, "data-state").as_deref(),
+        Some("running"),
+        "{row}"
+    );
     assert!(overview.contains("ui-words"), "{overview}");
 
     // The job page, by a deep link: one node per vertex.
@@ -271,7 +274,10 @@ fn the_ui_shows_the_job_its_graph_checkpoints_and_the_lost_taskmanager() {
         .iter()
         .filter(|s| *s == "completed")
         .count();
-    assert!(completed > 0, "no completed checkpoint on the page:\n{later}");
+    assert!(
+        completed > 0,
+        "no completed checkpoint on the page:\n{later}"
+    );
     assert!(!later.contains("class=\"exception\""), "{later}");
 
     // Kill a TaskManager: the job restarts; the page's exception history
@@ -362,9 +368,15 @@ fn a_throttled_sink_is_named_the_bottleneck() {
     let page = dom(&cluster, &format!("/ui/jobs/{id}"));
     let diagnosis = tag_with(&page, "class", "diagnosis has-bottleneck")
         .unwrap_or_else(|| panic!("no diagnosis on the page:\n{page}"));
-    assert_eq!(attr_in(diagnosis, "data-bottleneck").as_deref(), Some("out"));
+    assert_eq!(
+        attr_in(diagnosis, "data-bottleneck").as_deref(),
+        Some("out")
+    );
     let node = tag_with(&page, "data-vertex", "out").unwrap();
-    assert!(node.contains("bottleneck"), "the sink's node is marked: {node}");
+    assert!(
+        node.contains("bottleneck"),
+        "the sink's node is marked: {node}"
+    );
 
     if let Some(dir) = std::env::var_os("WEIR_UI_SCREENSHOTS") {
         let dir = PathBuf::from(dir);
@@ -399,7 +411,11 @@ fn ui_pages_need_the_token() {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
-        (status, kind, r.body_mut().read_to_string().unwrap_or_default())
+        (
+            status,
+            kind,
+            r.body_mut().read_to_string().unwrap_or_default(),
+        )
     };
     for path in ["/", "/ui/", "/ui/jobs/abc", "/ui/modules"] {
         let (status, kind, body) = get(path, None);
@@ -415,7 +431,10 @@ fn ui_pages_need_the_token() {
     for path in ["/ui/assets/app.js", "/ui/assets/style.css"] {
         let (status, kind, body) = get(path, None);
         assert_eq!(status, 401, "{path} without the token");
-        assert!(kind.starts_with("application/json"), "{path}: {kind} {body}");
+        assert!(
+            kind.starts_with("application/json"),
+            "{path}: {kind} {body}"
+        );
         let (status, kind, body) = get(path, Some(&token));
         assert_eq!(status, 200, "{path}");
         assert!(kind.starts_with("text/"), "{kind}");
@@ -425,10 +444,7 @@ fn ui_pages_need_the_token() {
     assert_eq!(status, 404);
 
     // In a browser without the token: the prompt, and no data.
-    let page = chromium(
-        &format!("{}/ui/", cluster.rest),
-        &["--dump-dom".to_owned()],
-    );
+    let page = chromium(&format!("{}/ui/", cluster.rest), &["--dump-dom".to_owned()]);
     let form = tag_with(&page, "id", "login").expect("the login form");
     assert!(!form.contains("hidden"), "the prompt shows: {form}");
     assert!(!page.contains("class=\"cards\""), "{page}");

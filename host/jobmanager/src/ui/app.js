@@ -87,6 +87,12 @@
     }
   }
 
+  // Replaces `el`'s children (null and false children are skipped, as in h()).
+  function fill(el, ...children) {
+    el.replaceChildren();
+    append(el, children);
+  }
+
   function link(path, text) {
     return h("a", { href: path, "data-nav": true }, text);
   }
@@ -160,7 +166,13 @@
     if (w === null || w === undefined) return "–";
     if (w <= -9e18) return "none yet";
     if (w >= 9e18) return "end of input";
-    return new Date(w).toISOString().replace("T", " ").replace("Z", "");
+    return new Date(w).toISOString().replace("T", " ").replace("Z", " UTC");
+  }
+
+  // The time of day only (UTC), for the graph's nodes.
+  function shortWatermark(w) {
+    const full = watermark(w);
+    return /^\d{4}-/.test(full) ? full.slice(11) : full;
   }
 
   function shortHash(hash) {
@@ -187,7 +199,7 @@
     if (location.pathname === "/") history.replaceState(null, "", "/ui/");
     clearTimeout(timer);
     page = route();
-    main.replaceChildren(page.root);
+    fill(main, page.root);
     for (const a of document.querySelectorAll("header nav a")) {
       a.classList.toggle("here", a.getAttribute("href") === location.pathname);
     }
@@ -238,7 +250,7 @@
         api("/v1/taskmanagers"),
       ]);
       document.title = "Weir";
-      parts.cards.replaceChildren(
+      fill(parts.cards, 
         h("h1", {}, "Overview"),
         h(
           "div",
@@ -253,7 +265,7 @@
           card("Version", ov.version)
         )
       );
-      parts.jobs.replaceChildren(
+      fill(parts.jobs, 
         section(
           "Jobs",
           jobs.length === 0
@@ -275,7 +287,7 @@
               )
         )
       );
-      parts.taskmanagers.replaceChildren(section("TaskManagers", taskManagerTable(tms)));
+      fill(parts.taskmanagers, section("TaskManagers", taskManagerTable(tms)));
     }
     return { root, refresh };
   }
@@ -332,7 +344,7 @@
       h("button", { onclick: act("savepoint", () => post(base + "/savepoints", { dir: dir.value.trim() })) }, "Savepoint"),
       h("button", { onclick: act("stop with savepoint", () => post(base + "/savepoints", { dir: dir.value.trim(), stop: true })) }, "Stop with savepoint"),
     ];
-    parts.actions.replaceChildren(h("div", { class: "actions" }, buttons, message));
+    fill(parts.actions, h("div", { class: "actions" }, buttons, message));
 
     async function refresh() {
       const [job, cps] = await Promise.all([api(base), api(base + "/checkpoints")]);
@@ -344,7 +356,7 @@
       for (const b of parts.actions.querySelectorAll("button")) b.disabled = terminal;
       dir.disabled = terminal;
 
-      parts.head.replaceChildren(
+      fill(parts.head, 
         h("h1", {}, job.name, " ", badge(job.state)),
         h(
           "dl",
@@ -359,13 +371,13 @@
         ),
         job.failure ? h("p", { class: "failure" }, "Failure: ", job.failure) : null
       );
-      parts.diagnosis.replaceChildren(
+      fill(parts.diagnosis, 
         job.bottleneck
           ? h("p", { class: "diagnosis" + (job.bottleneck.vertex ? " has-bottleneck" : ""), "data-bottleneck": job.bottleneck.vertex || "" }, h("strong", {}, "Why this speed: "), job.bottleneck.message)
           : null
       );
-      parts.graph.replaceChildren(section("Job graph", drawGraph(job)));
-      parts.vertices.replaceChildren(
+      fill(parts.graph, section("Job graph", drawGraph(job)));
+      fill(parts.vertices, 
         section(
           "Vertices",
           table(
@@ -392,7 +404,7 @@
           )
         )
       );
-      parts.subtasks.replaceChildren(
+      fill(parts.subtasks, 
         section(
           "Subtasks",
           table(
@@ -411,8 +423,8 @@
           )
         )
       );
-      parts.checkpoints.replaceChildren(checkpointSection(cps));
-      parts.restores.replaceChildren(
+      fill(parts.checkpoints, checkpointSection(cps));
+      fill(parts.restores, 
         cps.enabled
           ? section(
               "Restores",
@@ -437,7 +449,7 @@
             )
           : null
       );
-      parts.exceptions.replaceChildren(
+      fill(parts.exceptions, 
         section(
           "Exceptions",
           job.exceptions.length === 0
@@ -456,7 +468,7 @@
               )
         )
       );
-      parts.savepoints.replaceChildren(
+      fill(parts.savepoints, 
         job.savepoints.length === 0
           ? null
           : section(
@@ -480,7 +492,7 @@
               )
             )
       );
-      parts.logs.replaceChildren(
+      fill(parts.logs, 
         section(
           "Operator logs",
           logs.length === 0
@@ -621,7 +633,7 @@
           s("text", { x: 10, y: 36 }, "in " + count(v.records_in) + " (" + rate(v.records_in_per_s) + ")"),
           s("text", { x: 10, y: 52 }, "out " + count(v.records_out) + " (" + rate(v.records_out_per_s) + ")"),
           s("text", { x: 10, y: 68 }, "busy " + pct(v.busy_ratio) + " · backpr. " + pct(v.backpressured_ratio)),
-          s("text", { x: 10, y: 84, class: "vertex-wm" }, "watermark " + watermark(v.watermark)),
+          s("text", { x: 10, y: 84, class: "vertex-wm" }, "watermark " + shortWatermark(v.watermark)),
           s("rect", { class: "bar-bg", x: 10, y: 91, width: bar, height: 6 }),
           s("rect", { class: "bar-busy", x: 10, y: 91, width: bar * busy, height: 6 }),
           s("rect", { class: "bar-bp", x: 10 + bar * busy, y: 91, width: bar * bp, height: 6 }),
@@ -650,7 +662,7 @@
     async function refresh() {
       const tms = await api("/v1/taskmanagers");
       document.title = "TaskManagers · Weir";
-      parts.list.replaceChildren(h("h1", {}, "TaskManagers"), taskManagerTable(tms));
+      fill(parts.list, h("h1", {}, "TaskManagers"), taskManagerTable(tms));
     }
     return { root, refresh };
   }
@@ -662,13 +674,13 @@
       const tm = tms.find((t) => t.id === id);
       document.title = id + " · Weir";
       if (!tm) {
-        parts.head.replaceChildren(h("h1", {}, id), h("p", { class: "failure" }, "No TaskManager with this id has registered."));
+        fill(parts.head, h("h1", {}, id), h("p", { class: "failure" }, "No TaskManager with this id has registered."));
         return;
       }
       const jobIds = [...new Set(tm.occupied.map((o) => o.job))];
       const jobs = await Promise.all(jobIds.map((j) => api("/v1/jobs/" + encodeURIComponent(j)).catch(() => null)));
       const names = new Map(jobs.filter(Boolean).map((j) => [j.id, j.name]));
-      parts.head.replaceChildren(
+      fill(parts.head, 
         h("h1", {}, "TaskManager ", id, " ", badge(tm.state)),
         tm.lost_reason ? h("p", { class: "failure" }, "Lost: ", tm.lost_reason) : null,
         h(
@@ -691,7 +703,7 @@
         const j = bySlot.get(i);
         rows.push(h("tr", { class: "slot" }, h("td", { class: "num" }, i), h("td", {}, j ? link("/ui/jobs/" + encodeURIComponent(j), names.get(j) || j) : h("span", { class: "empty" }, "free"))));
       }
-      parts.slots.replaceChildren(section("Slots", table(["Slot", "Job"], rows)));
+      fill(parts.slots, section("Slots", table(["Slot", "Job"], rows)));
       const subtasks = [];
       for (const job of jobs.filter(Boolean)) {
         for (const v of job.vertices) {
@@ -700,7 +712,7 @@
           }
         }
       }
-      parts.subtasks.replaceChildren(section("Subtasks here", subtasks.length ? table(["Job", "Subtask", "State"], subtasks) : h("p", { class: "empty" }, "None.")));
+      fill(parts.subtasks, section("Subtasks here", subtasks.length ? table(["Job", "Subtask", "State"], subtasks) : h("p", { class: "empty" }, "None.")));
     }
     return { root, refresh };
   }
@@ -712,7 +724,7 @@
     async function refresh() {
       const [modules, jobs] = await Promise.all([api("/v1/modules"), api("/v1/jobs")]);
       document.title = "Modules · Weir";
-      parts.list.replaceChildren(
+      fill(parts.list, 
         h("h1", {}, "Module store"),
         modules.length === 0
           ? h("p", { class: "empty" }, "No modules: weir upload MODULE.wasm --name NAME")
