@@ -2,7 +2,9 @@
 # Installs the system packages Weir's build and tests need, if missing:
 # libclang (rust-rocksdb generates its bindings with bindgen at build time)
 # and Debian's prometheus (the server and promtool: the monitoring test
-# scrapes the daemons with the real server, tests/all/cluster/observe.rs).
+# scrapes the daemons with the real server, tests/all/cluster/observe.rs)
+# and Debian's chromium (the web UI test drives it headless,
+# tests/all/cluster/ui.rs; no browser is downloaded by any tool).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -27,6 +29,10 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
     if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
         $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
+fi
+if ! [ -x /usr/bin/chromium ]; then
+    echo "weir: installing chromium (the web UI test runs it headless)" >&2
+    apt_install --no-install-recommends chromium
 fi
 if ! command -v nats-server >/dev/null; then
     # From Debian, like every service the tests run: the only registries

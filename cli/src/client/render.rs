@@ -91,6 +91,32 @@ pub(super) fn job_report(detail: &JobDetail, now_ms: u64) -> String {
     if let Some(f) = &job.failure {
         let _ = writeln!(out, "failure: {f}");
     }
+    if let Some(b) = &detail.bottleneck {
+        let _ = writeln!(out, "why this speed: {}", b.message);
+    }
+    // Earlier failures (the current one is above), newest first.
+    let earlier: Vec<_> = detail
+        .exceptions
+        .iter()
+        .filter(|x| job.failure.as_deref() != Some(x.root_cause.as_str()))
+        .take(MAX_EXCEPTIONS_SHOWN)
+        .collect();
+    if !earlier.is_empty() {
+        let _ = writeln!(
+            out,
+            "exceptions ({} in all, newest first):",
+            detail.exceptions.len()
+        );
+        for x in earlier {
+            let _ = writeln!(
+                out,
+                "  {} UTC attempt {}: {}",
+                utc_time(x.time_ms),
+                x.attempt,
+                x.root_cause
+            );
+        }
+    }
     if let Some(from) = &detail.from_savepoint {
         let _ = writeln!(out, "started from savepoint {from}");
     }
@@ -157,7 +183,13 @@ pub(super) fn job_report(detail: &JobDetail, now_ms: u64) -> String {
         .vertices
         .iter()
         .map(|v| {
+            // The last seconds' shares while the job runs (what the
+            // diagnosis above judged), else the attempt's.
             let total = v.busy_ms + v.backpressured_ms + v.idle_ms;
+            let share = |recent: Option<f64>, part: u64| match recent {
+                Some(r) => format!("{:.0}", r * 100.0),
+                None => percent(part, total),
+            };
             vec![
                 v.id.clone(),
                 v.role.clone(),
@@ -165,8 +197,8 @@ pub(super) fn job_report(detail: &JobDetail, now_ms: u64) -> String {
                 v.state.as_str().to_owned(),
                 v.records_in.to_string(),
                 v.records_out.to_string(),
-                percent(v.busy_ms, total),
-                percent(v.backpressured_ms, total),
+                share(v.busy_ratio, v.busy_ms),
+                share(v.backpressured_ratio, v.backpressured_ms),
                 watermark(v.watermark),
             ]
         })
@@ -210,6 +242,9 @@ pub(super) fn job_report(detail: &JobDetail, now_ms: u64) -> String {
     }
     out
 }
+
+/// Earlier failures `weir status` lists (the UI shows them all).
+const MAX_EXCEPTIONS_SHOWN: usize = 5;
 
 pub(super) fn percent(part: u64, total: u64) -> String {
     if total == 0 {

@@ -239,6 +239,39 @@ fn job_report_shows_vertices_and_placement() {
 }
 
 #[test]
+fn job_report_says_why_the_job_is_slow_and_lists_earlier_failures() {
+    let job: JobDetail = serde_json::from_value(serde_json::json!({
+        "id": "j1", "name": "wc", "state": "running", "submitted_at_ms": 1_000,
+        "ended_at_ms": null, "failure": null,
+        "vertices": [{
+            "id": "count", "role": "operator", "parallelism": 1, "state": "running",
+            "busy_ms": 100, "backpressured_ms": 900, "idle_ms": 0,
+            "busy_ratio": 0.97, "backpressured_ratio": 0.0,
+        }],
+        "bottleneck": {
+            "vertex": "count", "chain": ["count"], "busy_ratio": 0.97,
+            "upstream": [{ "vertex": "tokenize", "backpressured_ratio": 0.85 }],
+            "message": "`count` is the bottleneck: busy 97 %; `tokenize` upstream is backpressured 85 % of the time"
+        },
+        "exceptions": [
+            { "time_ms": 2_000, "attempt": 0, "root_cause": "TaskManager tm-2 (127.0.0.1:1) lost: no heartbeat", "taskmanager": "tm-2" }
+        ],
+    }))
+    .unwrap();
+    let r = job_report(&job, 5_000);
+    assert!(
+        r.contains("why this speed: `count` is the bottleneck: busy 97 %; `tokenize` upstream is backpressured 85 % of the time\n"),
+        "{r}"
+    );
+    assert!(
+        r.contains("exceptions (1 in all, newest first):\n  1970-01-01 00:00:02 UTC attempt 0: TaskManager tm-2"),
+        "{r}"
+    );
+    // The table shows the same recent shares the diagnosis judged.
+    assert!(r.contains(" 97 "), "{r}");
+}
+
+#[test]
 fn lenient_json_ignores_unknown_fields_and_fills_missing_lists_and_counters() {
     let j: JobDetail = serde_json::from_value(serde_json::json!({
         "id": "x", "name": "n", "state": "running", "submitted_at_ms": 1,

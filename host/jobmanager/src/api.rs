@@ -72,6 +72,9 @@ pub struct JobSummary {
     pub ended_at_ms: Option<u64>,
     /// Root cause of a failure.
     pub failure: Option<String>,
+    /// The content hashes (`sha256:<hex>`) of the modules it runs.
+    #[serde(default)]
+    pub modules: Vec<String>,
 }
 
 /// `GET /v1/jobs/{id}`.
@@ -105,6 +108,33 @@ pub struct JobDetail {
     /// Its upgrades, newest first.
     #[serde(default)]
     pub upgrades: Vec<UpgradeView>,
+    /// The edges between its vertices, in spec order.
+    #[serde(default)]
+    pub edges: Vec<EdgeView>,
+    /// Every failure, with its root cause, newest first (across restarts).
+    #[serde(default)]
+    pub exceptions: Vec<ExceptionView>,
+    /// Why it runs as fast as it does (Flink's backpressure rule over the
+    /// last seconds); `None` until it has run a few seconds in this
+    /// attempt, and once it stopped.
+    #[serde(default)]
+    pub bottleneck: Option<Bottleneck>,
+}
+
+/// One edge of a [`JobDetail`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EdgeView {
+    /// The producing vertex.
+    pub from: String,
+    /// The side output it reads, if not the main output.
+    #[serde(default)]
+    pub from_tag: Option<String>,
+    /// The consuming vertex.
+    pub to: String,
+    /// `forward`, `hash(...)`, `rebalance` or `broadcast`.
+    pub partition: String,
+    /// Fused into one task with its ends (records pass in memory).
+    pub chained: bool,
 }
 
 /// One vertex of a [`JobDetail`].
@@ -142,6 +172,24 @@ pub struct VertexDetail {
     /// Where each subtask runs.
     #[serde(default)]
     pub subtasks: Vec<SubtaskDetail>,
+    /// The task (chain of vertices run together, `a+b`) it belongs to.
+    #[serde(default)]
+    pub task: String,
+    /// Records received per second over the last seconds.
+    #[serde(default)]
+    pub records_in_per_s: Option<f64>,
+    /// Records emitted per second over the last seconds.
+    #[serde(default)]
+    pub records_out_per_s: Option<f64>,
+    /// Share of its task's time spent working over the last seconds (0–1).
+    #[serde(default)]
+    pub busy_ratio: Option<f64>,
+    /// Share spent waiting for room downstream (0–1).
+    #[serde(default)]
+    pub backpressured_ratio: Option<f64>,
+    /// Share spent waiting for input (0–1).
+    #[serde(default)]
+    pub idle_ratio: Option<f64>,
 }
 
 /// One subtask of a [`VertexDetail`].
@@ -206,6 +254,18 @@ pub struct TaskManagerInfo {
     /// Its data plane's counters.
     #[serde(default)]
     pub net: NetStats,
+    /// Its occupied slots and the job in each, by slot index.
+    #[serde(default)]
+    pub occupied: Vec<OccupiedSlot>,
+}
+
+/// A slot a job holds, in [`TaskManagerInfo`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OccupiedSlot {
+    /// The slot's index on its TaskManager.
+    pub slot: u32,
+    /// The job id.
+    pub job: String,
 }
 
 /// `GET /v1/overview`.
@@ -298,6 +358,14 @@ impl JobManager {
                 registered_at_ms: tm.registered_at_ms,
                 last_heartbeat_ms_ago: tm.last_heartbeat.elapsed().as_millis() as u64,
                 net: tm.net.clone(),
+                occupied: tm
+                    .occupied
+                    .iter()
+                    .map(|(slot, job)| OccupiedSlot {
+                        slot: *slot,
+                        job: job.clone(),
+                    })
+                    .collect(),
             })
             .collect()
     }
@@ -334,6 +402,10 @@ impl JobManager {
 
 /// `job` with per-vertex state and metrics.
 pub(crate) fn job_detail(job: &Job) -> JobDetail {
+    // Rates and shares only while it runs: an ended job's window is stale.
+    let loads = (job.state == JobState::Running)
+        .then(|| job.load.loads())
+        .flatten();
     let task_of: HashMap<usize, usize> = job
         .tasks
         .iter()
@@ -356,6 +428,7 @@ pub(crate) fn job_detail(job: &Job) -> JobDetail {
                     .sum()
             };
             let states = &job.subtasks[t];
+            let load = loads.as_ref().and_then(|l| l.get(v)).copied();
             VertexDetail {
                 id: vertex.id.0.clone(),
                 role: vertex.kind.role().into(),
@@ -381,7 +454,28 @@ pub(crate) fn job_detail(job: &Job) -> JobDetail {
                         state: *st,
                     })
                     .collect(),
+                task: job.tasks[t].id.as_str().to_owned(),
+                records_in_per_s: load.map(|l| l.records_in_per_s),
+                records_out_per_s: load.map(|l| l.records_out_per_s),
+                busy_ratio: load.map(|l| l.busy),
+                backpressured_ratio: load.map(|l| l.backpressured),
+                idle_ratio: load.map(|l| l.idle),
             }
+        })
+        .collect();
+    let bottleneck = loads
+        .as_ref()
+        .map(|l| load::find_bottleneck(&load::task_loads(&job.graph, &job.tasks, l)));
+    let edges = job
+        .graph
+        .edges
+        .iter()
+        .map(|e| EdgeView {
+            from: job.graph.vertices[e.from].id.0.clone(),
+            from_tag: e.from_tag.clone(),
+            to: job.graph.vertices[e.to].id.0.clone(),
+            partition: e.partitioner.to_string(),
+            chained: weir_runtime::job::chain::is_chained(&job.graph, e),
         })
         .collect();
     JobDetail {
@@ -402,6 +496,9 @@ pub(crate) fn job_detail(job: &Job) -> JobDetail {
         savepoints: job.savepoints.iter().rev().cloned().collect(),
         versions: job.versions.clone(),
         upgrades: job.upgrades.iter().rev().cloned().collect(),
+        edges,
+        exceptions: job.exceptions.newest_first(),
+        bottleneck,
     }
 }
 

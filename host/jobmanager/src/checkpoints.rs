@@ -151,7 +151,7 @@ pub(crate) fn checkpoint_actions(
                         done.id, full, max
                     );
                     tracing::warn!(job = %job.id, "{reason}");
-                    fail(taskmanagers, job, reason, true, jm.clock.now());
+                    fail(taskmanagers, job, Cause::new(reason), true, jm.clock.now());
                 }
             }
             Action::Discard(old) => {

@@ -77,6 +77,7 @@ impl JobManager {
                             job.restart_at = None;
                             job.advance(Event::Redeployed);
                             job.reports.clear();
+                            job.load.clear();
                             let restored_at_ms = now_ms();
                             // The next failure is reported as itself.
                             job.failure = None;
@@ -161,27 +162,32 @@ impl JobManager {
 pub(crate) fn not_committed(
     taskmanagers: &TaskManagers,
     job: &mut Job,
-    reason: String,
+    cause: Cause,
     now: Instant,
 ) {
     job.committing.clear();
-    job.failure = Some(reason);
+    job.failure = Some(cause.message.clone());
     job.failure_is_root = true;
+    job.exceptions.record(job.attempt, cause, now_ms(), false);
     job.advance(Event::CommitFailed);
     settle(taskmanagers, job, now);
 }
 
-/// Records a failure of `job` and cancels its other subtasks.
+/// Records a failure of `job` (in its exception history too) and cancels
+/// its other subtasks.
 pub(crate) fn fail(
     taskmanagers: &TaskManagers,
     job: &mut Job,
-    reason: String,
+    cause: Cause,
     root: bool,
     now: Instant,
 ) {
     if job.failure.is_none() || (root && !job.failure_is_root) {
-        job.failure = Some(reason);
+        let replaces = job.failure.is_some();
+        job.failure = Some(cause.message.clone());
         job.failure_is_root = root;
+        job.exceptions
+            .record(job.attempt, cause, now_ms(), replaces);
     }
     if let Ok(next) = job.state.on(Event::TaskFailed) {
         job.state = next;

@@ -31,6 +31,10 @@
 //! - [`rest`]: the axum router (thin: parses, calls [`JobManager`], maps
 //!   errors), its HTTP server with timeouts, and [`rest::auth`]: the token
 //!   (generated into the data dir by default) and the `Host` allow-list.
+//! - [`ui`]: the web UI's page, script and style, embedded, served by the
+//!   REST server; `load`: recent rates and time shares per vertex and the
+//!   bottleneck (Flink's backpressure rule); `exceptions`: every job's
+//!   exception history across restarts.
 //! - `sim` (tests): the simulation harness, 1,000 seeded failure schedules.
 //!
 //! # Lifecycle of a job
@@ -138,12 +142,15 @@ mod checkpoints;
 mod config;
 mod control;
 mod drain;
+mod exceptions;
+mod load;
 mod logs;
 mod messages;
 mod metrics;
 mod savepoints;
 mod server;
 mod submit;
+pub mod ui;
 mod upgrade;
 
 #[cfg(test)]
@@ -192,6 +199,10 @@ use cell::*;
 use checkpoints::*;
 pub use config::*;
 use control::*;
+use exceptions::{Cause, Exceptions};
+pub use exceptions::{ExceptionView, MAX_EXCEPTIONS};
+use load::LoadWindow;
+pub use load::{Bottleneck, UpstreamPressure};
 use logs::{JobLogs, JobPlacement};
 pub use logs::{JobLogsView, LogLineView, LogQuery, MAX_LINES_PER_ANSWER};
 use savepoints::*;
@@ -275,6 +286,10 @@ struct Job {
     fatal: bool,
     /// What its operators logged, per subtask, across its attempts.
     logs: JobLogs,
+    /// Every failure, across its attempts.
+    exceptions: Exceptions,
+    /// Recent samples of its counters: rates, time shares, the bottleneck.
+    load: LoadWindow,
 }
 
 impl Job {
@@ -339,6 +354,23 @@ impl Job {
         )
     }
 
+    /// Samples its counters for [`LoadWindow`] (after a report arrived).
+    fn sample_load(&mut self, now: Instant) {
+        let mut head_of = vec![0; self.graph.vertices.len()];
+        for task in &self.tasks {
+            for v in &task.vertices {
+                head_of[*v] = task.head();
+            }
+        }
+        self.load.sample(
+            self.attempt,
+            now,
+            self.graph.vertices.len(),
+            &head_of,
+            self.reports.values(),
+        );
+    }
+
     fn summary(&self) -> JobSummary {
         JobSummary {
             id: self.id.clone(),
@@ -347,6 +379,11 @@ impl Job {
             submitted_at_ms: self.submitted_at_ms,
             ended_at_ms: self.ended_at_ms,
             failure: self.failure.clone(),
+            modules: {
+                let mut m: Vec<String> = self.modules.iter().cloned().collect();
+                m.sort();
+                m
+            },
         }
     }
 }

@@ -106,6 +106,7 @@ impl JobManager {
                     job.logs.add(&placement, &tm, shipped);
                 }
                 job.reports.insert(tm, report);
+                job.sample_load(now);
             }
             JobEvent::Lost {
                 tm,
@@ -242,7 +243,7 @@ impl JobManager {
                 }
                 if let Some(error) = error {
                     let reason = format!("TaskManager {tm_id}: {error}");
-                    not_committed(taskmanagers, job, reason, now);
+                    not_committed(taskmanagers, job, Cause::new(reason).on(tm_id), now);
                 } else if job.committing.remove(tm_id) {
                     let last = job.committing.is_empty();
                     job.advance(Event::Committed { last });
@@ -272,24 +273,29 @@ impl JobManager {
                 }
                 *current = new;
                 let name = job.subtask_name(t, subtask);
+                let task_id = job.tasks[t].id.as_str().to_owned();
                 match new {
                     TaskState::Failed => fail(
                         taskmanagers,
                         job,
-                        format!(
+                        Cause::new(format!(
                             "{name} on {tm_id}: {}",
                             error.as_deref().unwrap_or("failed")
-                        ),
+                        ))
+                        .at(&task_id, subtask)
+                        .on(tm_id),
                         true,
                         now,
                     ),
                     TaskState::Canceled if job.state == JobState::Running => fail(
                         taskmanagers,
                         job,
-                        format!(
+                        Cause::new(format!(
                             "{name} on {tm_id} was aborted: {}",
                             error.as_deref().unwrap_or("no reason given")
-                        ),
+                        ))
+                        .at(&task_id, subtask)
+                        .on(tm_id),
                         false,
                         now,
                     ),
@@ -378,13 +384,13 @@ fn lose_for(
     }
     if hit {
         let message = format!("TaskManager {tm_id} ({address}) lost: {reason}");
-        fail(taskmanagers, job, message, true, now);
+        fail(taskmanagers, job, Cause::new(message).on(tm_id), true, now);
         settle(taskmanagers, job, now);
     } else if job.state == JobState::Finishing && job.committing.contains(tm_id) {
         let message = format!(
             "TaskManager {tm_id} ({address}) lost before committing the final output: {reason}"
         );
-        not_committed(taskmanagers, job, message, now);
+        not_committed(taskmanagers, job, Cause::new(message).on(tm_id), now);
     } else if job.state == JobState::Running
         && job.checkpoints.is_some()
         && job.taskmanagers().contains(tm_id)
@@ -395,7 +401,7 @@ fn lose_for(
             "TaskManager {tm_id} ({address}) lost with its subtasks' final output \
              uncommitted: {reason}"
         );
-        fail(taskmanagers, job, message, true, now);
+        fail(taskmanagers, job, Cause::new(message).on(tm_id), true, now);
         settle(taskmanagers, job, now);
     }
 }

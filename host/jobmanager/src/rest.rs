@@ -10,7 +10,9 @@
 //!
 //! Every request passes a guard first ([`auth`]): the `Host` allow-list on
 //! a loopback listener (403), then `Authorization: Bearer <token>` unless
-//! the server was started with `--rest-insecure-loopback` (401).
+//! the server was started with `--rest-insecure-loopback` (401). The web
+//! UI's routes ([`crate::ui`]) are behind the same guard; a page request
+//! refused 401 gets the page's empty shell, which asks for the token.
 //!
 //! Resources a client holds are bounded: [`serve`] closes a connection
 //! that does not send a complete request header within the read timeout
@@ -207,6 +209,7 @@ pub fn router(jm: Arc<JobManager>, options: RestOptions) -> Router {
         .route("/v1/jobs/{id}/logs", get(job_logs))
         .route("/v1/taskmanagers", get(taskmanagers))
         .route("/metrics", get(metrics))
+        .merge(crate::ui::routes())
         .fallback(move |req: Request| async move {
             // Read any body first: see `MAX_DRAIN`.
             let _ = read_body(req.into_body(), 0, MAX_DRAIN_REFUSED, read_timeout).await;
@@ -270,8 +273,16 @@ async fn guard_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
     let Some((error, challenge)) = refusal else {
         return next.run(req).await;
     };
+    // A browser navigating to a page of the UI sends no token: 401 all
+    // the same, with the page's empty shell that asks for it (`ui`).
+    let ui_page = challenge
+        && (req.method() == axum::http::Method::GET || req.method() == axum::http::Method::HEAD)
+        && crate::ui::is_page(req.uri().path());
     // Read any body first: see `MAX_DRAIN`.
     let _ = read_body(req.into_body(), 0, MAX_DRAIN_REFUSED, guard.read_timeout).await;
+    if ui_page {
+        return crate::ui::unauthorized_page();
+    }
     let mut response = error.into_response();
     if challenge {
         response.headers_mut().insert(

@@ -277,6 +277,8 @@ impl JobManager {
             rollback_of: None,
             fatal: false,
             logs: JobLogs::default(),
+            exceptions: Exceptions::default(),
+            load: LoadWindow::default(),
         };
         deploy(
             &self.taskmanagers,

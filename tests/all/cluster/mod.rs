@@ -7,6 +7,7 @@ pub mod harness;
 mod identity;
 mod nats;
 mod observe;
+mod ui;
 
 use std::collections::HashMap;
 use std::path::Path;
