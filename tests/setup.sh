@@ -4,7 +4,9 @@
 # and Debian's prometheus (the server and promtool: the monitoring test
 # scrapes the daemons with the real server, tests/all/cluster/observe.rs)
 # and Debian's chromium (the web UI test drives it headless,
-# tests/all/cluster/ui.rs; no browser is downloaded by any tool).
+# tests/all/cluster/ui.rs; no browser is downloaded by any tool), Debian's
+# nats-server (the NATS connector tests) and DuckDB for Python (the Nexmark
+# oracle, into the tool folder).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
