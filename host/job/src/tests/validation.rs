@@ -224,7 +224,11 @@ fn file_source_options_of_another_format_or_mode_are_refused() {
         "[[source]]\nid = \"lines\"\ntype = \"file\"\npath = \"x.gz\"\nfollow = true\nmonitor_interval_ms = 5\n{SINK}{}",
         edge("lines", "out")
     );
-    let text = assert_problem(&body, "source[0] \"lines\".follow", &["monitor_interval_ms"]);
+    let text = assert_problem(
+        &body,
+        "source[0] \"lines\".follow",
+        &["monitor_interval_ms"],
+    );
     assert!(text.contains("compressed"), "{text}");
     let body = format!(
         "[[source]]\nid = \"g\"\ntype = \"generator\"\nkind = \"sequence\"\nmonitor_interval_ms = 5\n{SINK}{}",
