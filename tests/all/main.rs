@@ -18,6 +18,7 @@ mod ctrl_c;
 mod embedded;
 mod event_time;
 mod exactly_once;
+mod file_sources;
 mod fraud;
 mod joins;
 mod nats;

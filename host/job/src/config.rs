@@ -207,6 +207,9 @@ pub enum SourceFormat {
     /// `"json-lines"`: the line is a JSON object and the value; key and
     /// timestamp optionally taken from its fields.
     JsonLines,
+    /// `"csv"`: comma-separated values (RFC 4180 quoting), optionally with a
+    /// header row; key, timestamp and value optionally taken from columns.
+    Csv,
 }
 
 /// How a sink turns a record into one line of output.

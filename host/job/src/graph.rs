@@ -192,7 +192,7 @@ impl VertexKind {
 /// A `[[source]]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SourceSpec {
-    /// `type = "file"`: reads one file, one record per line.
+    /// `type = "file"`: reads a file, a folder or a glob of files.
     File(FileSourceSpec),
     /// `type = "generator"`: synthesises records.
     Generator(GeneratorSpec),
@@ -200,10 +200,12 @@ pub enum SourceSpec {
     Nats(crate::nats::NatsSourceSpec),
 }
 
-/// A file source (`type = "file"`); always parallelism 1.
+/// A file source (`type = "file"`): its files are split into byte ranges
+/// (a compressed or CSV file is one split) spread over its subtasks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileSourceSpec {
-    /// The file, resolved against the spec file's directory.
+    /// A file, a folder (every file below it, hidden ones skipped) or a
+    /// glob pattern, resolved against the spec file's directory.
     pub path: PathBuf,
     /// `rate`: read at most this many lines per second (replaying a file
     /// as a stream); unthrottled if absent.
@@ -228,6 +230,34 @@ pub struct FileSourceSpec {
     /// [`DEFAULT_MAX_RECORD_BYTES`](super::config::DEFAULT_MAX_RECORD_BYTES)).
     #[serde(default = "default_max_record_bytes")]
     pub max_record_bytes: u64,
+    /// `monitor_interval_ms`: continuous mode (Flink's
+    /// `monitorContinuously`): look for new files this often; each file is
+    /// read once and the source never ends. `None`: read what is there, end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitor_interval_ms: Option<u64>,
+    /// `split_bytes`: the size of the byte ranges an uncompressed file of
+    /// lines is split into (default
+    /// [`DEFAULT_SPLIT_BYTES`](crate::DEFAULT_SPLIT_BYTES)).
+    #[serde(default = "default_split_bytes")]
+    pub split_bytes: u64,
+    /// `csv` only, `header`: the first row names the columns (default true).
+    #[serde(default = "default_true")]
+    pub header: bool,
+    /// `csv` only, `delimiter`: the field separator (default `,`).
+    #[serde(default = "default_delimiter")]
+    pub delimiter: u8,
+}
+
+fn default_split_bytes() -> u64 {
+    crate::DEFAULT_SPLIT_BYTES
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_delimiter() -> u8 {
+    b','
 }
 
 fn default_max_record_bytes() -> u64 {

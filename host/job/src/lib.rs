@@ -219,6 +219,12 @@ pub const MAX_ID_LEN: usize = 64;
 /// memory (and in a batch), so one must stay far below a TaskManager's
 /// memory.
 pub const MAX_FILE_RECORD_BYTES: u64 = 1 << 30;
+
+/// Default `split_bytes` of a file source: the size of the byte ranges an
+/// uncompressed file of lines is split into for parallel reading (as
+/// Flink's local file system block size, 32 MiB: large enough that a split
+/// costs nothing to open, small enough to spread one big file).
+pub const DEFAULT_SPLIT_BYTES: u64 = 32 << 20;
 /// Largest `record_bytes` of a sequence generator: one record must stay far
 /// below the per-call output cap.
 pub const MAX_RECORD_BYTES: u32 = 1 << 20;

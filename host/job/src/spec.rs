@@ -195,6 +195,10 @@ pub(super) struct SourceTable {
     pub value_field: Option<String>,
     pub max_record_bytes: Option<u64>,
     pub follow: Option<bool>,
+    pub monitor_interval_ms: Option<u64>,
+    pub split_bytes: Option<u64>,
+    pub header: Option<bool>,
+    pub delimiter: Option<String>,
     // any type
     pub watermark: Option<WatermarkTable>,
     // nats (also `subject`, below the sink's)

@@ -36,9 +36,9 @@ use tokio::sync::mpsc;
 
 pub use crate::channel::{AllLocal, Exchange};
 use crate::connectors::{
-    AllowedRoots, BlackholeSink, FileFormat, FileSink, FileSource, GeneratorConfig,
-    GeneratorKind as GenKind, GeneratorSource, OutputFormat, Sink, Source, StdoutSink,
-    TransactionalFileSink,
+    AllowedRoots, BlackholeSink, CsvFormat, FileFormat, FileSink, FileSource, FileSourceConfig,
+    GeneratorConfig, GeneratorKind as GenKind, GeneratorSource, OutputFormat, Sink, Source,
+    StdoutSink, TransactionalFileSink,
 };
 use crate::job::{
     GeneratorKind, JobGraph, KeySelector, ModuleRef, Partitioner, SinkFormat, SinkSpec,
@@ -789,20 +789,47 @@ fn build_source(
     let id = &graph.vertices[v].id.0;
     Ok(match spec {
         SourceSpec::File(f) => {
+            let fields = || {
+                (
+                    f.key_field.clone(),
+                    f.timestamp_field.clone(),
+                    f.value_field.clone(),
+                )
+            };
             let format = match f.format {
                 SourceFormat::Lines => FileFormat::Lines,
-                SourceFormat::JsonLines => FileFormat::JsonLines {
-                    key_field: f.key_field.clone(),
-                    timestamp_field: f.timestamp_field.clone(),
-                    value_field: f.value_field.clone(),
-                },
+                SourceFormat::JsonLines => {
+                    let (key_field, timestamp_field, value_field) = fields();
+                    FileFormat::JsonLines {
+                        key_field,
+                        timestamp_field,
+                        value_field,
+                    }
+                }
+                SourceFormat::Csv => {
+                    let (key_field, timestamp_field, value_field) = fields();
+                    FileFormat::Csv(CsvFormat {
+                        header: f.header,
+                        delimiter: f.delimiter,
+                        key_field,
+                        timestamp_field,
+                        value_field,
+                    })
+                }
             };
-            let source = FileSource::open(roots, &f.path, format)
-                .map_err(|e| RunError::Plan(format!("source `{id}`: {e}")))?
-                .with_max_record_bytes(f.max_record_bytes)
-                .with_follow(f.follow);
+            let config = FileSourceConfig {
+                path: f.path.clone(),
+                format,
+                max_record_bytes: f.max_record_bytes,
+                split_bytes: f.split_bytes,
+                monitor_interval: f.monitor_interval_ms.map(Duration::from_millis),
+                follow: f.follow,
+            };
+            let source = FileSource::new(roots, config, subtask, parallelism)
+                .map_err(|e| RunError::Plan(format!("source `{id}`: {e}")))?;
             Box::new(match f.rate {
-                Some(rate) => source.with_rate(rate as f64),
+                // `rate` is the source's total: each subtask reads its share.
+                Some(rate) => source.with_total_rate(rate as f64),
                 None => source,
             })
         }
@@ -875,10 +902,12 @@ fn build_sink(
 /// Checks every file source and sink of `graph` against `roots` (and every
 /// NATS source and sink against its server: [`crate::connectors::nats::check`]), before
 /// anything is opened or created: a path outside every root, a symlink out
-/// of one, a source that is not a regular file (FIFO, device, directory) or
-/// a non-regular file (or symlink) where a sink would write is refused. A
-/// file that does not exist (yet) under a root passes: a sink creates it,
-/// and a source fails when it opens it. The message names each refused
+/// of one, a source file that is not a regular file (FIFO, device), a
+/// source folder or pattern that reaches out of the roots or matches
+/// nothing (unless the source is continuous), or a non-regular file (or
+/// symlink) where a sink would write is refused. A file that does not
+/// exist (yet) under a root passes: a sink creates it, and a source fails
+/// when it opens it. The message names each refused
 /// vertex and its path as the job gives it.
 pub fn check_file_connectors(graph: &JobGraph, roots: &AllowedRoots) -> Result<(), String> {
     let mut problems = Vec::new();
@@ -888,10 +917,14 @@ pub fn check_file_connectors(graph: &JobGraph, roots: &AllowedRoots) -> Result<(
     };
     for vertex in &graph.vertices {
         match &vertex.kind {
-            VertexKind::Source(SourceSpec::File(f)) => match roots.check_read(&f.path) {
-                Err(e) if !missing(&e) => problems.push(format!("source `{}`: {e}", vertex.id)),
-                _ => {}
-            },
+            VertexKind::Source(SourceSpec::File(f)) => {
+                let continuous = f.monitor_interval_ms.is_some();
+                match crate::connectors::file_source::check_path(roots, &f.path, continuous) {
+                    Err(crate::connectors::ConnectorError::Confined(e)) if missing(&e) => {}
+                    Err(e) => problems.push(format!("source `{}`: {e}", vertex.id)),
+                    Ok(()) => {}
+                }
+            }
             VertexKind::Sink(SinkSpec::File(f)) => {
                 for s in 0..vertex.parallelism {
                     if let Err(e) = roots.check_write(&f.subtask_path(s)) {

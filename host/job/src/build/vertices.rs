@@ -41,11 +41,63 @@ impl Builder {
                     }
                 };
                 let format = t.format.unwrap_or(SourceFormat::Lines);
-                if format != SourceFormat::JsonLines {
-                    let what = "for format = \"lines\" (json-lines only)";
+                let format_name = match format {
+                    SourceFormat::Lines => "lines",
+                    SourceFormat::JsonLines => "json-lines",
+                    SourceFormat::Csv => "csv",
+                };
+                if format == SourceFormat::Lines {
+                    let what = "for format = \"lines\" (json-lines and csv only)";
                     self.not_for(label, "key_field", &t.key_field, what);
                     self.not_for(label, "timestamp_field", &t.timestamp_field, what);
                     self.not_for(label, "value_field", &t.value_field, what);
+                }
+                let header = t.header.unwrap_or(true);
+                let mut delimiter = b',';
+                if format == SourceFormat::Csv {
+                    let what = "for format = \"csv\" (a CSV file is read whole by one subtask)";
+                    self.not_for(label, "split_bytes", &t.split_bytes, what);
+                    self.not_for(
+                        label,
+                        "follow",
+                        &t.follow.filter(|&f| f),
+                        "for format = \"csv\" (lines and json-lines only)",
+                    );
+                    if let Some(d) = &t.delimiter {
+                        match d.as_bytes() {
+                            [b] if b.is_ascii() && *b != b'\n' && *b != b'\r' && *b != b'"' => {
+                                delimiter = *b
+                            }
+                            _ => self.problem(
+                                format!("{label}.delimiter"),
+                                format!(
+                                    "found {d:?}, expected one ASCII character (not a quote or a line ending), like \",\" or \"\\t\""
+                                ),
+                            ),
+                        }
+                    }
+                    if !header {
+                        for (field, value) in [
+                            ("key_field", &t.key_field),
+                            ("timestamp_field", &t.timestamp_field),
+                            ("value_field", &t.value_field),
+                        ] {
+                            if let Some(v) = value.as_deref().filter(|v| v.parse::<u32>().is_err())
+                            {
+                                self.problem(
+                                    format!("{label}.{field}"),
+                                    format!(
+                                        "found {v:?}, expected a 0-based column number (\"0\", \"1\", …): \
+                                         with header = false columns have no names"
+                                    ),
+                                );
+                            }
+                        }
+                    }
+                } else {
+                    let what = format!("for format = {format_name:?} (csv only)");
+                    self.not_for(label, "header", &t.header, &what);
+                    self.not_for(label, "delimiter", &t.delimiter, &what);
                 }
                 for (field, value) in [
                     ("key_field", &t.key_field),
@@ -55,27 +107,51 @@ impl Builder {
                     if value.as_deref() == Some("") {
                         self.problem(
                             format!("{label}.{field}"),
-                            "found \"\", expected the name of a top-level JSON field",
+                            "found \"\", expected the name of a top-level JSON field or a CSV column",
                         );
                     }
                 }
-                // A file is read by one subtask: the default is 1 whatever
-                // job.parallelism says, and nothing else is allowed.
-                if let Some(p) = t.parallelism.filter(|&p| p != 1) {
-                    self.problem(
-                        format!("{label}.parallelism"),
-                        format!(
-                            "found {p}, expected 1: a file source is read by one subtask \
-                             (omit parallelism, or use `partition = \"rebalance\"` on its edge to spread records)"
-                        ),
+                let follow = t.follow.unwrap_or(false);
+                if follow {
+                    if t.monitor_interval_ms.is_some() {
+                        self.problem(
+                            format!("{label}.follow"),
+                            "not allowed with monitor_interval_ms: follow reads one growing file, \
+                             monitor_interval_ms watches a folder or pattern for new files",
+                        );
+                    }
+                    let text = path.to_string_lossy();
+                    if text.contains(['*', '?', '[']) {
+                        self.problem(
+                            format!("{label}.follow"),
+                            "not allowed with a glob pattern: follow reads one growing file \
+                             (use monitor_interval_ms to watch for new files)",
+                        );
+                    }
+                    if text.ends_with(".gz") || text.ends_with(".zst") {
+                        self.problem(
+                            format!("{label}.follow"),
+                            "not allowed for a compressed file (.gz, .zst): it cannot be read while it grows",
+                        );
+                    }
+                }
+                if let Some(ms) = t.monitor_interval_ms {
+                    self.check_range(
+                        &format!("{label}.monitor_interval_ms"),
+                        ms,
+                        1,
+                        crate::MAX_WATERMARK_MS,
                     );
                 }
+                let split_bytes = t.split_bytes.unwrap_or(crate::DEFAULT_SPLIT_BYTES);
+                self.check_range(&format!("{label}.split_bytes"), split_bytes, 1, 1 << 40);
                 if t.rate == Some(0) {
                     self.problem(
                         format!("{label}.rate"),
                         "must be at least 1 line per second",
                     );
                 }
+                let parallelism = self.vertex_parallelism(label, t.parallelism, settings);
                 let spec = SourceSpec::File(FileSourceSpec {
                     path,
                     rate: t.rate,
@@ -83,10 +159,14 @@ impl Builder {
                     key_field: t.key_field.clone(),
                     timestamp_field: t.timestamp_field.clone(),
                     value_field: t.value_field.clone(),
-                    follow: t.follow.unwrap_or(false),
+                    follow,
                     max_record_bytes,
+                    monitor_interval_ms: t.monitor_interval_ms,
+                    split_bytes,
+                    header,
+                    delimiter,
                 });
-                (spec, 1)
+                (spec, parallelism)
             }
             SourceType::Generator => {
                 let what = "for type = \"generator\" (a file-source field)";
@@ -97,6 +177,10 @@ impl Builder {
                 self.not_for(label, "value_field", &t.value_field, what);
                 self.not_for(label, "max_record_bytes", &t.max_record_bytes, what);
                 self.not_for(label, "follow", &t.follow, what);
+                self.not_for(label, "monitor_interval_ms", &t.monitor_interval_ms, what);
+                self.not_for(label, "split_bytes", &t.split_bytes, what);
+                self.not_for(label, "header", &t.header, what);
+                self.not_for(label, "delimiter", &t.delimiter, what);
                 let kind_name = match t.kind {
                     Some(kind) => kind,
                     None => {

@@ -78,11 +78,12 @@ fn word_count_example_scales_with_parallelism_override() {
     let path = jobs_dir().join("word-count.toml");
     let graph = JobGraph::from_file(&path, &[("job.parallelism".into(), "4".into())]).unwrap();
     let parallelism: Vec<u32> = graph.vertices.iter().map(|v| v.parallelism).collect();
-    // The file source stays at 1; everything else follows the default.
-    assert_eq!(parallelism, [1, 4, 4, 4]);
-    assert_eq!(graph.edges[0].partitioner, Partitioner::Rebalance);
+    // Every vertex follows the default, the file source too (its file's
+    // splits are spread over its subtasks).
+    assert_eq!(parallelism, [4, 4, 4, 4]);
+    assert_eq!(graph.edges[0].partitioner, Partitioner::Forward);
     let task_ids: Vec<String> = chain(&graph).iter().map(|t| t.id.0.clone()).collect();
-    assert_eq!(task_ids, ["lines", "tokenize", "count+out"]);
+    assert_eq!(task_ids, ["lines+tokenize", "count+out"]);
 }
 
 #[test]

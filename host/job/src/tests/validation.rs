@@ -133,27 +133,108 @@ fn parallelism_above_max_parallelism_is_reported() {
 }
 
 #[test]
-fn file_source_with_parallelism_2_is_reported() {
-    let body = format!(
-        "[[source]]\nid = \"lines\"\ntype = \"file\"\npath = \"x.txt\"\nparallelism = 2\n{SINK}{}",
-        edge("lines", "out")
-    );
-    assert_problem(
-        &body,
-        "source[0] \"lines\".parallelism",
-        &["found 2", "expected 1", "file source"],
-    );
-}
-
-#[test]
-fn file_source_ignores_the_default_parallelism() {
+fn file_source_takes_the_default_parallelism_or_its_own() {
     let graph = valid(&format!(
         "parallelism = 4\n[[source]]\nid = \"lines\"\ntype = \"file\"\npath = \"x.txt\"\n{SINK}{}",
         edge("lines", "out")
     ));
-    assert_eq!(graph.vertices[0].parallelism, 1);
-    assert_eq!(graph.vertices[1].parallelism, 4);
+    assert_eq!(graph.vertices[0].parallelism, 4);
+    assert_eq!(graph.edges[0].partitioner, Partitioner::Forward);
+    let graph = valid(&format!(
+        "parallelism = 4\n[[source]]\nid = \"lines\"\ntype = \"file\"\npath = \"x.txt\"\nparallelism = 2\n{SINK}{}",
+        edge("lines", "out")
+    ));
+    assert_eq!(graph.vertices[0].parallelism, 2);
     assert_eq!(graph.edges[0].partitioner, Partitioner::Rebalance);
+}
+
+/// A file source table with `extra` fields, into the blackhole.
+fn file_source(extra: &str) -> String {
+    format!(
+        "[[source]]\nid = \"lines\"\ntype = \"file\"\npath = \"in/*.txt\"\n{extra}\n{SINK}{}",
+        edge("lines", "out")
+    )
+}
+
+#[test]
+fn file_source_csv_and_continuous_options_build() {
+    let graph = valid(&file_source(
+        "format = \"csv\"\nheader = false\ndelimiter = \";\"\nkey_field = \"0\"\nmonitor_interval_ms = 500",
+    ));
+    let crate::VertexKind::Source(crate::SourceSpec::File(f)) = &graph.vertices[0].kind else {
+        panic!("a file source")
+    };
+    assert_eq!(f.format, crate::SourceFormat::Csv);
+    assert!(!f.header);
+    assert_eq!(f.delimiter, b';');
+    assert_eq!(f.monitor_interval_ms, Some(500));
+    assert_eq!(f.split_bytes, crate::DEFAULT_SPLIT_BYTES);
+    assert!(f.path.ends_with("in/*.txt"));
+}
+
+#[test]
+fn file_source_options_of_another_format_or_mode_are_refused() {
+    for (extra, field, needles) in [
+        (
+            "header = true",
+            "header",
+            &["format = \"lines\"", "csv only"][..],
+        ),
+        (
+            "format = \"json-lines\"\ndelimiter = \",\"",
+            "delimiter",
+            &["csv only"],
+        ),
+        (
+            "format = \"csv\"\nsplit_bytes = 1000",
+            "split_bytes",
+            &["csv", "read whole"],
+        ),
+        ("format = \"csv\"\nfollow = true", "follow", &["csv"]),
+        (
+            "format = \"csv\"\ndelimiter = \"ab\"",
+            "delimiter",
+            &["one ASCII character"],
+        ),
+        (
+            "format = \"csv\"\nheader = false\nkey_field = \"name\"",
+            "key_field",
+            &["column number"],
+        ),
+        ("follow = true", "follow", &["glob pattern"]),
+        (
+            "monitor_interval_ms = 0",
+            "monitor_interval_ms",
+            &["found 0"],
+        ),
+        ("split_bytes = 0", "split_bytes", &["found 0"]),
+        (
+            "key_field = \"k\"",
+            "key_field",
+            &["json-lines and csv only"],
+        ),
+    ] {
+        assert_problem(
+            &file_source(extra),
+            &format!("source[0] \"lines\".{field}"),
+            needles,
+        );
+    }
+    let body = format!(
+        "[[source]]\nid = \"lines\"\ntype = \"file\"\npath = \"x.gz\"\nfollow = true\nmonitor_interval_ms = 5\n{SINK}{}",
+        edge("lines", "out")
+    );
+    let text = assert_problem(
+        &body,
+        "source[0] \"lines\".follow",
+        &["monitor_interval_ms"],
+    );
+    assert!(text.contains("compressed"), "{text}");
+    let body = format!(
+        "[[source]]\nid = \"g\"\ntype = \"generator\"\nkind = \"sequence\"\nmonitor_interval_ms = 5\n{SINK}{}",
+        edge("g", "out")
+    );
+    assert_problem(&body, "source[0] \"g\".monitor_interval_ms", &["generator"]);
 }
 
 #[test]
@@ -435,7 +516,11 @@ fn fields_of_another_type_are_reported() {
         "[[source]]\nid = \"lines\"\ntype = \"file\"\npath = \"x\"\nkey_field = \"k\"\n{SINK}{}",
         edge("lines", "out")
     );
-    assert_problem(&body, "source[0] \"lines\".key_field", &["json-lines only"]);
+    assert_problem(
+        &body,
+        "source[0] \"lines\".key_field",
+        &["json-lines and csv only"],
+    );
     let body = format!(
         "{SRC}[[sink]]\nid = \"out\"\ntype = \"file\"\n{}",
         edge("src", "out")
