@@ -359,6 +359,9 @@ impl Q3 {
     }
 }
 
+/// q7's window: the highest price and its bids (auction, bidder, date_time).
+type Highest = (u64, Vec<(u64, u64, i64)>);
+
 /// Runs `query` over the file natively; returns the number of results.
 fn native(query: &str, path: &Path) -> anyhow::Result<u64> {
     let mut input = BufReader::with_capacity(1 << 20, std::fs::File::open(path)?);
@@ -368,7 +371,7 @@ fn native(query: &str, path: &Path) -> anyhow::Result<u64> {
     // q5: (window start) → auction → bids; q7: start → (price, bids);
     // q11: bidder → (start, last, count).
     let mut q5: HashMap<i64, HashMap<u64, u64>> = HashMap::new();
-    let mut q7: HashMap<i64, (u64, Vec<(u64, u64, i64)>)> = HashMap::new();
+    let mut q7: HashMap<i64, Highest> = HashMap::new();
     let mut q11: HashMap<u64, (i64, i64, u64)> = HashMap::new();
     let mut q3 = Q3::default();
     loop {
@@ -405,7 +408,7 @@ fn native(query: &str, path: &Path) -> anyhow::Result<u64> {
                 results += 1;
             }
             "q2" => {
-                if bid.auction % 123 == 0 {
+                if bid.auction.is_multiple_of(123) {
                     write!(
                         out,
                         r#"{{"auction":{},"price":{}}}"#,
