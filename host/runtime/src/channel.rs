@@ -76,6 +76,8 @@ pub struct Abort {
     /// The same signal for code that cannot await: guest calls poll it at
     /// every epoch tick.
     flag: Arc<AtomicBool>,
+    /// Why, as told by the first trigger that said so.
+    reason: Arc<std::sync::OnceLock<String>>,
 }
 
 impl Abort {
@@ -86,6 +88,7 @@ impl Abort {
             tx: Arc::new(tx),
             rx,
             flag: Arc::default(),
+            reason: Arc::default(),
         }
     }
     /// Sets it; wakes every blocked channel operation and interrupts every
@@ -93,6 +96,16 @@ impl Abort {
     pub fn trigger(&self) {
         self.flag.store(true, Ordering::Relaxed);
         self.tx.send_replace(true);
+    }
+    /// [`Abort::trigger`], recording why unless an earlier trigger did:
+    /// the subtasks it stops report this reason as their own.
+    pub fn trigger_because(&self, reason: impl Into<String>) {
+        let _ = self.reason.set(reason.into());
+        self.trigger();
+    }
+    /// Why it was set, if the trigger said so.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.get().map(String::as_str)
     }
     /// The signal as a flag, for [`crate::wasm::InstanceConfig::cancel`].
     pub fn flag(&self) -> Arc<AtomicBool> {

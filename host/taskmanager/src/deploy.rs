@@ -380,6 +380,7 @@ pub(crate) async fn run_job(
         let inner = inner.clone();
         let job = job.clone();
         let canceled = canceled.clone();
+        let abort = deployed.abort.clone();
         waits.push(tokio::spawn(async move {
             let result = match s.join.await {
                 Ok(r) => r,
@@ -389,11 +390,13 @@ pub(crate) async fn run_job(
                 Ok(()) => (TaskState::Finished, None),
                 Err(TaskError::Aborted) => {
                     let why = if canceled.load(Ordering::Relaxed) {
-                        "canceled by the JobManager"
+                        "canceled by the JobManager".to_owned()
+                    } else if let Some(reason) = abort.reason() {
+                        format!("aborted: {reason}")
                     } else {
-                        "aborted: a network channel or another subtask of the job failed"
+                        "aborted: a network channel or another subtask of the job failed".to_owned()
                     };
-                    (TaskState::Canceled, Some(why.to_owned()))
+                    (TaskState::Canceled, Some(why))
                 }
                 Err(e) => (TaskState::Failed, Some(e.to_string())),
             };

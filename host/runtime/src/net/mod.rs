@@ -82,7 +82,9 @@
 //! arrives before its key is registered waits up to
 //! [`REGISTRATION_TIMEOUT`] (60 s) and is then refused (the sender aborts with a
 //! message saying so). [`DataPlane::unregister_job`] resets every stream of
-//! the job. The receiving side cannot see the job's abort signal (it only
+//! the job that still carries a channel without its `End`; a stream whose
+//! channels all ended only waits for the sender's clean end (the receiving
+//! subtasks finished; the sender's last bytes may still be in flight). The receiving side cannot see the job's abort signal (it only
 //! has the input mpsc), so a broken incoming stream is logged and the
 //! receiving job learns of the failure from the sender's side, through the
 //! JobManager.
@@ -416,7 +418,8 @@ impl DataPlane {
     }
 
     /// Drops every registration and waiting stream of `job`; its incoming
-    /// streams are reset (their senders abort).
+    /// streams are reset (their senders abort), except those whose every
+    /// channel already delivered its `End`.
     pub fn unregister_job(&self, job: &str) {
         let removed = self.shared.inputs.lock().expect("inputs lock").remove(job);
         drop(removed);
@@ -453,11 +456,13 @@ impl DataPlane {
         let shared = self.shared.clone();
         let task = self.shared.runtime.spawn(async move {
             let result = sender::run(&shared, &peer, &key, opts, rx, &abort).await;
-            if let Err(e) = &result {
-                if !matches!(e, NetError::Aborted) {
+            match &result {
+                Err(NetError::Aborted) => abort.trigger(),
+                Err(e) => {
                     tracing::warn!("{e}");
+                    abort.trigger_because(format!("a network channel failed: {e}"));
                 }
-                abort.trigger();
+                Ok(()) => {}
             }
             result
         });

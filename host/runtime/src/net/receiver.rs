@@ -6,9 +6,12 @@
 //! must name a TaskManager, the stream's input must list it among its
 //! senders, and every message must name one of the input's channels.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use super::codec::Decoder;
 use super::tls::{self, Role};
@@ -134,9 +137,20 @@ async fn serve(
     let mut decoder = Decoder::new();
     let mut messages = Vec::new();
     let one_credit = 1u32.to_le_bytes();
+    // One stream carries the channels of every upstream subtask on the
+    // sending TaskManager towards this input. Once each channel it carried
+    // delivered its `End`, the subtask needs nothing more from it; the job
+    // may then be unregistered here (its subtasks finished) while the
+    // sender's clean end is still in flight. That is not a failure: such a
+    // stream ignores the unregistration and waits for the end.
+    let mut carried = HashSet::new();
+    let mut ended = HashSet::new();
+    let drained = |carried: &HashSet<u32>, ended: &HashSet<u32>| {
+        !carried.is_empty() && carried.len() == ended.len()
+    };
     loop {
         let read = tokio::select! {
-            _ = alive.changed() => return Err(unregistered()),
+            _ = unregistered_unless(&mut alive, drained(&carried, &ended)) => return Err(unregistered()),
             r = read_buffer(recv, &mut decoder, &mut messages, buffer_size, &key) => r?,
         };
         let Some(len) = read else { break };
@@ -155,13 +169,17 @@ async fn serve(
             ));
         }
         for msg in messages.drain(..) {
+            carried.insert(msg.channel());
+            if let Message::End { channel } = msg {
+                ended.insert(channel);
+            }
             tokio::select! {
-                _ = alive.changed() => return Err(unregistered()),
+                _ = unregistered_unless(&mut alive, false) => return Err(unregistered()),
                 r = tx.send(msg) => r.map_err(|_| input_closed(&key))?,
             }
         }
         tokio::select! {
-            _ = alive.changed() => return Err(unregistered()),
+            _ = unregistered_unless(&mut alive, drained(&carried, &ended)) => return Err(unregistered()),
             r = send.write_all(&one_credit) => r.map_err(|e| lost(&key, e))?,
         }
     }
@@ -177,6 +195,16 @@ async fn serve(
     // After the last credit: tells the writer everything was delivered.
     let _ = send.finish();
     Ok(())
+}
+
+/// Completes when the job is unregistered here, never once the stream is
+/// `drained` (every channel it carried ended).
+async fn unregistered_unless(alive: &mut watch::Receiver<()>, drained: bool) {
+    if drained {
+        std::future::pending::<()>().await;
+    }
+    // Never sent on: this ends when the job's entry is dropped.
+    let _ = alive.changed().await;
 }
 
 fn input_closed(key: &InputKey) -> Refusal {

@@ -700,3 +700,74 @@ async fn a_revoked_certificate_opens_no_channel_and_its_reissue_does() {
     tx.send(Message::End { channel: 0 }).await.unwrap();
     assert!(matches!(recv(&mut rx).await, Message::End { .. }));
 }
+
+/// The race CI hit: the receiving TaskManager's subtasks finish (every
+/// channel delivered its `End`) and it unregisters the job while the
+/// sender's clean end is still in flight. The sender must end `Ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unregistering_after_every_end_lets_the_sender_finish() {
+    let (a, b) = pair(NetConfig::default());
+    let (input, mut rx) = mpsc::channel(4);
+    b.register_input(key("done", 0), gate(input));
+    let abort = Abort::new();
+    let (tx, task) = a.open_channel_with_handle(
+        to(&b),
+        key("done", 0),
+        opts(Duration::from_millis(1)),
+        abort.clone(),
+    );
+    // Two upstream subtasks share the stream; both end.
+    for channel in [0, 1] {
+        tx.send(Message::Records {
+            channel,
+            batch: batch(0, 3, 8),
+        })
+        .await
+        .unwrap();
+        tx.send(Message::End { channel }).await.unwrap();
+    }
+    let mut ends = 0;
+    while ends < 2 {
+        if let Message::End { .. } = recv(&mut rx).await {
+            ends += 1;
+        }
+    }
+    // Its credit for the last buffer may still be on the way: the stream
+    // must outlive the unregistration either way.
+    b.unregister_job("done");
+    drop(rx);
+    drop(tx);
+    timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+    assert!(!abort.is_set());
+}
+
+/// Until every channel of a stream ended, unregistering still fails it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unregistering_with_one_channel_open_aborts_the_sender() {
+    let (a, b) = pair(NetConfig::default());
+    let (input, mut rx) = mpsc::channel(4);
+    b.register_input(key("half", 0), gate(input));
+    let abort = Abort::new();
+    let (tx, task) = a.open_channel_with_handle(
+        to(&b),
+        key("half", 0),
+        opts(Duration::from_millis(1)),
+        abort.clone(),
+    );
+    tx.send(Message::End { channel: 0 }).await.unwrap();
+    tx.send(Message::Watermark {
+        channel: 1,
+        watermark: 5,
+    })
+    .await
+    .unwrap();
+    assert!(matches!(recv(&mut rx).await, Message::End { .. }));
+    assert!(matches!(recv(&mut rx).await, Message::Watermark { .. }));
+    b.unregister_job("half");
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(err.to_string().contains("dropped the job"), "{err}");
+    // The subtasks this stops report the channel's error as their reason.
+    let reason = abort.reason().expect("a reason");
+    assert!(reason.contains("dropped the job"), "{reason}");
+    drop(tx);
+}

@@ -546,12 +546,15 @@ impl Subtask {
     /// Runs to the end of input. On error, triggers the job's abort signal.
     pub fn run(mut self) -> Result<(), TaskError> {
         let result = self.run_inner();
-        if let Err(e) = &result {
-            if !matches!(e, TaskError::Aborted) {
+        match &result {
+            Err(TaskError::Aborted) => self.abort.trigger(),
+            Err(e) => {
                 // The job's owner reports the root cause; this is the trail.
                 tracing::info!(subtask = %self.name, "failed: {e}");
+                self.abort
+                    .trigger_because(format!("subtask {} failed: {e}", self.name));
             }
-            self.abort.trigger();
+            Ok(()) => {}
         }
         result
     }
