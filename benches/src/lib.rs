@@ -9,6 +9,7 @@
 //!   records and the keyed-count key order.
 //! - [`native`]: the baselines, the same work done in plain Rust: the copy
 //!   that `identity` amounts to, and a word count with `tokenize`'s rules.
+//! - [`embedded`]: a job spec run to its end on an embedded cluster.
 //! - [`measure`]: peak memory from `/proc/self/status` and latency
 //!   percentiles.
 //!
@@ -16,6 +17,7 @@
 //! compared with, no more and no less; where it cannot, its doc says what
 //! differs.
 
+pub mod embedded;
 pub mod fixtures;
 pub mod measure;
 pub mod native;

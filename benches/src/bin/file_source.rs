@@ -10,16 +10,9 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::bail;
 use clap::Parser;
-use weir_host::connectors::AllowedRoots;
-use weir_host::embedded::{EmbeddedCluster, EmbeddedConfig};
-use weir_host::job::JobGraph;
-use weir_host::jobmanager::JobState;
-use weir_host::wasm::{Runtime, RuntimeConfig};
 
 #[derive(Parser)]
 struct Args {
@@ -135,60 +128,18 @@ fn count_lines(files: &[PathBuf], threads: usize) -> anyhow::Result<u64> {
 /// cluster; the lines the source emitted and the job's wall time (submit to
 /// end, as the JobManager recorded them).
 fn run_job(data: &Path, p: u32) -> anyhow::Result<(u64, f64)> {
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("job.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[job]\nname = \"file-source\"\nparallelism = {p}\nstate_backend = \"heap\"\n\n\
+    let (detail, elapsed) = weir_benches::embedded::run_spec(&format!(
+        "[job]\nname = \"file-source\"\nparallelism = {p}\nstate_backend = \"heap\"\n\n\
              [[source]]\nid = \"files\"\ntype = \"file\"\npath = {data:?}\nsplit_bytes = 16777216\n\n\
              [[sink]]\nid = \"null\"\ntype = \"blackhole\"\n\n\
              [[edge]]\nfrom = \"files\"\nto = \"null\"\n",
-            data = data.display().to_string(),
-        ),
-    )?;
-    let graph = JobGraph::from_file(&path, &[])?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None })?);
-    let detail = rt.block_on(async {
-        let mut cluster = EmbeddedCluster::start(
-            EmbeddedConfig {
-                work_dir: dir.path().join("work"),
-                checkpoint_dir: dir.path().join("checkpoints"),
-                allowed_roots: AllowedRoots::new([std::env::temp_dir()])?,
-                buffer_size: 1024,
-                slots: None,
-            },
-            runtime,
-        )?;
-        let job = cluster
-            .submit(graph, None)
-            .await
-            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-        let detail = cluster
-            .wait(&job)
-            .await
-            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-        cluster.shutdown();
-        anyhow::Ok(detail)
-    })?;
-    if detail.summary.state != JobState::Finished {
-        bail!(
-            "the job ended {:?}: {}",
-            detail.summary.state,
-            detail.summary.failure.unwrap_or_default()
-        );
-    }
-    let s = &detail.summary;
-    let ms = s.ended_at_ms.unwrap_or(s.submitted_at_ms) - s.submitted_at_ms;
+        data = data.display().to_string(),
+    ))?;
     let lines = detail
         .vertices
         .iter()
         .filter(|v| v.role == "source")
         .map(|v| v.records_out)
         .sum();
-    Ok((lines, ms as f64 / 1000.0))
+    Ok((lines, elapsed.as_secs_f64()))
 }

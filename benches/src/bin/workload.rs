@@ -48,13 +48,10 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use weir_benches::measure::{peak_rss_kib, quantile};
 use weir_benches::native::{copy_batch, word_count};
-use weir_host::connectors::AllowedRoots;
 use weir_host::connectors::{
     BlackholeSink, ConnectorError, GeneratorConfig, GeneratorKind, GeneratorSource, Sink, Source,
 };
-use weir_host::embedded::{EmbeddedCluster, EmbeddedConfig};
-use weir_host::job::JobGraph;
-use weir_host::jobmanager::{JobDetail, JobState, VertexDetail};
+use weir_host::jobmanager::{JobDetail, VertexDetail};
 use weir_host::record::Batch;
 use weir_host::taskmanager::{
     Abort, ChainedOperator, Head, JobMetrics, Operator, Subtask, TailSink,
@@ -493,48 +490,7 @@ impl JobSummary {
 /// and waits for it. File sources may read the temporary directory (where
 /// the inputs are written).
 fn run_job(spec: &str) -> anyhow::Result<JobSummary> {
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("job.toml");
-    std::fs::write(&path, spec)?;
-    let graph = JobGraph::from_file(&path, &[])?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let runtime = Arc::new(Runtime::new(RuntimeConfig { cache_dir: None })?);
-    let detail = rt.block_on(async {
-        let mut cluster = EmbeddedCluster::start(
-            EmbeddedConfig {
-                work_dir: dir.path().join("work"),
-                checkpoint_dir: dir.path().join("checkpoints"),
-                allowed_roots: AllowedRoots::new([std::env::temp_dir()])?,
-                buffer_size: 1024,
-                slots: None,
-            },
-            runtime,
-        )?;
-        let job = cluster
-            .submit(graph, None)
-            .await
-            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-        let detail = cluster
-            .wait(&job)
-            .await
-            .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-        cluster.shutdown();
-        anyhow::Ok(detail)
-    })?;
-    if detail.summary.state != JobState::Finished {
-        bail!(
-            "the job ended {:?}: {}",
-            detail.summary.state,
-            detail.summary.failure.unwrap_or_default()
-        );
-    }
-    let s = &detail.summary;
-    let elapsed = std::time::Duration::from_millis(
-        s.ended_at_ms.unwrap_or(s.submitted_at_ms) - s.submitted_at_ms,
-    );
+    let (detail, elapsed) = weir_benches::embedded::run_spec(spec)?;
     Ok(JobSummary { detail, elapsed })
 }
 

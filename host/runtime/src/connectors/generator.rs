@@ -315,7 +315,9 @@ mod tests {
                 );
             }
         }
-        out.sort_by_key(|r| r.2);
+        // In time order; records of one timestamp (nexmark events share
+        // milliseconds) by value, whatever instance made them.
+        out.sort_by(|a, b| (a.2, &a.1).cmp(&(b.2, &b.1)));
         out
     }
 
@@ -350,11 +352,7 @@ mod tests {
         };
         let one = all(&config, 1);
         assert_eq!(one.len(), 500);
-        let mut three = all(&config, 3);
-        three.sort_by(|a, b| (a.2, &a.1).cmp(&(b.2, &b.1)));
-        let mut sorted = one.clone();
-        sorted.sort_by(|a, b| (a.2, &a.1).cmp(&(b.2, &b.1)));
-        assert_eq!(sorted, three);
+        assert_eq!(one, all(&config, 3));
         let mut types = std::collections::BTreeMap::new();
         for (key, value, ts) in &one {
             assert!(key.is_none());

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use prometheus::core::{MetricVec, MetricVecBuilder};
 use prometheus::{CounterVec, GaugeVec, Opts, Registry, TextEncoder};
 
 /// The `Content-Type` of the exposition.
@@ -20,6 +21,39 @@ pub struct Exposition {
     registry: Registry,
     counters: HashMap<&'static str, (CounterVec, Vec<&'static str>)>,
     gauges: HashMap<&'static str, (GaugeVec, Vec<&'static str>)>,
+}
+
+/// The families of one metric type, by name, with their label names.
+type Families<P> = HashMap<&'static str, (MetricVec<P>, Vec<&'static str>)>;
+
+/// The metric of family `(name, help, labels)` at the labels' values:
+/// the family made with `make` and registered on first use; `None` (logged
+/// at debug) when it cannot be, or when the label names differ from the
+/// family's first sample's.
+fn sample<P: MetricVecBuilder + 'static>(
+    registry: &Registry,
+    families: &mut Families<P>,
+    (name, help, labels): (&'static str, &'static str, &[(&'static str, &str)]),
+    make: fn(Opts, &[&str]) -> prometheus::Result<MetricVec<P>>,
+) -> Option<P::M> {
+    let names: Vec<&'static str> = labels.iter().map(|(k, _)| *k).collect();
+    if !families.contains_key(name) {
+        let Some(family) = make(Opts::new(name, help), &names)
+            .ok()
+            .filter(|f| registry.register(Box::new(f.clone())).is_ok())
+        else {
+            tracing::debug!("metric family {name} cannot be registered");
+            return None;
+        };
+        families.insert(name, (family, names.clone()));
+    }
+    let (family, expected) = &families[name];
+    if *expected != names {
+        tracing::debug!("sample of {name} with labels {names:?} left out");
+        return None;
+    }
+    let values: Vec<&str> = labels.iter().map(|(_, v)| *v).collect();
+    family.get_metric_with_label_values(&values).ok()
 }
 
 impl std::fmt::Debug for Exposition {
@@ -45,24 +79,8 @@ impl Exposition {
         labels: &[(&'static str, &str)],
         value: f64,
     ) {
-        let names: Vec<&'static str> = labels.iter().map(|(k, _)| *k).collect();
-        if !self.counters.contains_key(name) {
-            let Some(family) = CounterVec::new(Opts::new(name, help), &names)
-                .ok()
-                .filter(|f| self.registry.register(Box::new(f.clone())).is_ok())
-            else {
-                tracing::debug!("metric family {name} cannot be registered");
-                return;
-            };
-            self.counters.insert(name, (family, names.clone()));
-        }
-        let (family, expected) = &self.counters[name];
-        if *expected != names {
-            tracing::debug!("sample of {name} with labels {names:?} left out");
-            return;
-        }
-        let values: Vec<&str> = labels.iter().map(|(_, v)| *v).collect();
-        if let Ok(c) = family.get_metric_with_label_values(&values) {
+        let family = (name, help, labels);
+        if let Some(c) = sample(&self.registry, &mut self.counters, family, CounterVec::new) {
             c.inc_by(if value > 0.0 { value } else { 0.0 });
         }
     }
@@ -76,24 +94,8 @@ impl Exposition {
         labels: &[(&'static str, &str)],
         value: f64,
     ) {
-        let names: Vec<&'static str> = labels.iter().map(|(k, _)| *k).collect();
-        if !self.gauges.contains_key(name) {
-            let Some(family) = GaugeVec::new(Opts::new(name, help), &names)
-                .ok()
-                .filter(|f| self.registry.register(Box::new(f.clone())).is_ok())
-            else {
-                tracing::debug!("metric family {name} cannot be registered");
-                return;
-            };
-            self.gauges.insert(name, (family, names.clone()));
-        }
-        let (family, expected) = &self.gauges[name];
-        if *expected != names {
-            tracing::debug!("sample of {name} with labels {names:?} left out");
-            return;
-        }
-        let values: Vec<&str> = labels.iter().map(|(_, v)| *v).collect();
-        if let Ok(g) = family.get_metric_with_label_values(&values) {
+        let family = (name, help, labels);
+        if let Some(g) = sample(&self.registry, &mut self.gauges, family, GaugeVec::new) {
             g.set(value);
         }
     }
