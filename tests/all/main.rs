@@ -23,6 +23,7 @@ mod fraud;
 mod joins;
 mod nats;
 mod nexmark;
+mod nexmark_kills;
 mod polyglot;
 mod processing_time;
 mod rest;

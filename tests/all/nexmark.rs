@@ -16,7 +16,7 @@ use std::process::Command;
 
 use crate::util::{describe, read_sink, repo_root, run_weir};
 
-const EVENTS: &str = "100000";
+pub(crate) const EVENTS: &str = "100000";
 
 /// Where tests/setup.sh installs DuckDB for Python.
 fn duckdb_dir() -> PathBuf {
@@ -34,13 +34,13 @@ fn duckdb_dir() -> PathBuf {
     dir
 }
 
-fn nexmark_dir() -> PathBuf {
+pub(crate) fn nexmark_dir() -> PathBuf {
     repo_root().join("udfs/jobs/nexmark")
 }
 
 /// `weir run` of the committed spec `name.toml`, its sink redirected to
 /// `out` in `dir`.
-fn run_job(dir: &Path, name: &str, out: &Path, extra: &[&str]) {
+pub(crate) fn run_job(dir: &Path, name: &str, out: &Path, extra: &[&str]) {
     let spec = nexmark_dir().join(format!("{name}.toml"));
     let count = format!("source.events.count={EVENTS}");
     let sink = format!("sink.out.path={}", out.display());
@@ -60,7 +60,7 @@ fn run_job(dir: &Path, name: &str, out: &Path, extra: &[&str]) {
 }
 
 /// The oracle's sorted lines for `query` over `events`.
-fn oracle(events: &Path, query: &str) -> Vec<String> {
+pub(crate) fn oracle(events: &Path, query: &str) -> Vec<String> {
     let out = Command::new("python3")
         .arg(nexmark_dir().join("oracle.py"))
         .arg(events)
