@@ -207,7 +207,10 @@ async fn count_records(mut rx: mpsc::Receiver<Message>) -> (u64, u64, f64) {
                 bytes += b.value_lens.iter().map(|&l| u64::from(l)).sum::<u64>();
             }
             Message::End { .. } => break,
-            Message::Watermark { .. } | Message::Idle { .. } | Message::Barrier { .. } => {}
+            Message::Watermark { .. }
+            | Message::Idle { .. }
+            | Message::Barrier { .. }
+            | Message::Latency { .. } => {}
         }
     }
     (
@@ -230,7 +233,10 @@ async fn record_latency(mut rx: mpsc::Receiver<Message>) -> Vec<u64> {
                 }
             }
             Message::End { .. } => break,
-            Message::Watermark { .. } | Message::Idle { .. } | Message::Barrier { .. } => {}
+            Message::Watermark { .. }
+            | Message::Idle { .. }
+            | Message::Barrier { .. }
+            | Message::Latency { .. } => {}
         }
     }
     latencies

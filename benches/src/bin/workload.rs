@@ -867,6 +867,7 @@ fn id_chain(g: Generated) -> anyhow::Result<CaseResult> {
         watermark_interval: std::time::Duration::from_millis(
             weir_host::job::DEFAULT_WATERMARK_INTERVAL_MS,
         ),
+        latency_interval: None,
         metrics: Arc::new(JobMetrics::new(3)),
         stop: Arc::new(AtomicBool::new(false)),
         drain: Arc::new(AtomicBool::new(false)),

@@ -221,6 +221,13 @@ impl Builder {
             0,
             super::MAX_WATERMARK_MS,
         );
+        let latency_tracking_interval_ms = job.latency_tracking_interval_ms.unwrap_or(0);
+        self.check_range(
+            "job.latency_tracking_interval_ms",
+            latency_tracking_interval_ms,
+            0,
+            super::MAX_WATERMARK_MS,
+        );
         let limits = job.limits.clone().unwrap_or_default();
         let limits = OperatorLimits {
             memory_mb: limits.memory_mb.unwrap_or(DEFAULT_MEMORY_MB),
@@ -253,6 +260,7 @@ impl Builder {
             channel_capacity,
             buffer_timeout_ms: job.buffer_timeout_ms.unwrap_or(DEFAULT_BUFFER_TIMEOUT_MS),
             watermark_interval_ms,
+            latency_tracking_interval_ms,
             limits,
             restart: job.restart.unwrap_or(if checkpoints.is_some() {
                 super::config::RestartStrategy::WITH_CHECKPOINTS

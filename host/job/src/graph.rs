@@ -88,6 +88,11 @@ pub struct JobSettings {
     /// function of the input: tests use it).
     #[serde(default = "default_watermark_interval_ms")]
     pub watermark_interval_ms: u64,
+    /// `job.latency_tracking_interval_ms`: how often each source subtask
+    /// sends a latency marker downstream (Flink's latency tracking); 0, the
+    /// default, sends none.
+    #[serde(default)]
+    pub latency_tracking_interval_ms: u64,
     /// `[job.limits]`: the sandbox of every operator instance.
     pub limits: OperatorLimits,
     /// `[job.checkpoints]`: absent, no checkpoints.

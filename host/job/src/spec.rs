@@ -163,6 +163,7 @@ pub(super) struct JobTable {
     pub channel_capacity: Option<u32>,
     pub buffer_timeout_ms: Option<u64>,
     pub watermark_interval_ms: Option<u64>,
+    pub latency_tracking_interval_ms: Option<u64>,
     pub limits: Option<LimitsTable>,
     pub checkpoints: Option<super::config::CheckpointConfig>,
     pub restart: Option<super::config::RestartStrategy>,

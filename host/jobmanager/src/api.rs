@@ -190,6 +190,10 @@ pub struct VertexDetail {
     /// Share spent waiting for input (0–1).
     #[serde(default)]
     pub idle_ratio: Option<f64>,
+    /// Source-to-here latency (ms) of the latest latency markers of its
+    /// subtasks (`job.latency_tracking_interval_ms`); absent without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<weir_runtime::taskmanager::LatencyQuantiles>,
 }
 
 /// One subtask of a [`VertexDetail`].
@@ -460,6 +464,13 @@ pub(crate) fn job_detail(job: &Job) -> JobDetail {
                 busy_ratio: load.map(|l| l.busy),
                 backpressured_ratio: load.map(|l| l.backpressured),
                 idle_ratio: load.map(|l| l.idle),
+                latency_ms: weir_runtime::taskmanager::LatencyQuantiles::of(
+                    &job.reports
+                        .values()
+                        .filter_map(|r| r.vertices.get(v))
+                        .flat_map(|r| r.latency_ms.iter().copied())
+                        .collect::<Vec<_>>(),
+                ),
             }
         })
         .collect();

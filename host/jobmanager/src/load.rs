@@ -474,6 +474,7 @@ mod tests {
                             backpressured_ms,
                             idle_ms,
                             watermark: None,
+                            latency_ms: Vec::new(),
                         }
                     },
                 )

@@ -124,6 +124,22 @@ fn job_metrics(e: &mut Exposition, job: &Job) {
                 e.counter(family, help, &labels, ms as f64 / 1000.0);
             }
         }
+        if let Some(l) = &v.latency_ms {
+            for (quantile, ms) in [("0.5", l.p50), ("0.95", l.p95), ("0.99", l.p99)] {
+                let labels = [
+                    ("job_id", id),
+                    ("job_name", name),
+                    ("vertex", v.id.as_str()),
+                    ("quantile", quantile),
+                ];
+                e.gauge(
+                    "weir_job_vertex_latency_seconds",
+                    "Source-to-vertex latency of the latest latency markers (job.latency_tracking_interval_ms), by quantile.",
+                    &labels,
+                    f64::from(ms) / 1000.0,
+                );
+            }
+        }
         if let Some(w) = v.watermark.filter(|w| *w != i64::MIN && *w != i64::MAX) {
             e.gauge(
                 "weir_job_vertex_watermark_seconds",

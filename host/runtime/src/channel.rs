@@ -48,6 +48,16 @@ pub enum Message {
         /// The checkpoint id.
         checkpoint: u64,
     },
+    /// A latency marker (Flink's `LatencyMarker`): made by a source every
+    /// `latency_tracking_interval_ms`, it queues behind the records before
+    /// it on every channel it crosses; each vertex it reaches records
+    /// `now - marked_ms` (wall clock, milliseconds since the Unix epoch).
+    Latency {
+        /// The input channel index at the receiver.
+        channel: u32,
+        /// When the source made it.
+        marked_ms: i64,
+    },
     /// The sender has no more records for this channel.
     End {
         /// The input channel index at the receiver.
@@ -63,6 +73,7 @@ impl Message {
             | Message::Watermark { channel, .. }
             | Message::Idle { channel, .. }
             | Message::Barrier { channel, .. }
+            | Message::Latency { channel, .. }
             | Message::End { channel } => *channel,
         }
     }

@@ -577,6 +577,8 @@ impl LocalCluster {
                         index: s,
                         batch_size,
                         watermark_interval: Duration::from_millis(settings.watermark_interval_ms),
+                        latency_interval: (settings.latency_tracking_interval_ms > 0)
+                            .then(|| Duration::from_millis(settings.latency_tracking_interval_ms)),
                         metrics: metrics.clone(),
                         stop: stop.clone(),
                         drain: drain.clone(),

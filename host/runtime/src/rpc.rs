@@ -355,7 +355,7 @@ pub struct SubtaskLogs {
 }
 
 /// One vertex's counters on one TaskManager.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct VertexReport {
     /// Records received.
     pub records_in: u64,
@@ -371,6 +371,11 @@ pub struct VertexReport {
     /// yet); `None` if none of its subtasks run here.
     #[serde(default)]
     pub watermark: Option<i64>,
+    /// The latest latency-marker latencies (ms) of its subtasks here (at
+    /// most [`LATENCY_HISTORY`](crate::taskmanager::LATENCY_HISTORY) per
+    /// subtask); empty without latency tracking.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency_ms: Vec<u32>,
 }
 
 /// First frame of a module fetch stream.

@@ -105,6 +105,7 @@ impl LocalJob {
                 records_in: m.records_in.load(Ordering::Relaxed),
                 records_out: m.records_out.load(Ordering::Relaxed),
                 watermark: m.watermark(),
+                latency_ms: m.latency_samples(),
                 ..VertexReport::default()
             })
             .collect();

@@ -303,6 +303,17 @@ impl Cluster {
         (status, r.body_mut().read_json().unwrap_or(Value::Null))
     }
 
+    /// GET a REST path with the token; (status, body as text).
+    pub fn get_text(&self, path: &str) -> (u16, String) {
+        let mut request = self.agent.get(format!("{}{path}", self.rest));
+        if let Some(token) = &self.token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        let mut r = request.call().expect("REST answers");
+        let status = r.status().as_u16();
+        (status, r.body_mut().read_to_string().unwrap_or_default())
+    }
+
     /// `weir args...` against this cluster's REST API, finding the token
     /// as a user would: in the token file.
     pub fn weir(&self, args: &[&str]) -> Output {

@@ -376,3 +376,86 @@ fn weir_logs_shows_each_operators_lines_and_a_chatty_guest_stays_bounded() {
     let (status, _) = cluster.get(&format!("/v1/jobs/{id}/logs?subtask=7"));
     assert_eq!(status, 400);
 }
+
+/// Latency markers (`job.latency_tracking_interval_ms`): behind a sink
+/// throttled to 1,000 records/s, records queue in its input channel, and
+/// so do the markers: the sink's p99 is far above the first operator's,
+/// which is chained to the source. Both come from markers that crossed the
+/// job: the REST API shows them per vertex, the JobManager's `/metrics`
+/// as a gauge per quantile.
+#[test]
+fn latency_markers_show_the_queue_in_front_of_a_throttled_sink() {
+    let cluster = Cluster::start(1, 2, &[]);
+    let spec = cluster.dir.path().join("job.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"
+[job]
+name = "latency"
+batch_size = 100
+latency_tracking_interval_ms = 20
+
+[[source]]
+id = "gen"
+type = "generator"
+kind = "sequence"
+rate = 5000
+
+[[operator]]
+id = "op"
+module = {module}
+
+[[sink]]
+id = "slow"
+type = "blackhole"
+rate = 1000
+slot_sharing_group = "sink"
+
+[[edge]]
+from = "gen"
+to = "op"
+
+[[edge]]
+from = "op"
+to = "slow"
+"#,
+            module = toml_path(Path::new(artifacts::UPPERCASE)),
+        ),
+    )
+    .unwrap();
+    let id = cluster.submit(&spec);
+    let latency = |vertex: &str| {
+        cluster
+            .vertex(&id, vertex)
+            .and_then(|v| serde_json::from_value::<Value>(v["latency_ms"].clone()).ok())
+            .filter(|l| l["samples"].as_u64().unwrap_or(0) >= 50)
+    };
+    // Enough markers at both, and the sink's queue full (its window of
+    // samples then only holds markers that waited in it).
+    let (op, slow) = wait_for("50 latency samples at the operator and the sink", || {
+        let op = latency("op")?;
+        let slow = latency("slow")?;
+        (slow["p50"].as_u64()? > 100).then_some((op, slow))
+    });
+    let p99 = |l: &Value| l["p99"].as_u64().expect("p99");
+    assert!(
+        p99(&slow) > p99(&op),
+        "sink p99 {} ms is not above the operator's {} ms: {slow} vs {op}",
+        p99(&slow),
+        p99(&op)
+    );
+    assert_eq!(latency("gen"), None, "a source measures no latency");
+    let (status, text) = cluster.get_text("/metrics");
+    assert_eq!(status, 200, "{text}");
+    let gauge = text
+        .lines()
+        .find(|l| {
+            l.starts_with("weir_job_vertex_latency_seconds{")
+                && l.contains(r#"vertex="slow""#)
+                && l.contains(r#"quantile="0.99""#)
+        })
+        .unwrap_or_else(|| panic!("no p99 latency gauge for the sink in:\n{text}"));
+    let seconds: f64 = gauge.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(seconds > 0.0, "{gauge}");
+}

@@ -162,6 +162,13 @@
     return today ? d.toLocaleTimeString() : d.toLocaleString();
   }
 
+  // Source-to-vertex latency from latency markers (absent unless the job
+  // sets latency_tracking_interval_ms).
+  function latency(l) {
+    if (!l) return "—";
+    return l.p50 + " / " + l.p99 + " ms";
+  }
+
   function watermark(w) {
     if (w === null || w === undefined) return "–";
     if (w <= -9e18) return "none yet";
@@ -381,7 +388,7 @@
         section(
           "Vertices",
           table(
-            ["Vertex", "Role", "Task", "Par.", "State", "Records in", "In/s", "Records out", "Out/s", "Busy", "Backpressured", "Idle", "Watermark"],
+            ["Vertex", "Role", "Task", "Par.", "State", "Records in", "In/s", "Records out", "Out/s", "Busy", "Backpressured", "Idle", "Watermark", "Latency p50 / p99"],
             job.vertices.map((v) =>
               h(
                 "tr",
@@ -398,7 +405,8 @@
                 h("td", { class: "num" }, pct(v.busy_ratio)),
                 h("td", { class: "num" }, pct(v.backpressured_ratio)),
                 h("td", { class: "num" }, pct(v.idle_ratio)),
-                h("td", {}, watermark(v.watermark))
+                h("td", {}, watermark(v.watermark)),
+                h("td", { class: "num latency" }, latency(v.latency_ms))
               )
             )
           )

@@ -28,6 +28,7 @@ const TAG_WATERMARK: u8 = 1;
 const TAG_END: u8 = 2;
 const TAG_BARRIER: u8 = 3;
 const TAG_IDLE: u8 = 4;
+const TAG_LATENCY: u8 = 5;
 
 /// Largest encoded message accepted: a batch is `batch_size` records and an
 /// operator's output per call is capped (`max_output_mb`, 16 MiB by
@@ -61,6 +62,7 @@ pub fn encoded_len(msg: &Message) -> usize {
         Message::End { .. } => 5,
         Message::Idle { .. } => 6,
         Message::Barrier { .. } => 13,
+        Message::Latency { .. } => 13,
     }
 }
 
@@ -132,6 +134,12 @@ impl<'m> Encoder<'m> {
                             scratch.push(TAG_IDLE);
                             scratch.extend_from_slice(&channel.to_le_bytes());
                             scratch.push(u8::from(*idle));
+                            self.step = Step::Done;
+                        }
+                        Message::Latency { channel, marked_ms } => {
+                            scratch.push(TAG_LATENCY);
+                            scratch.extend_from_slice(&channel.to_le_bytes());
+                            scratch.extend_from_slice(&marked_ms.to_le_bytes());
                             self.step = Step::Done;
                         }
                     }
@@ -259,6 +267,7 @@ fn head_len(tag: u8) -> Result<usize, DecodeError> {
         TAG_END => Ok(5),
         TAG_IDLE => Ok(6),
         TAG_BARRIER => Ok(13),
+        TAG_LATENCY => Ok(13),
         t => Err(DecodeError(format!("unknown message tag {t}"))),
     }
 }
@@ -307,6 +316,10 @@ fn decode_exact(bytes: &[u8]) -> Result<Message, DecodeError> {
         TAG_BARRIER => Ok(Message::Barrier {
             channel: u32_at(bytes, 1),
             checkpoint: u64::from_le_bytes(bytes[5..13].try_into().expect("8 bytes")),
+        }),
+        TAG_LATENCY => Ok(Message::Latency {
+            channel: u32_at(bytes, 1),
+            marked_ms: i64::from_le_bytes(bytes[5..13].try_into().expect("8 bytes")),
         }),
         _ => {
             let channel = u32_at(bytes, 1);
@@ -381,6 +394,10 @@ mod tests {
                 channel: 4,
                 checkpoint: 1 << 40,
             },
+            Message::Latency {
+                channel: 5,
+                marked_ms: 1_796_183_353_909,
+            },
         ]
     }
 
@@ -407,6 +424,16 @@ mod tests {
                 },
             ) => c1 == c2 && w1 == w2,
             (Message::End { channel: c1 }, Message::End { channel: c2 }) => c1 == c2,
+            (
+                Message::Latency {
+                    channel: c1,
+                    marked_ms: m1,
+                },
+                Message::Latency {
+                    channel: c2,
+                    marked_ms: m2,
+                },
+            ) => c1 == c2 && m1 == m2,
             (
                 Message::Idle {
                     channel: c1,
@@ -474,8 +501,9 @@ mod tests {
             let mut out = Vec::new();
             Decoder::new().feed(bytes, &mut out).map(|_| out.len())
         };
-        // Unknown tag (0–4 are records, watermark, end, barrier, idle).
-        assert!(decode(&[5]).unwrap_err().0.contains("tag 5"));
+        // Unknown tag (0–5 are records, watermark, end, barrier, idle,
+        // latency marker).
+        assert!(decode(&[6]).unwrap_err().0.contains("tag 6"));
         assert!(
             decode(&[4, 0, 0, 0, 0, 2])
                 .unwrap_err()

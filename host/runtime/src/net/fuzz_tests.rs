@@ -44,6 +44,8 @@ fn message() -> impl Strategy<Value = Message> {
             channel,
             checkpoint
         }),
+        (any::<u32>(), any::<i64>())
+            .prop_map(|(channel, marked_ms)| Message::Latency { channel, marked_ms }),
         any::<u32>().prop_map(|channel| Message::End { channel }),
     ]
 }

@@ -92,7 +92,9 @@ fn seen(m: Message) -> Seen {
         Message::Watermark { channel, watermark } => Seen::Watermark(channel, watermark),
         Message::End { channel } => Seen::End(channel),
         Message::Idle { channel, idle } => Seen::Idle(channel, idle),
-        Message::Barrier { .. } => unreachable!("these tests send no barriers"),
+        Message::Barrier { .. } | Message::Latency { .. } => {
+            unreachable!("these tests send no barriers or latency markers")
+        }
     }
 }
 
@@ -302,7 +304,10 @@ async fn stalled_consumer_bounds_buffered_bytes_and_blocks_the_sender() {
                     }
                 }
                 Message::End { .. } => return next,
-                Message::Watermark { .. } | Message::Idle { .. } | Message::Barrier { .. } => {}
+                Message::Watermark { .. }
+                | Message::Idle { .. }
+                | Message::Barrier { .. }
+                | Message::Latency { .. } => {}
             }
         }
     });

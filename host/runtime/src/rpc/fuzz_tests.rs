@@ -139,6 +139,7 @@ fn job_report() -> impl Strategy<Value = JobReport> {
                     idle_ms: c[3],
                     backpressured_ms: c[4],
                     watermark: (c[0] % 3 != 0).then_some(c[1] as i64),
+                    latency_ms: (0..c[2] % 4).map(|i| (c[3] >> i) as u32).collect(),
                 })
                 .collect()
         }),

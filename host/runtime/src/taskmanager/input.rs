@@ -92,6 +92,9 @@ pub enum GateEvent {
     /// Every open channel became idle (`true`), or one became active again
     /// (`false`): tell downstream.
     Idle(bool),
+    /// A latency marker made by a source at this wall-clock time (ms):
+    /// record the latency and pass it on.
+    Latency(i64),
     /// The first barrier of `checkpoint` arrived: its alignment starts.
     AlignmentStarted {
         /// The checkpoint id.
@@ -237,6 +240,7 @@ impl InputGate {
             }
             Message::Idle { idle, .. } => self.status(c, idle, events),
             Message::Barrier { checkpoint, .. } => self.barrier(c, checkpoint, events),
+            Message::Latency { marked_ms, .. } => events.push(GateEvent::Latency(marked_ms)),
             Message::End { .. } => {
                 if !self.channels[c].ended {
                     self.channels[c].ended = true;
@@ -786,7 +790,7 @@ mod tests {
                             prop_assert!(w > forwarded, "watermark {} after {}", w, forwarded);
                             forwarded = w;
                         }
-                        GateEvent::Idle(_) => {}
+                        GateEvent::Idle(_) | GateEvent::Latency(_) => {}
                         GateEvent::AlignmentStarted { checkpoint } => {
                             prop_assert_eq!(in_progress, None);
                             in_progress = Some(checkpoint);

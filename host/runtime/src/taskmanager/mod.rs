@@ -180,6 +180,50 @@ pub struct SubtaskMetrics {
     pub started: Instant,
     /// Operators: what the guest logs and measures.
     pub telemetry: Arc<crate::telemetry::OperatorTelemetry>,
+    /// The latencies (ms) of the last [`LATENCY_HISTORY`] latency markers
+    /// that reached it, oldest first.
+    pub latency_ms: std::sync::Mutex<std::collections::VecDeque<u32>>,
+}
+
+/// Latency markers remembered per subtask of a vertex (Flink's
+/// `metrics.latency.history-size`): quantiles are over this sliding window.
+pub const LATENCY_HISTORY: usize = 128;
+
+/// Quantiles of latency samples, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LatencyQuantiles {
+    /// Median.
+    pub p50: u32,
+    /// 95th percentile.
+    pub p95: u32,
+    /// 99th percentile.
+    pub p99: u32,
+    /// The largest.
+    pub max: u32,
+    /// How many samples they are over.
+    pub samples: usize,
+}
+
+impl LatencyQuantiles {
+    /// Nearest-rank quantiles of `samples`; `None` if there are none.
+    pub fn of(samples: &[u32]) -> Option<LatencyQuantiles> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_unstable();
+        let rank = |q: f64| {
+            let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+            sorted[i - 1]
+        };
+        Some(LatencyQuantiles {
+            p50: rank(0.50),
+            p95: rank(0.95),
+            p99: rank(0.99),
+            max: sorted[sorted.len() - 1],
+            samples: sorted.len(),
+        })
+    }
 }
 
 impl Default for SubtaskMetrics {
@@ -193,6 +237,7 @@ impl Default for SubtaskMetrics {
             backpressured_ns: AtomicU64::new(0),
             started: Instant::now(),
             telemetry: Arc::default(),
+            latency_ms: Default::default(),
         }
     }
 }
@@ -209,6 +254,23 @@ impl SubtaskMetrics {
         self.records_out
             .fetch_add(records as u64, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Remembers the latency of a marker made at `marked_ms` that reached
+    /// it `now_ms` (a wall clock stepping back counts as 0).
+    fn record_latency(&self, marked_ms: i64, now_ms: i64) {
+        let ms = now_ms.saturating_sub(marked_ms).clamp(0, u32::MAX.into()) as u32;
+        let mut ring = self.latency_ms.lock().unwrap_or_else(|e| e.into_inner());
+        if ring.len() == LATENCY_HISTORY {
+            ring.pop_front();
+        }
+        ring.push_back(ms);
+    }
+
+    /// Its latest latency samples (ms), oldest first.
+    pub fn latency_samples(&self) -> Vec<u32> {
+        let ring = self.latency_ms.lock().unwrap_or_else(|e| e.into_inner());
+        ring.iter().copied().collect()
     }
 }
 
@@ -234,6 +296,14 @@ impl VertexMetrics {
     pub fn subtask_list(&self) -> Vec<(u32, Arc<SubtaskMetrics>)> {
         let subtasks = self.subtasks.lock().unwrap_or_else(|e| e.into_inner());
         subtasks.iter().map(|(i, m)| (*i, m.clone())).collect()
+    }
+
+    /// The latest latency samples (ms) of its subtasks here, together.
+    pub fn latency_samples(&self) -> Vec<u32> {
+        self.subtask_list()
+            .iter()
+            .flat_map(|(_, m)| m.latency_samples())
+            .collect()
     }
 
     /// The current watermark of its subtask `index`, if it runs here.
@@ -524,6 +594,8 @@ pub struct Subtask {
     pub batch_size: usize,
     /// Sources: emit the watermark at most this often (0: after every batch).
     pub watermark_interval: Duration,
+    /// Sources: send a latency marker this often (`None`: never).
+    pub latency_interval: Option<Duration>,
     /// Shared metrics.
     pub metrics: Arc<JobMetrics>,
     /// Set to stop sources gracefully (Ctrl-C).
@@ -604,6 +676,7 @@ impl Subtask {
                     WatermarkGenerator::new(watermarks, self.watermark_interval, Instant::now());
                 let mut barrier = 0u64;
                 let mut drained = false;
+                let mut next_marker = self.latency_interval.map(|i| Instant::now() + i);
                 while !self.stop.load(Ordering::Relaxed) {
                     if self.abort.is_set() {
                         return Err(TaskError::Aborted);
@@ -657,6 +730,12 @@ impl Subtask {
                             c.add_out(batch.len(), batch.byte_size());
                         }
                         self.push(0, batch)?;
+                    }
+                    if let (Some(next), Some(interval)) = (&mut next_marker, self.latency_interval)
+                        && now >= *next
+                    {
+                        *next = now + interval;
+                        self.latency_marker(crate::connectors::now_millis(), true)?;
                     }
                     self.fire_processing_timers()?;
                     // Periodic, as Flink's auto-watermark interval: each
@@ -713,6 +792,9 @@ impl Subtask {
                                 self.push_at(0, input, batch)?
                             }
                             GateEvent::Watermark(watermark) => self.watermark(watermark)?,
+                            GateEvent::Latency(marked_ms) => {
+                                self.latency_marker(marked_ms, false)?
+                            }
                             GateEvent::Idle(idle) => {
                                 self.flush_outputs()?;
                                 self.broadcast(|channel| Message::Idle { channel, idle })?;
@@ -934,6 +1016,44 @@ impl Subtask {
     }
 
     /// Sends a control message to every downstream subtask of every output.
+    /// A latency marker made at `marked_ms` reached this subtask: each
+    /// vertex of the chain but a source records its latency (the chain is
+    /// synchronous: the records before the marker went all the way
+    /// through), then it goes on behind the records emitted so far to one
+    /// channel of each output, a different one from marker to marker (as
+    /// Flink's: markers sample the paths, they need not take all of them).
+    fn latency_marker(&mut self, marked_ms: i64, at_source: bool) -> Result<(), TaskError> {
+        let now = crate::connectors::now_millis();
+        let mut vertices: Vec<usize> = self.chain_vertices().collect();
+        vertices.dedup();
+        for v in vertices {
+            if at_source && v == self.head_vertex {
+                continue;
+            }
+            if let Some(c) = self.counters(v) {
+                c.record_latency(marked_ms, now);
+            }
+        }
+        // Which channel: a hash of the marker's time, so that markers made
+        // at a regular interval still spread over every channel.
+        let spread = ((marked_ms as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize;
+        self.flush_outputs()?;
+        for output in &self.outputs {
+            if output.targets.is_empty() {
+                continue;
+            }
+            let target = &output.targets[spread % output.targets.len()];
+            self.send(
+                target,
+                Message::Latency {
+                    channel: target.channel,
+                    marked_ms,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
     fn broadcast(&self, message: impl Fn(u32) -> Message) -> Result<(), TaskError> {
         for target in self.outputs.iter().flat_map(|o| &o.targets) {
             self.send(target, message(target.channel))?;
@@ -1102,5 +1222,38 @@ impl Subtask {
                 return Ok(message);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod latency_tests {
+    use super::*;
+
+    #[test]
+    fn latency_quantiles_are_nearest_rank_and_none_without_samples() {
+        assert_eq!(LatencyQuantiles::of(&[]), None);
+        let one = LatencyQuantiles::of(&[7]).unwrap();
+        assert_eq!((one.p50, one.p99, one.max, one.samples), (7, 7, 7, 1));
+        // 1..=100 shuffled: the q-th quantile by nearest rank is 100 q.
+        let samples: Vec<u32> = (1..=100).map(|i| (i * 37) % 100 + 1).collect();
+        let q = LatencyQuantiles::of(&samples).unwrap();
+        assert_eq!(
+            (q.p50, q.p95, q.p99, q.max, q.samples),
+            (50, 95, 99, 100, 100)
+        );
+    }
+
+    #[test]
+    fn a_subtask_keeps_the_latest_latencies_only() {
+        let m = SubtaskMetrics::default();
+        for i in 0..(LATENCY_HISTORY as i64 + 10) {
+            m.record_latency(1_000, 1_000 + i);
+        }
+        // A clock that stepped back counts as no latency.
+        m.record_latency(2_000, 1_000);
+        let samples = m.latency_samples();
+        assert_eq!(samples.len(), LATENCY_HISTORY);
+        assert_eq!(samples[0], 11);
+        assert_eq!(samples[LATENCY_HISTORY - 1], 0);
     }
 }
