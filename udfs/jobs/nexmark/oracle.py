@@ -51,6 +51,21 @@ QUERIES = {
         FROM auction AS A INNER JOIN person AS P ON A.seller = P.id
         WHERE A.category = 10 AND P.state IN ('or', 'id', 'ca')
     """,
+    # Average price for a category: each auction's winning bid (the highest
+    # price bid between its start and its expiry, both included), then the
+    # average per category, as integer count, sum and truncated average
+    # (Flink's AVG of a BIGINT).
+    "q4": """
+        WITH winning AS (
+            SELECT A.id, A.category, max(B.price) AS final
+            FROM auction A JOIN bid B
+              ON A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+            GROUP BY A.id, A.category
+        )
+        SELECT category, count(*) AS auctions, sum(final)::BIGINT AS total,
+               sum(final)::BIGINT // count(*) AS avg
+        FROM winning GROUP BY category
+    """,
     # Hot items: bids per auction in 10 s windows sliding by 2 s, and the
     # auctions whose count is the window's largest.
     "q5": """
@@ -77,6 +92,17 @@ QUERIES = {
         maxes AS (SELECT start, max(price) AS maxprice FROM windowed GROUP BY start)
         SELECT w.start, w.start + 10000 AS "end", w.price, w.auction, w.bidder, w.date_time
         FROM windowed w JOIN maxes m ON w.start = m.start AND w.price = m.maxprice
+    """,
+    # Monitor new users: persons who opened an auction in the 10 s tumbling
+    # window in which they registered, one row per person and window.
+    "q8": """
+        WITH P AS (
+            SELECT id, name, date_time - date_time % 10000 AS start FROM person
+        ),
+        A AS (
+            SELECT DISTINCT seller, date_time - date_time % 10000 AS start FROM auction
+        )
+        SELECT P.id, P.name, P.start FROM P JOIN A ON P.id = A.seller AND P.start = A.start
     """,
     # User sessions: each bidder's bids, cut where two consecutive bids are
     # more than 10 s apart; a session ends 10 s after its last bid.
@@ -117,6 +143,12 @@ def lines(query, rows):
         for name, city, state, auction in rows:
             yield (f'{{"name":{text(name)},"city":{text(city)},"state":{text(state)},'
                    f'"id":{auction}}}')
+    elif query == "q4":
+        for category, auctions, total, avg in rows:
+            yield f'{{"category":{category},"auctions":{auctions},"sum":{total},"avg":{avg}}}'
+    elif query == "q8":
+        for person, name, start in rows:
+            yield f'{{"id":{person},"name":{text(name)},"start":{start}}}'
     elif query == "q5":
         windows = {}
         for start, end, num, auction in rows:
