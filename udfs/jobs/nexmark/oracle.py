@@ -66,6 +66,24 @@ QUERIES = {
                sum(final)::BIGINT // count(*) AS avg
         FROM winning GROUP BY category
     """,
+    # Average selling price by seller: each auction's winning bid as in q4;
+    # per seller, in the order its auctions closed (expiry, then id), the
+    # count, sum and truncated average of the winning prices of the current
+    # and up to 10 preceding auctions.
+    "q6": """
+        WITH winning AS (
+            SELECT A.id, A.seller, A.expires, max(B.price) AS final
+            FROM auction A JOIN bid B
+              ON A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+            GROUP BY A.id, A.seller, A.expires
+        )
+        SELECT seller, id, expires, count(*) OVER w AS auctions,
+               (sum(final) OVER w)::BIGINT AS total,
+               (sum(final) OVER w)::BIGINT // count(*) OVER w AS avg
+        FROM winning
+        WINDOW w AS (PARTITION BY seller ORDER BY expires, id
+                     ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)
+    """,
     # Hot items: bids per auction in 10 s windows sliding by 2 s, and the
     # auctions whose count is the window's largest.
     "q5": """
@@ -146,6 +164,10 @@ def lines(query, rows):
     elif query == "q4":
         for category, auctions, total, avg in rows:
             yield f'{{"category":{category},"auctions":{auctions},"sum":{total},"avg":{avg}}}'
+    elif query == "q6":
+        for seller, auction, expires, auctions, total, avg in rows:
+            yield (f'{{"seller":{seller},"auction":{auction},"expires":{expires},'
+                   f'"auctions":{auctions},"sum":{total},"avg":{avg}}}')
     elif query == "q8":
         for person, name, start in rows:
             yield f'{{"id":{person},"name":{text(name)},"start":{start}}}'
