@@ -192,7 +192,7 @@ impl FlatMapFunction for Select {
                 self.out.push(b'}');
             }
             Query::Q2 => {
-                if bid.auction % 123 != 0 {
+                if !bid.auction.is_multiple_of(123) {
                     return Ok(());
                 }
                 use std::io::Write;
