@@ -15,6 +15,16 @@
 //!   inputs for `nexmark-local-item`: the persons of Oregon, Idaho and
 //!   California as `{"name":…,"city":…,"state":…}` keyed by their id, and
 //!   the ids of the auctions in category 10 keyed by their seller.
+//! - `"q4-auctions"`, `"q4-bids"`: the two inputs of `nexmark-winning-bid`
+//!   (q4's and q6's winning bids): every auction as
+//!   `{"date_time":T,"expires":E,"seller":S,"category":C}` and every bid as
+//!   `{"price":P,"date_time":T}`, both keyed by the auction's id.
+//! - `"q8-persons"`, `"q8-auctions"`: q8's (monitor new users) inputs:
+//!   every person as `{"id":I,"name":…}` keyed by their id, and every
+//!   auction's id keyed by its seller.
+//! - `"q8"`: q8's result from the window join of those (its output
+//!   `{"key":…,"left":{"id":I,"name":…},"right":…,"start":S,"end":E}`):
+//!   `{"id":I,"name":…,"start":S}`, the suite's `id, name, starttime`.
 //!
 //! Every other event is dropped. The query definitions
 //! are the Nexmark suite's as Flink and RisingWave publish them; see
@@ -32,6 +42,11 @@ enum Query {
     Bids,
     Q3Persons,
     Q3Auctions,
+    Q4Auctions,
+    Q4Bids,
+    Q8Persons,
+    Q8Auctions,
+    Q8,
 }
 
 /// The fields of a bid event the queries read.
@@ -44,7 +59,7 @@ struct Bid {
     extra: String,
 }
 
-/// The fields of a person event q3 reads.
+/// The fields of a person event q3 and q8 read.
 #[derive(Deserialize)]
 struct Person {
     id: u64,
@@ -53,12 +68,37 @@ struct Person {
     state: String,
 }
 
-/// The fields of an auction event q3 reads.
+/// The fields of an auction event q3, q4 and q8 read.
 #[derive(Deserialize)]
 struct Auction {
     id: u64,
     seller: u64,
     category: u64,
+    date_time: i64,
+    expires: i64,
+}
+
+/// The fields of a bid q4 reads.
+#[derive(Deserialize)]
+struct PricedBid {
+    auction: u64,
+    price: u64,
+    date_time: i64,
+}
+
+/// The window join's output row that q8 reshapes (its other fields are
+/// ignored).
+#[derive(Deserialize)]
+struct Q8Match {
+    left: Q8Person,
+    start: i64,
+}
+
+/// q8's person, as `"q8-persons"` wrote it.
+#[derive(Deserialize)]
+struct Q8Person {
+    id: u64,
+    name: String,
 }
 
 /// The function.
@@ -88,9 +128,14 @@ impl FlatMapFunction for Select {
             "bids" => Query::Bids,
             "q3-persons" => Query::Q3Persons,
             "q3-auctions" => Query::Q3Auctions,
+            "q4-auctions" => Query::Q4Auctions,
+            "q4-bids" => Query::Q4Bids,
+            "q8-persons" => Query::Q8Persons,
+            "q8-auctions" => Query::Q8Auctions,
+            "q8" => Query::Q8,
             other => {
                 return Err(Error::msg(format!(
-                    "config query: {other:?} is not one of \"q0\", \"q1\", \"q2\", \"bids\", \"q3-persons\", \"q3-auctions\""
+                    "config query: {other:?} is not one of \"q0\", \"q1\", \"q2\", \"bids\", \"q3-persons\", \"q3-auctions\", \"q4-auctions\", \"q4-bids\", \"q8-persons\", \"q8-auctions\", \"q8\""
                 )));
             }
         };
@@ -109,6 +154,11 @@ impl FlatMapFunction for Select {
         match self.query {
             Query::Q3Persons => return self.q3_person(record, out),
             Query::Q3Auctions => return self.q3_auction(record, out),
+            Query::Q4Auctions => return self.q4_auction(record, out),
+            Query::Q4Bids => return self.q4_bid(record, out),
+            Query::Q8Persons => return self.q8_person(record, out),
+            Query::Q8Auctions => return self.q8_auction(record, out),
+            Query::Q8 => return self.q8(record, out),
             _ => {}
         }
         // Persons and auctions are not parsed at all.
@@ -142,7 +192,7 @@ impl FlatMapFunction for Select {
                 self.out.push(b'}');
             }
             Query::Q2 => {
-                if bid.auction % 123 != 0 {
+                if !bid.auction.is_multiple_of(123) {
                     return Ok(());
                 }
                 use std::io::Write;
@@ -152,7 +202,14 @@ impl FlatMapFunction for Select {
                     bid.auction, bid.price
                 );
             }
-            Query::Bids | Query::Q3Persons | Query::Q3Auctions => unreachable!("handled above"),
+            Query::Bids
+            | Query::Q3Persons
+            | Query::Q3Auctions
+            | Query::Q4Auctions
+            | Query::Q4Bids
+            | Query::Q8Persons
+            | Query::Q8Auctions
+            | Query::Q8 => unreachable!("handled above"),
         }
         out.collect(record.with_value(&self.out));
         Ok(())
@@ -193,6 +250,82 @@ impl Select {
         }
         let (key, id) = (a.seller.to_string(), a.id.to_string());
         out.collect(Record::keyed(&key, &id, record.timestamp));
+        Ok(())
+    }
+
+    fn q4_auction(&mut self, record: Record<'_>, out: &mut Collector) -> Result<(), Error> {
+        if !record.value.starts_with(AUCTION_PREFIX) {
+            return Ok(());
+        }
+        let a: Auction = serde_json::from_slice(record.value).map_err(|e| bad("auction", e))?;
+        self.out.clear();
+        use std::io::Write;
+        let _ = write!(
+            self.out,
+            r#"{{"date_time":{},"expires":{},"seller":{},"category":{}}}"#,
+            a.date_time, a.expires, a.seller, a.category
+        );
+        let key = a.id.to_string();
+        out.collect(Record::keyed(&key, &self.out, record.timestamp));
+        Ok(())
+    }
+
+    fn q4_bid(&mut self, record: Record<'_>, out: &mut Collector) -> Result<(), Error> {
+        if !record.value.starts_with(BID_PREFIX) {
+            return Ok(());
+        }
+        let b: PricedBid = serde_json::from_slice(record.value).map_err(|e| bad("bid", e))?;
+        self.out.clear();
+        use std::io::Write;
+        let _ = write!(
+            self.out,
+            r#"{{"price":{},"date_time":{}}}"#,
+            b.price, b.date_time
+        );
+        let key = b.auction.to_string();
+        out.collect(Record::keyed(&key, &self.out, record.timestamp));
+        Ok(())
+    }
+
+    fn q8_person(&mut self, record: Record<'_>, out: &mut Collector) -> Result<(), Error> {
+        if !record.value.starts_with(PERSON_PREFIX) {
+            return Ok(());
+        }
+        let p: Person = serde_json::from_slice(record.value).map_err(|e| bad("person", e))?;
+        self.write_q8(p.id, &p.name, None)?;
+        let key = p.id.to_string();
+        out.collect(Record::keyed(&key, &self.out, record.timestamp));
+        Ok(())
+    }
+
+    fn q8_auction(&mut self, record: Record<'_>, out: &mut Collector) -> Result<(), Error> {
+        if !record.value.starts_with(AUCTION_PREFIX) {
+            return Ok(());
+        }
+        let a: Auction = serde_json::from_slice(record.value).map_err(|e| bad("auction", e))?;
+        let (key, id) = (a.seller.to_string(), a.id.to_string());
+        out.collect(Record::keyed(&key, &id, record.timestamp));
+        Ok(())
+    }
+
+    fn q8(&mut self, record: Record<'_>, out: &mut Collector) -> Result<(), Error> {
+        let m: Q8Match = serde_json::from_slice(record.value)
+            .map_err(|e| Error::msg(format!("not a q8 window-join row: {e}")))?;
+        self.write_q8(m.left.id, &m.left.name, Some(m.start))?;
+        out.collect(record.with_value(&self.out));
+        Ok(())
+    }
+
+    /// `{"id":I,"name":…}`, with `,"start":S` when given, into `self.out`.
+    fn write_q8(&mut self, id: u64, name: &str, start: Option<i64>) -> Result<(), Error> {
+        use std::io::Write;
+        self.out.clear();
+        let _ = write!(self.out, r#"{{"id":{id},"name":"#);
+        serde_json::to_writer(&mut self.out, name).map_err(|e| Error::msg(e.to_string()))?;
+        if let Some(start) = start {
+            let _ = write!(self.out, r#","start":{start}"#);
+        }
+        self.out.push(b'}');
         Ok(())
     }
 }
@@ -245,7 +378,9 @@ mod tests {
     #[test]
     fn bids_are_keyed_by_the_constant() {
         let mut h = Harness::<FlatMap<Select>>::open(&[("query", "bids"), ("key", "all")]).unwrap();
-        let out = h.process([Record::new(PERSON, 1), Record::new(BID, 2)]).unwrap();
+        let out = h
+            .process([Record::new(PERSON, 1), Record::new(BID, 2)])
+            .unwrap();
         assert_eq!(out.values(), [BID]);
         assert_eq!(out.main[0].key.as_deref(), Some(&b"all"[..]));
     }
@@ -256,25 +391,105 @@ mod tests {
         let az = PERSON.replace(r#""state":"or""#, r#""state":"az""#);
         let mut h = Harness::<FlatMap<Select>>::open(&[("query", "q3-persons")]).unwrap();
         let out = h
-            .process([Record::new(PERSON, 1), Record::new(&ca, 2), Record::new(&az, 3), Record::new(BID, 4)])
+            .process([
+                Record::new(PERSON, 1),
+                Record::new(&ca, 2),
+                Record::new(&az, 3),
+                Record::new(BID, 4),
+            ])
             .unwrap();
-        assert_eq!(out.values(), [r#"{"name":"p","city":"x","state":"or"}"#, r#"{"name":"p","city":"x","state":"ca"}"#]);
+        assert_eq!(
+            out.values(),
+            [
+                r#"{"name":"p","city":"x","state":"or"}"#,
+                r#"{"name":"p","city":"x","state":"ca"}"#
+            ]
+        );
         assert_eq!(out.main[0].key.as_deref(), Some(&b"1000"[..]));
         let auction = |category: u64| {
-            format!(r#"{{"type":"auction","id":1005,"item_name":"i","description":"d","initial_bid":1,"reserve":2,"date_time":5,"expires":9,"seller":1003,"category":{category},"extra":""}}"#)
+            format!(
+                r#"{{"type":"auction","id":1005,"item_name":"i","description":"d","initial_bid":1,"reserve":2,"date_time":5,"expires":9,"seller":1003,"category":{category},"extra":""}}"#
+            )
         };
         let (ten, eleven) = (auction(10), auction(11));
         let mut h = Harness::<FlatMap<Select>>::open(&[("query", "q3-auctions")]).unwrap();
         let out = h
-            .process([Record::new(&ten, 1), Record::new(&eleven, 2), Record::new(PERSON, 3)])
+            .process([
+                Record::new(&ten, 1),
+                Record::new(&eleven, 2),
+                Record::new(PERSON, 3),
+            ])
+            .unwrap();
+        assert_eq!(out.values(), ["1005"]);
+        assert_eq!(out.main[0].key.as_deref(), Some(&b"1003"[..]));
+    }
+
+    const AUCTION: &str = r#"{"type":"auction","id":1005,"item_name":"i","description":"d","initial_bid":1,"reserve":2,"date_time":5,"expires":9,"seller":1003,"category":12,"extra":""}"#;
+
+    #[test]
+    fn q4_inputs_are_auctions_and_bids_keyed_by_the_auction() {
+        let mut h = Harness::<FlatMap<Select>>::open(&[("query", "q4-auctions")]).unwrap();
+        let out = h
+            .process([
+                Record::new(AUCTION, 1),
+                Record::new(PERSON, 2),
+                Record::new(BID, 3),
+            ])
+            .unwrap();
+        assert_eq!(
+            out.values(),
+            [r#"{"date_time":5,"expires":9,"seller":1003,"category":12}"#]
+        );
+        assert_eq!(out.main[0].key.as_deref(), Some(&b"1005"[..]));
+        let mut h = Harness::<FlatMap<Select>>::open(&[("query", "q4-bids")]).unwrap();
+        let out = h
+            .process([Record::new(AUCTION, 1), Record::new(BID, 2)])
+            .unwrap();
+        assert_eq!(
+            out.values(),
+            [r#"{"price":2113,"date_time":1700000000123}"#]
+        );
+        assert_eq!(out.main[0].key.as_deref(), Some(&b"1108"[..]));
+    }
+
+    #[test]
+    fn q8_inputs_are_persons_by_id_and_auctions_by_seller() {
+        let mut h = Harness::<FlatMap<Select>>::open(&[("query", "q8-persons")]).unwrap();
+        let out = h
+            .process([
+                Record::new(PERSON, 1),
+                Record::new(AUCTION, 2),
+                Record::new(BID, 3),
+            ])
+            .unwrap();
+        assert_eq!(out.values(), [r#"{"id":1000,"name":"p"}"#]);
+        assert_eq!(out.main[0].key.as_deref(), Some(&b"1000"[..]));
+        let mut h = Harness::<FlatMap<Select>>::open(&[("query", "q8-auctions")]).unwrap();
+        let out = h
+            .process([Record::new(PERSON, 1), Record::new(AUCTION, 2)])
             .unwrap();
         assert_eq!(out.values(), ["1005"]);
         assert_eq!(out.main[0].key.as_deref(), Some(&b"1003"[..]));
     }
 
     #[test]
+    fn q8_reshapes_the_window_join_row() {
+        let row = r#"{"key":"1000","left":{"id":1000,"name":"kate \"k\" white"},"right":{"key":"1000","start":10000,"end":20000,"count":2},"start":10000,"end":20000}"#;
+        let mut h = Harness::<FlatMap<Select>>::open(&[("query", "q8")]).unwrap();
+        let out = h.process([Record::keyed("1000", row, 19999)]).unwrap();
+        assert_eq!(
+            out.values(),
+            [r#"{"id":1000,"name":"kate \"k\" white","start":10000}"#]
+        );
+        assert_eq!(out.main[0].key.as_deref(), Some(&b"1000"[..]));
+        assert!(h.process([Record::new("{}", 1)]).is_err());
+    }
+
+    #[test]
     fn an_unknown_query_is_refused() {
-        let e = Harness::<FlatMap<Select>>::open(&[("query", "q9")]).err().unwrap();
+        let e = Harness::<FlatMap<Select>>::open(&[("query", "q9")])
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("\"q9\""), "{e}");
     }
 }
