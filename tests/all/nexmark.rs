@@ -224,11 +224,10 @@ fn check_q12(dir: &Path, events: &Path) {
         "q12: a run of {} ms gave only the windows {starts:?}",
         after - before
     );
-    let got: Vec<String> = totals
+    let mut got: Vec<String> = totals
         .iter()
         .map(|(bidder, bids)| format!(r#"{{"bidder":{bidder},"bids":{bids}}}"#))
         .collect();
-    let mut got = got;
     got.sort();
     let want = oracle(events, "q12");
     assert!(
