@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 bash tests/setup.sh
 # Formatting first: it takes a second and names the file.
 cargo fmt --all -- --check
+cargo fmt --manifest-path udfs/Cargo.toml --all -- --check
 cargo test --release --workspace "$@"
 # Lints in the release profile, so RocksDB's C++ is not built a second time.
 cargo clippy --release --workspace --all-targets -- -D warnings

@@ -334,7 +334,7 @@ impl JobManager {
     ) -> Result<Prepared, ApiError> {
         // Refused here, before any TaskManager is involved: files outside
         // the allowed roots (or not regular files, where this host sees them).
-        weir_runtime::local::check_file_connectors(&graph, self.checker.allowed_roots())
+        weir_runtime::local::check_connectors(&graph, self.checker.allowed_roots())
             .map_err(|m| ApiError::bad_request(format!("job `{}` refused: {m}", graph.name)))?;
         let mut hashes = HashSet::new();
         let mut local = graph.clone();

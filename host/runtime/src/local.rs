@@ -18,9 +18,9 @@
 //! 4. Runs each subtask on a tokio blocking thread.
 //!
 //! File sources and sinks are confined to the cluster's [`AllowedRoots`]
-//! (default: none): [`check_file_connectors`] refuses a job whose paths lie
-//! elsewhere before any subtask starts, and every file is opened through the
-//! roots again.
+//! (default: none): [`check_connectors`] refuses a job whose paths lie
+//! elsewhere (or whose NATS servers or streams are not there) before any
+//! subtask starts, and every file is opened through the roots again.
 //!
 //! It must not contain operator logic, connector logic or channel protocol:
 //! those live in [`crate::wasm`], [`crate::connectors`] and
@@ -263,7 +263,7 @@ impl LocalCluster {
             ))
         })?;
         // Again here: a TaskManager does not rely on its JobManager's check.
-        check_file_connectors(graph, &self.roots).map_err(RunError::Plan)?;
+        check_connectors(graph, &self.roots).map_err(RunError::Plan)?;
         let tasks = tasks.to_vec();
         let edges = task_edges(graph, &tasks);
         let capacity = settings.channel_capacity.max(1) as usize;
@@ -901,8 +901,9 @@ fn build_sink(
     })
 }
 
-/// Checks every file source and sink of `graph` against `roots` (and every
-/// NATS source and sink against its server: [`crate::connectors::nats::check`]), before
+/// Checks the connectors of `graph`: every file source and sink against
+/// `roots`, every NATS source and sink against its server
+/// ([`crate::connectors::nats::check`]), before
 /// anything is opened or created: a path outside every root, a symlink out
 /// of one, a source file that is not a regular file (FIFO, device), a
 /// source folder or pattern that reaches out of the roots or matches
@@ -911,7 +912,7 @@ fn build_sink(
 /// exist (yet) under a root passes: a sink creates it, and a source fails
 /// when it opens it. The message names each refused
 /// vertex and its path as the job gives it.
-pub fn check_file_connectors(graph: &JobGraph, roots: &AllowedRoots) -> Result<(), String> {
+pub fn check_connectors(graph: &JobGraph, roots: &AllowedRoots) -> Result<(), String> {
     let mut problems = Vec::new();
     let missing = |e: &crate::connectors::ConfineError| {
         matches!(&e.reason, crate::connectors::confine::Reason::Io(io)

@@ -119,7 +119,9 @@ mod tests {
     use weir_sdk::testing::Harness;
 
     fn bid(auction: u64, price: u64, t: i64) -> String {
-        format!(r#"{{"type":"bid","auction":{auction},"bidder":5,"price":{price},"date_time":{t}}}"#)
+        format!(
+            r#"{{"type":"bid","auction":{auction},"bidder":5,"price":{price},"date_time":{t}}}"#
+        )
     }
 
     #[test]
@@ -129,7 +131,10 @@ mod tests {
         let records: Vec<Record<'_>> = bids.iter().map(|b| Record::keyed("all", b, 1)).collect();
         let w = Window { start: 0, end: 10 };
         let out = h.aggregate("all", w, &records, 1).unwrap();
-        assert_eq!(out, br#"{"start":0,"end":10,"price":30,"bids":[[1,5,4],[3,5,2]]}"#);
+        assert_eq!(
+            out,
+            br#"{"start":0,"end":10,"price":30,"bids":[[1,5,4],[3,5,2]]}"#
+        );
     }
 
     #[test]

@@ -98,13 +98,19 @@ mod tests {
     #[test]
     fn auctions_before_and_after_their_seller_match_once() -> Result<(), Error> {
         let mut h = Harness::<KeyedCo<LocalItem>>::open(&[])?;
-        assert!(h.process_input(1, [Record::keyed("7", "1001", 1)])?.is_empty());
+        assert!(
+            h.process_input(1, [Record::keyed("7", "1001", 1)])?
+                .is_empty()
+        );
         let out = h.process_input(0, [Record::keyed("7", P, 2), Record::keyed("8", P, 2)])?;
         assert_eq!(
             out.values(),
             [r#"{"name":"kate white","city":"bend","state":"or","id":1001}"#]
         );
-        let out = h.process_input(1, [Record::keyed("7", "1002", 3), Record::keyed("9", "1003", 3)])?;
+        let out = h.process_input(
+            1,
+            [Record::keyed("7", "1002", 3), Record::keyed("9", "1003", 3)],
+        )?;
         assert_eq!(
             out.values(),
             [r#"{"name":"kate white","city":"bend","state":"or","id":1002}"#]

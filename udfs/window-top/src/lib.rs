@@ -67,10 +67,7 @@ mod tests {
         let mut h = Harness::<ProcessWindow<WindowTop>>::open(&[]).unwrap();
         let w = Window { start: 20, end: 30 };
         let values = ["4", "9", " 9 ", "-1", "5"];
-        let records: Vec<Record<'_>> = values
-            .iter()
-            .map(|v| Record::keyed("a", *v, 21))
-            .collect();
+        let records: Vec<Record<'_>> = values.iter().map(|v| Record::keyed("a", *v, 21)).collect();
         let out = h.process_window("a", w, &records).unwrap();
         assert_eq!(
             out.values(),
