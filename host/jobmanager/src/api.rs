@@ -258,6 +258,10 @@ pub struct TaskManagerInfo {
     /// Its data plane's counters.
     #[serde(default)]
     pub net: NetStats,
+    /// Its process's resident memory, as its latest heartbeat said (absent
+    /// before the first, or off Linux).
+    #[serde(default)]
+    pub memory: Option<weir_runtime::telemetry::memory::ProcessMemory>,
     /// Its occupied slots and the job in each, by slot index.
     #[serde(default)]
     pub occupied: Vec<OccupiedSlot>,
@@ -362,6 +366,7 @@ impl JobManager {
                 registered_at_ms: tm.registered_at_ms,
                 last_heartbeat_ms_ago: tm.last_heartbeat.elapsed().as_millis() as u64,
                 net: tm.net.clone(),
+                memory: tm.memory,
                 occupied: tm
                     .occupied
                     .iter()

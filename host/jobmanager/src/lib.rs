@@ -223,6 +223,8 @@ struct Tm {
     registered_at_ms: u64,
     last_heartbeat: Instant,
     net: NetStats,
+    /// Its resident memory, as its latest heartbeat said.
+    memory: Option<weir_runtime::telemetry::memory::ProcessMemory>,
     tx: mpsc::UnboundedSender<ToTaskManager>,
     /// Distinguishes a TaskManager's successive connections.
     session: u64,

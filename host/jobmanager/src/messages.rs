@@ -26,6 +26,7 @@ impl JobManager {
                 registered_at_ms: now_ms(),
                 last_heartbeat: self.clock.now(),
                 net: NetStats::default(),
+                memory: None,
                 tx,
                 session,
             },
@@ -46,8 +47,9 @@ impl JobManager {
                 return;
             };
             tm.last_heartbeat = self.clock.now();
-            if let ToJobManager::Heartbeat { net, .. } = &message {
+            if let ToJobManager::Heartbeat { net, memory, .. } = &message {
                 tm.net = net.clone();
+                tm.memory = *memory;
             }
         }
         let job_id = match message {

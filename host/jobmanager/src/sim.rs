@@ -194,6 +194,7 @@ impl Sim {
                 ToJobManager::Heartbeat {
                     net: Default::default(),
                     jobs: Vec::new(),
+                    memory: None,
                 },
             );
         }

@@ -54,6 +54,9 @@ pub enum ToJobManager {
         net: NetStats,
         /// Metrics of every job with subtasks on this TaskManager.
         jobs: Vec<JobReport>,
+        /// The TaskManager process's resident memory (Linux).
+        #[serde(default)]
+        memory: Option<crate::telemetry::memory::ProcessMemory>,
     },
     /// A subtask's part of a checkpoint is uploaded.
     Ack {

@@ -2,7 +2,8 @@
 //! the lines a guest writes through the `log` interface and the counters
 //! and gauges it sets through the `metrics` interface
 //! ([`OperatorTelemetry`]), and the Prometheus text exposition the daemons
-//! serve on `/metrics` ([`exposition`]).
+//! serve on `/metrics` ([`exposition`]), and the daemon's own memory
+//! ([`memory`]).
 //!
 //! # Key types
 //!
@@ -34,6 +35,7 @@
 
 pub mod exposition;
 pub mod logs;
+pub mod memory;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

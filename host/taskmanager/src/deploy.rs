@@ -406,6 +406,7 @@ pub(crate) async fn run_job(
                 inner.send(ToJobManager::Heartbeat {
                     net: inner.net_stats(),
                     jobs: vec![report],
+                    memory: weir_runtime::telemetry::memory::ProcessMemory::current(),
                 });
             }
             inner.report(&job, attempt, s.task, s.subtask, state, error);

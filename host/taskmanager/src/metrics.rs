@@ -110,6 +110,20 @@ pub(crate) fn render(inner: &Inner) -> String {
         &[("taskmanager", tm)],
         net.buffered_bytes as f64,
     );
+    if let Some(memory) = weir_runtime::telemetry::memory::ProcessMemory::current() {
+        e.gauge(
+            "weir_taskmanager_memory_rss_bytes",
+            "The TaskManager process's resident set size.",
+            &[("taskmanager", tm)],
+            memory.rss_bytes as f64,
+        );
+        e.gauge(
+            "weir_taskmanager_memory_peak_rss_bytes",
+            "The TaskManager process's largest resident set size so far.",
+            &[("taskmanager", tm)],
+            memory.peak_rss_bytes as f64,
+        );
+    }
     let jobs = inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
     for job in jobs.values() {
         job_metrics(&mut e, job);

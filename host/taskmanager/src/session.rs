@@ -23,6 +23,7 @@ use weir_runtime::net::DataPlane;
 use weir_runtime::net::tls::{JOBMANAGER_NAME, NodeIdentity, Role};
 use weir_runtime::rpc::{FrameError, ToJobManager, ToTaskManager, read_frame, write_frame};
 use weir_runtime::start::StartError;
+use weir_runtime::telemetry::memory::ProcessMemory;
 use weir_runtime::wasm::Runtime;
 
 use crate::TaskManagerConfig;
@@ -387,6 +388,7 @@ pub(crate) fn spawn_heartbeat(
             let message = ToJobManager::Heartbeat {
                 net: inner.net_stats(),
                 jobs: inner.job_reports(),
+                memory: ProcessMemory::current(),
             };
             if tx.send(message).is_err() {
                 break;

@@ -266,6 +266,9 @@ scrape_configs:
     // And the JobManager's own series, through the token.
     let state = format!(r#"weir_job_state{{job_id="{id}",state="running"}}"#);
     assert_eq!(prometheus.value(&state), Some(1.0));
+    // Each TaskManager's resident memory, labeled with its id.
+    let memory = prometheus.query("weir_taskmanager_memory_rss_bytes > 0");
+    assert_eq!(memory.len(), 2, "{memory:?}");
 
     // promtool accepts each exposition as served.
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -446,6 +449,15 @@ to = "slow"
         p99(&op)
     );
     assert_eq!(latency("gen"), None, "a source measures no latency");
+    // The TaskManager's memory, from its heartbeats (the UI's TaskManager
+    // page shows it).
+    let (_, tms) = cluster.get("/v1/taskmanagers");
+    let memory = &tms[0]["memory"];
+    let rss = memory["rss_bytes"].as_u64().unwrap_or(0);
+    assert!(
+        rss > 0 && memory["peak_rss_bytes"].as_u64().unwrap_or(0) >= rss,
+        "{tms}"
+    );
     let (status, text) = cluster.get_text("/metrics");
     assert_eq!(status, 200, "{text}");
     let gauge = text

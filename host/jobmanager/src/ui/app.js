@@ -306,7 +306,7 @@
   function taskManagerTable(tms) {
     if (tms.length === 0) return h("p", { class: "empty" }, "No TaskManager registered.");
     return table(
-      ["Id", "State", "Slots free", "Data address", "Last heartbeat", "Buffered now / max", "Sent", "Received"],
+      ["Id", "State", "Slots free", "Data address", "Last heartbeat", "Memory", "Buffered now / max", "Sent", "Received"],
       tms.map((t) =>
         h(
           "tr",
@@ -316,6 +316,7 @@
           h("td", {}, t.slots_free + " / " + t.slots_total),
           h("td", { class: "mono" }, t.data_address),
           h("td", {}, ms(t.last_heartbeat_ms_ago) + " ago"),
+          h("td", { class: "num" }, t.memory ? bytes(t.memory.rss_bytes) : "—"),
           h("td", {}, bytes(t.net.buffered_bytes) + " / " + bytes(t.net.max_buffered_bytes)),
           h("td", {}, bytes(t.net.bytes_sent)),
           h("td", {}, bytes(t.net.bytes_received))
@@ -702,7 +703,7 @@
           fact("Network buffers, most", bytes(tm.net.max_buffered_bytes)),
           fact("Bytes sent", bytes(tm.net.bytes_sent)),
           fact("Bytes received", bytes(tm.net.bytes_received)),
-          fact("Memory", "not reported by TaskManagers yet (see its --metrics endpoint)")
+          fact("Memory (resident)", tm.memory ? h("span", { class: "tm-memory", "data-rss": tm.memory.rss_bytes }, bytes(tm.memory.rss_bytes) + " now, " + bytes(tm.memory.peak_rss_bytes) + " at most") : "not reported")
         )
       );
       const bySlot = new Map(tm.occupied.map((o) => [o.slot, o.job]));

@@ -171,6 +171,10 @@ fn to_job_manager() -> impl Strategy<Value = ToJobManager> {
                     bytes_received: n[3],
                 },
                 jobs,
+                memory: (n[0] % 2 == 0).then_some(crate::telemetry::memory::ProcessMemory {
+                    rss_bytes: n[1],
+                    peak_rss_bytes: n[2],
+                }),
             }
         }),
         (
