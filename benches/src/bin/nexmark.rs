@@ -6,7 +6,11 @@
 //! cargo build --release --workspace
 //! cargo build --release --target wasm32-wasip2 --manifest-path udfs/Cargo.toml --target-dir udfs/target
 //! target/release/nexmark [--events 2000000] [--queries q0,q1,q2,q5,q7,q11] [--parallelism 1,2] [--backend rocksdb]
+//!     [--flink LAUNCHER [--flink-check]] [--csv results.csv]
 //! ```
+//!
+//! `benches/nexmark/run.sh` installs Flink, builds the launcher and runs
+//! this with `--flink`.
 //!
 //! The harness writes `--events` Nexmark events once (Weir's `nexmark`
 //! generator, as `udfs/jobs/nexmark/generate.toml` does) to a JSON-lines
@@ -25,9 +29,25 @@
 //!   same file line by line, parsing the bids with serde_json as the Wasm
 //!   operators do, and computing the query with `HashMap`s: the floor.
 //!
-//! Both must produce the same number of results (the harness checks). The
-//! table prints events/s, events per CPU-second, and Weir's ratio to
-//! native. Flink beside them is still to come (issue 16).
+//! * **Flink** (with `--flink LAUNCHER`): `LAUNCHER QUERY FILE --backend B`,
+//!   i.e. `benches/nexmark/flink/NexmarkSql.java`: the Nexmark suite's Flink
+//!   SQL over the same file (filesystem connector, json format, event time
+//!   from `date_time`), blackhole sink, a local MiniCluster at p=1, pinned
+//!   to one core. Wall time is the job's net runtime as Flink reports it;
+//!   CPU time is the JVM's user + system time, start-up included.
+//!
+//! Start-up (a JVM, Flink's planner and code generation; Weir's embedded
+//! cluster and module instantiation) is a fixed cost that would swamp a
+//! few seconds of work, so each Weir and Flink run is repeated over an
+//! empty file and the table shows events per CPU-second both with the
+//! start-up and without it (the empty run's CPU time subtracted), the same
+//! way for both systems. Native Rust's start-up is negligible.
+//!
+//! Weir and native must produce the same number of results (the harness
+//! checks); `--flink-check` runs each Flink query once more, untimed,
+//! collecting its results, and checks their count (for q5 and q7: the
+//! windows, as Flink's rows are per hot auction or bid). `--csv` writes
+//! every measurement for `nexmark-chart`.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -55,9 +75,18 @@ struct Cli {
     /// Weir parallelisms to run, comma-separated (each pinned to as many cores).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     parallelism: Vec<u32>,
-    /// Weir's state backend.
+    /// Weir's state backend (Flink gets the same: `heap` is its `hashmap`).
     #[arg(long, default_value = "rocksdb")]
     backend: String,
+    /// Also run each query in Flink with this launcher (`run.sh` writes it).
+    #[arg(long)]
+    flink: Option<PathBuf>,
+    /// Check the number of Flink's results (one more, untimed, run each).
+    #[arg(long)]
+    flink_check: bool,
+    /// Write every measurement to this CSV file.
+    #[arg(long)]
+    csv: Option<PathBuf>,
     /// Internal: run one query natively over FILE and print a RESULT line.
     #[arg(long, num_args = 2, value_names = ["QUERY", "FILE"], hide = true)]
     native: Option<Vec<String>>,
@@ -73,6 +102,8 @@ fn main() -> anyhow::Result<()> {
     }
     let dir = tempfile::tempdir()?;
     let events = dir.path().join("events.jsonl");
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, b"")?;
     eprintln!(
         "nexmark: writing {} events to {}",
         cli.events,
@@ -87,98 +118,325 @@ fn main() -> anyhow::Result<()> {
             weir.display()
         );
     }
+    let mut csv = match &cli.csv {
+        Some(path) => {
+            let mut f = std::fs::File::create(path)?;
+            writeln!(f, "{CSV_HEADER}")?;
+            Some(f)
+        }
+        None => None,
+    };
     println!(
-        "{:<5} {:<14} {:>10} {:>12} {:>14} {:>9} {:>9}",
-        "query", "run", "results", "events/s", "events/CPU-s", "÷native", "CPU÷nat"
+        "{:<5} {:<11} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>5}",
+        "query", "run", "results", "events/s", "ev/CPU-s", "−start-up", "÷native", "÷Flink", "load"
     );
     for query in &cli.queries {
-        let ((results, secs), _, cpu) = child_cpu(|| {
-            let out = Command::new("taskset")
-                .args(["-c", "0"])
-                .arg(&exe)
-                .args(["--native", query])
-                .arg(&events)
-                .output()?;
-            if !out.status.success() {
-                bail!("native {query}: {}", String::from_utf8_lossy(&out.stderr));
-            }
-            let text = String::from_utf8(out.stdout)?;
-            let line = text
-                .lines()
-                .find_map(|l| l.strip_prefix("RESULT "))
-                .context("no RESULT line")?;
-            let (n, s) = line.split_once(' ').context("RESULT n secs")?;
-            Ok((n.parse::<u64>()?, s.parse::<f64>()?))
-        })?;
-        let native_rate = cli.events as f64 / secs;
-        let native_cpu_rate = cli.events as f64 / cpu;
-        row(
-            query,
-            "native p=1",
-            results,
-            native_rate,
-            native_cpu_rate,
-            None,
-        );
+        let native = run_native(&exe, query, &events)?;
+        let mut rows = vec![Row::new(query, "native", 1, cli.events, native, None)];
+        let expected = rows[0].m.results;
+        let mut weirs = Vec::new();
         for &p in &cli.parallelism {
-            let spec = bench_spec(query, &events, dir.path(), p, &cli.backend)?;
-            let cores = if p == 1 {
-                "0".to_string()
-            } else {
-                format!("0-{}", p - 1)
-            };
-            let ((got, job_secs), _, cpu) = child_cpu(|| {
-                let out = Command::new("taskset")
-                    .args(["-c", &cores])
-                    .arg(&weir)
-                    .args(["run", "--json", "--allow-path"])
-                    .arg(dir.path())
-                    .arg(&spec)
-                    .env("WEIR_CACHE_DIR", dir.path().join("cache"))
-                    .output()?;
-                if !out.status.success() {
-                    bail!("weir {query}: {}", String::from_utf8_lossy(&out.stderr));
-                }
-                let summary: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-                let secs = summary["elapsed_ms"]
-                    .as_f64()
-                    .map(|ms| ms / 1000.0)
-                    .or_else(|| summary["elapsed_s"].as_f64())
-                    .with_context(|| format!("no elapsed time in {summary}"))?;
-                let sink = summary["vertices"]
-                    .as_array()
-                    .and_then(|v| v.iter().find(|v| v["id"] == "out"))
-                    .with_context(|| format!("no sink in {summary}"))?;
-                Ok((sink["records_in"].as_u64().context("records_in")?, secs))
-            })?;
-            if got != results {
-                bail!("{query} p={p}: Weir emitted {got} results, native {results}");
+            let spec = bench_spec(query, &events, dir.path(), p, &cli.backend, "")?;
+            let empty_spec = bench_spec(query, &empty, dir.path(), p, &cli.backend, "-empty")?;
+            // Compiles the query's modules into the cache first, so that
+            // neither measured run includes compiling them.
+            run_weir(&weir, &empty_spec, dir.path(), p)?;
+            let m = run_weir(&weir, &spec, dir.path(), p)?;
+            if m.results != expected {
+                bail!(
+                    "{query} p={p}: Weir emitted {:?} results, native {expected:?}",
+                    m.results
+                );
             }
-            let rate = cli.events as f64 / job_secs;
-            let cpu_rate = cli.events as f64 / cpu;
-            row(
-                query,
-                &format!("weir p={p}"),
-                got,
-                rate,
-                cpu_rate,
-                Some((rate / native_rate, cpu_rate / native_cpu_rate)),
-            );
+            let start = run_weir(&weir, &empty_spec, dir.path(), p)?;
+            weirs.push(Row::new(query, "weir", p, cli.events, m, Some(start)));
+            // Flink (p=1) right after Weir p=1.
+            if p == 1
+                && let Some(flink) = &cli.flink
+            {
+                let m = run_flink(flink, query, &events, &cli.backend, false)?;
+                let start = run_flink(flink, query, &empty, &cli.backend, false)?;
+                weirs.push(Row::new(query, "flink", 1, cli.events, m, Some(start)));
+            }
+        }
+        rows.extend(weirs);
+        if cli.flink_check
+            && let Some(flink) = &cli.flink
+        {
+            let check = run_flink(flink, query, &events, &cli.backend, true)?;
+            let got = if matches!(query.as_str(), "q5" | "q7") {
+                check.windows
+            } else {
+                check.results
+            };
+            if got != expected {
+                bail!("{query}: Flink's results {got:?}, native {expected:?}");
+            }
+            eprintln!("{query}: Flink's results check: {got:?} = native's");
+        }
+        let flink_cpu = rows
+            .iter()
+            .find(|r| r.system == "flink")
+            .map(Row::cpu_rate_net);
+        let native_cpu = rows[0].cpu_rate_net();
+        for r in &rows {
+            r.print(native_cpu, flink_cpu);
+            if let Some(f) = csv.as_mut() {
+                r.csv(f)?;
+            }
         }
     }
     Ok(())
 }
 
-fn row(query: &str, run: &str, results: u64, rate: f64, cpu_rate: f64, ratio: Option<(f64, f64)>) {
-    let (r, c) = match ratio {
-        Some((r, c)) => (format!("{r:.2}"), format!("{c:.2}")),
-        None => ("—".into(), "—".into()),
+const CSV_HEADER: &str =
+    "query,system,parallelism,events,results,job_s,wall_s,cpu_s,startup_wall_s,startup_cpu_s,load1";
+
+/// One run's measurements.
+#[derive(Clone, Copy, Debug)]
+struct Measured {
+    /// Results the system reported (None where it cannot count them).
+    results: Option<u64>,
+    /// Windows among the results (Flink's `--count` only).
+    windows: Option<u64>,
+    /// The job's own time: Weir's `elapsed_ms`, Flink's net runtime, the
+    /// native loop's.
+    job_secs: f64,
+    /// The process's wall time.
+    wall: f64,
+    /// The process's user + system CPU seconds.
+    cpu: f64,
+    /// The 1-minute load average when the run ended.
+    load: f64,
+}
+
+/// A table row: one system's run of one query, with its empty-file run.
+struct Row {
+    query: String,
+    system: &'static str,
+    parallelism: u32,
+    events: u64,
+    m: Measured,
+    startup: Option<Measured>,
+}
+
+impl Row {
+    fn new(
+        query: &str,
+        system: &'static str,
+        parallelism: u32,
+        events: u64,
+        m: Measured,
+        startup: Option<Measured>,
+    ) -> Row {
+        Row {
+            query: query.to_string(),
+            system,
+            parallelism,
+            events,
+            m,
+            startup,
+        }
+    }
+
+    /// Events per CPU-second without the empty run's CPU time.
+    fn cpu_rate_net(&self) -> f64 {
+        let start = self.startup.map_or(0.0, |s| s.cpu);
+        self.events as f64 / (self.m.cpu - start).max(0.01)
+    }
+
+    fn print(&self, native_cpu: f64, flink_cpu: Option<f64>) {
+        let net = self.cpu_rate_net();
+        let vs_native = if self.system == "native" {
+            "—".to_string()
+        } else {
+            format!("{:.2}", net / native_cpu)
+        };
+        let vs_flink = match flink_cpu {
+            Some(f) if self.system == "weir" => format!("{:.2}", net / f),
+            _ => "—".into(),
+        };
+        let results = self.m.results.map_or("?".into(), |n| n.to_string());
+        println!(
+            "{:<5} {:<11} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>5.1}",
+            self.query,
+            format!("{} p={}", self.system, self.parallelism),
+            results,
+            millions(self.events as f64 / self.m.job_secs),
+            millions(self.events as f64 / self.m.cpu),
+            millions(net),
+            vs_native,
+            vs_flink,
+            self.m.load
+        );
+    }
+
+    fn csv(&self, f: &mut std::fs::File) -> std::io::Result<()> {
+        let (sw, sc) = self.startup.map_or((0.0, 0.0), |s| (s.wall, s.cpu));
+        writeln!(
+            f,
+            "{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2}",
+            self.query,
+            self.system,
+            self.parallelism,
+            self.events,
+            self.m.results.map_or(String::new(), |n| n.to_string()),
+            self.m.job_secs,
+            self.m.wall,
+            self.m.cpu,
+            sw,
+            sc,
+            self.m.load
+        )
+    }
+}
+
+fn millions(rate: f64) -> String {
+    format!("{:.3} M", rate / 1e6)
+}
+
+/// The 1-minute load average.
+fn load1() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// The cores `taskset` pins a run of parallelism `p` to.
+fn cores(p: u32) -> String {
+    if p <= 1 {
+        "0".to_string()
+    } else {
+        format!("0-{}", p - 1)
+    }
+}
+
+/// Runs `query` natively over `events` in a child pinned to core 0.
+fn run_native(exe: &Path, query: &str, events: &Path) -> anyhow::Result<Measured> {
+    let ((results, secs), wall, cpu) = child_cpu(|| {
+        let out = Command::new("taskset")
+            .args(["-c", "0"])
+            .arg(exe)
+            .args(["--native", query])
+            .arg(events)
+            .output()?;
+        if !out.status.success() {
+            bail!("native {query}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let text = String::from_utf8(out.stdout)?;
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("RESULT "))
+            .context("no RESULT line")?;
+        let (n, s) = line.split_once(' ').context("RESULT n secs")?;
+        Ok((n.parse::<u64>()?, s.parse::<f64>()?))
+    })?;
+    Ok(Measured {
+        results: Some(results),
+        windows: None,
+        job_secs: secs,
+        wall,
+        cpu,
+        load: load1(),
+    })
+}
+
+/// `weir run --json SPEC`, pinned to `p` cores.
+fn run_weir(weir: &Path, spec: &Path, dir: &Path, p: u32) -> anyhow::Result<Measured> {
+    let ((results, secs), wall, cpu) = child_cpu(|| {
+        let out = Command::new("taskset")
+            .args(["-c", &cores(p)])
+            .arg(weir)
+            .args(["run", "--json", "--allow-path"])
+            .arg(dir)
+            .arg(spec)
+            .env("WEIR_CACHE_DIR", dir.join("cache"))
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "weir {}: {}",
+                spec.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let secs = summary["elapsed_ms"]
+            .as_f64()
+            .map(|ms| ms / 1000.0)
+            .or_else(|| summary["elapsed_s"].as_f64())
+            .with_context(|| format!("no elapsed time in {summary}"))?;
+        let sink = summary["vertices"]
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["id"] == "out"))
+            .with_context(|| format!("no sink in {summary}"))?;
+        Ok((sink["records_in"].as_u64().context("records_in")?, secs))
+    })?;
+    Ok(Measured {
+        results: Some(results),
+        windows: None,
+        job_secs: secs,
+        wall,
+        cpu,
+        load: load1(),
+    })
+}
+
+/// The Flink launcher over `events`, pinned to core 0 (p=1). With `count`,
+/// Flink collects and counts the results instead of discarding them.
+fn run_flink(
+    launcher: &Path,
+    query: &str,
+    events: &Path,
+    backend: &str,
+    count: bool,
+) -> anyhow::Result<Measured> {
+    let backend = if backend == "heap" {
+        "hashmap"
+    } else {
+        backend
     };
-    println!(
-        "{query:<5} {run:<14} {results:>10} {:>12} {:>14} {r:>9} {c:>9}",
-        format!("{:.2} M", rate / 1e6),
-        format!("{:.2} M", cpu_rate / 1e6)
-    );
+    let (fields, wall, cpu) = child_cpu(|| {
+        let mut cmd = Command::new("taskset");
+        cmd.args(["-c", "0"])
+            .arg(launcher)
+            .arg(query)
+            .arg(events)
+            .args(["--backend", backend]);
+        if count {
+            cmd.arg("--count");
+        }
+        let out = cmd.output()?;
+        if !out.status.success() {
+            bail!("flink {query}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let text = String::from_utf8(out.stdout)?;
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("FLINK "))
+            .with_context(|| format!("no FLINK line in {text}"))?;
+        let fields: HashMap<String, i64> = line
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+            .collect();
+        Ok(fields)
+    })?;
+    let count_of = |k: &str| fields.get(k).and_then(|&n| u64::try_from(n).ok());
+    let net_ms = fields.get("net_ms").copied().unwrap_or(-1);
+    let job_ms = if net_ms >= 0 {
+        net_ms
+    } else {
+        fields.get("job_ms").copied().unwrap_or(0)
+    };
+    Ok(Measured {
+        results: count_of("rows"),
+        windows: count_of("windows"),
+        job_secs: (job_ms as f64 / 1000.0).max(0.001),
+        wall,
+        cpu,
+        load: load1(),
+    })
 }
 
 /// Runs `f` (which waits for one child) and returns its result with the
@@ -241,6 +499,7 @@ fn bench_spec(
     dir: &Path,
     parallelism: u32,
     backend: &str,
+    suffix: &str,
 ) -> anyhow::Result<PathBuf> {
     let jobs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../udfs/jobs/nexmark");
     let committed = jobs.join(format!("{query}.toml"));
@@ -273,7 +532,7 @@ fn bench_spec(
             *module = absolute.to_str().context("utf-8 path")?.into();
         }
     }
-    let path = dir.join(format!("{query}-p{parallelism}.toml"));
+    let path = dir.join(format!("{query}-p{parallelism}{suffix}.toml"));
     std::fs::write(&path, toml::to_string(&spec)?)?;
     Ok(path)
 }

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The Nexmark queries in Weir, in Flink 2.3 and as native Rust loops, over
+# one generated file, each pinned to the same cores (issue 16).
+#
+#   bash benches/nexmark/run.sh [harness options, e.g. --events 1000000 --parallelism 1,2]
+#
+# 1. installs Flink 2.3.0 from the PyPI wheels (`apache-flink-libraries`:
+#    lib/ with the runtime and connectors; `apache-flink`: bin/ and conf/)
+#    into ${WEIR_TOOLS_DIR:-~/.cache/weir/tools}/flink-2.3.0, once;
+# 2. compiles benches/nexmark/flink/NexmarkSql.java against its lib/;
+# 3. builds Weir and the Nexmark operators (release);
+# 4. runs the harness `target/release/nexmark` (benches/src/bin/nexmark.rs)
+#    with the Flink launcher, writing benches/nexmark/results.csv;
+# 5. draws benches/nexmark/nexmark.png from that CSV (`nexmark-chart`).
+#
+# Needs python3 with pip (to fetch the wheels), Java 17 (java, javac),
+# taskset, cargo. The Python and Debian registries must be reachable for
+# the first run; nothing else is downloaded.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+here=$root/benches/nexmark
+tools=${WEIR_TOOLS_DIR:-$HOME/.cache/weir/tools}
+flink=$tools/flink-2.3.0
+target=${CARGO_TARGET_DIR:-$root/target}
+
+if [ ! -f "$flink/.installed" ]; then
+    echo "run.sh: installing Flink 2.3.0 into $flink" >&2
+    mkdir -p "$flink/wheels"
+    # apache-flink's wheel is per CPython version; only bin/ and conf/
+    # are used from it, so any one of them does.
+    python3 -m pip download --quiet --no-deps --only-binary=:all: \
+        --python-version 3.11 --platform manylinux2014_x86_64 \
+        -d "$flink/wheels" apache-flink-libraries==2.3.0 apache-flink==2.3.0
+    for wheel in "$flink"/wheels/*.whl; do
+        python3 -m zipfile -e "$wheel" "$flink/unpacked"
+    done
+    rm -rf "$flink/home"
+    mv "$flink/unpacked/pyflink" "$flink/home"
+    rm -rf "$flink/unpacked"
+    chmod +x "$flink/home/bin/"* 2>/dev/null || true
+    touch "$flink/.installed"
+fi
+export FLINK_HOME=$flink/home
+
+# The JVM flags Flink's own launcher passes (conf/config.yaml,
+# env.java.opts.all): the --add-opens/--add-exports Java 17 needs.
+opens=$(sed -n 's/^ *all: \(--add-.*\)$/\1/p' "$FLINK_HOME/conf/config.yaml" | head -n 1)
+[ -n "$opens" ] || { echo "run.sh: no env.java.opts.all in $FLINK_HOME/conf/config.yaml" >&2; exit 1; }
+
+classes=$target/nexmark-flink
+mkdir -p "$classes"
+if [ ! -f "$classes/NexmarkSql.class" ] || [ "$here/flink/NexmarkSql.java" -nt "$classes/NexmarkSql.class" ]; then
+    javac -nowarn -cp "$FLINK_HOME/lib/*" -d "$classes" "$here/flink/NexmarkSql.java"
+fi
+launcher=$classes/flink-nexmark
+cat > "$launcher" <<LAUNCH
+#!/usr/bin/env bash
+# NexmarkSql QUERY EVENTS.jsonl [--backend B] [--count], as run.sh built it.
+exec java $opens -cp "$classes:$FLINK_HOME/lib/*" NexmarkSql "\$@"
+LAUNCH
+chmod +x "$launcher"
+
+cd "$root"
+cargo build --release --workspace
+cargo build --release --target wasm32-wasip2 --manifest-path udfs/Cargo.toml --target-dir udfs/target
+"$target/release/nexmark" --flink "$launcher" --csv "$here/results.csv" "$@"
+if [ -x "$target/release/nexmark-chart" ]; then
+    "$target/release/nexmark-chart" "$here/results.csv" "$here/nexmark.png"
+fi
