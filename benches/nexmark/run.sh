@@ -62,7 +62,7 @@ LAUNCH
 chmod +x "$launcher"
 
 cd "$root"
-cargo build --release --workspace
+cargo build --release --workspace --features weir-benches/chart
 cargo build --release --target wasm32-wasip2 --manifest-path udfs/Cargo.toml --target-dir udfs/target
 "$target/release/nexmark" --flink "$launcher" --csv "$here/results.csv" "$@"
 if [ -x "$target/release/nexmark-chart" ]; then
