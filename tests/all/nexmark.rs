@@ -149,11 +149,17 @@ fn check(dir: &Path, events: &Path, query: &str, extra: &[&str]) {
         want.len(),
         least_lines(query)
     );
+    assert_same_lines(&format!("{query} {extra:?}"), &got, &want);
+}
+
+/// Fails with the first differing lines unless Weir's sorted lines `got`
+/// equal DuckDB's `want`.
+pub(crate) fn assert_same_lines(what: &str, got: &[String], want: &[String]) {
     if got != want {
         let missing: Vec<_> = want.iter().filter(|l| !got.contains(l)).take(5).collect();
-        let extra_lines: Vec<_> = got.iter().filter(|l| !want.contains(l)).take(5).collect();
+        let extra: Vec<_> = got.iter().filter(|l| !want.contains(l)).take(5).collect();
         panic!(
-            "{query} {extra:?}: Weir wrote {} lines, DuckDB {}\nmissing (first 5): {missing:#?}\nunexpected (first 5): {extra_lines:#?}",
+            "{what}: Weir wrote {} lines, DuckDB {}\nmissing (first 5): {missing:#?}\nunexpected (first 5): {extra:#?}",
             got.len(),
             want.len()
         );

@@ -12,8 +12,7 @@ use std::path::Path;
 
 use super::cluster::harness::Cluster;
 use crate::exactly_once::{committed_lines, kill_repeatedly, restores};
-use crate::nexmark::{EVENTS, nexmark_dir, oracle, run_job};
-use crate::util::describe;
+use crate::nexmark::{EVENTS, assert_same_lines, nexmark_dir, oracle, run_job};
 
 const KILLS: usize = 3;
 
@@ -32,17 +31,8 @@ fn submit(cluster: &Cluster, query: &str, out: &Path, rate: u64) -> String {
         "job.restart.delay_ms=200".to_owned(),
         format!("sink.out.path={}", out.display()),
     ];
-    let mut args = vec!["submit".to_owned(), "--json".to_owned()];
-    for set in sets {
-        args.push("--set".to_owned());
-        args.push(set);
-    }
-    args.push(spec.display().to_string());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let answer = cluster.weir(&args);
-    assert!(answer.status.success(), "{}", describe(&answer));
-    let v: serde_json::Value = serde_json::from_slice(&answer.stdout).unwrap();
-    v["id"].as_str().expect("job id").to_owned()
+    let options: Vec<&str> = sets.iter().flat_map(|s| ["--set", s.as_str()]).collect();
+    cluster.submit_with(&spec, &options)
 }
 
 #[test]
@@ -70,14 +60,6 @@ fn q5_and_q7_under_taskmanager_kills_equal_duckdb() {
             "{query}: the oracle found {} windows",
             want.len()
         );
-        if got != want {
-            let missing: Vec<_> = want.iter().filter(|l| !got.contains(l)).take(5).collect();
-            let extra: Vec<_> = got.iter().filter(|l| !want.contains(l)).take(5).collect();
-            panic!(
-                "{query}: {} committed lines, DuckDB {}\nmissing (first 5): {missing:#?}\nunexpected (first 5): {extra:#?}",
-                got.len(),
-                want.len()
-            );
-        }
+        assert_same_lines(query, &got, &want);
     }
 }

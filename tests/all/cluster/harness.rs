@@ -294,13 +294,8 @@ impl Cluster {
 
     /// GET a REST path with the token; (status, JSON).
     pub fn get(&self, path: &str) -> (u16, Value) {
-        let mut request = self.agent.get(format!("{}{path}", self.rest));
-        if let Some(token) = &self.token {
-            request = request.header("Authorization", format!("Bearer {token}"));
-        }
-        let mut r = request.call().expect("REST answers");
-        let status = r.status().as_u16();
-        (status, r.body_mut().read_json().unwrap_or(Value::Null))
+        let (status, body) = self.get_text(path);
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
     }
 
     /// GET a REST path with the token; (status, body as text).
@@ -329,7 +324,16 @@ impl Cluster {
 
     /// Submits a spec file with `weir submit`; returns the job id.
     pub fn submit(&self, spec: &Path) -> String {
-        let out = self.weir(&["submit", "--json", &spec.display().to_string()]);
+        self.submit_with(spec, &[])
+    }
+
+    /// [`Cluster::submit`] with more `weir submit` options (`--set K=V`…).
+    pub fn submit_with(&self, spec: &Path, options: &[&str]) -> String {
+        let spec = spec.display().to_string();
+        let mut args = vec!["submit", "--json"];
+        args.extend_from_slice(options);
+        args.push(&spec);
+        let out = self.weir(&args);
         assert!(out.status.success(), "{}", crate::util::describe(&out));
         let v: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("submit --json: {e}\n{}", crate::util::describe(&out)));

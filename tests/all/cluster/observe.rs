@@ -275,14 +275,8 @@ scrape_configs:
         .http_status_as_error(false)
         .build()
         .into();
-    let token = cluster.token.clone().unwrap();
-    let mut jm_text = agent
-        .get(format!("{}/metrics", cluster.rest))
-        .header("Authorization", format!("Bearer {token}"))
-        .call()
-        .unwrap();
-    assert_eq!(jm_text.status(), 200);
-    let jm_text = jm_text.body_mut().read_to_string().unwrap();
+    let (status, jm_text) = cluster.get_text("/metrics");
+    assert_eq!(status, 200, "{jm_text}");
     assert!(
         jm_text.contains("weir_job_vertex_records_out_total"),
         "{jm_text}"
