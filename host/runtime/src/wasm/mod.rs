@@ -22,6 +22,13 @@
 //! - Host functions check every state access against the subtask's key groups
 //!   (done by the [`crate::state`] backend).
 //!
+//! # Profiling guests
+//!
+//! With [`PERF_MAP_ENV`]` = 1` in the daemon's environment the engine writes
+//! `/tmp/perf-<pid>.map` naming every compiled guest function, so `perf
+//! report` shows guest frames by name instead of `[JIT]` addresses (see
+//! `benches/README.md`, "Profiling").
+//!
 //! This module must not know about job graphs, channels or connectors.
 
 mod cache;
@@ -54,6 +61,10 @@ use instance::InstanceState;
 pub use crate::contract as bindings;
 
 pub use bindings::weir::operator::types::{OperatorInfo, StateDescriptor, StateKind};
+
+/// Set to `1` to have the engine write a perf map of guest code
+/// (wasmtime's `ProfilingStrategy::PerfMap`): for profiling, off by default.
+pub const PERF_MAP_ENV: &str = "WEIR_PERF_MAP";
 
 /// How often the epoch ticker advances the engine's epoch. Call deadlines are
 /// whole multiples of this; 10 ms keeps the ticker's cost negligible while a
@@ -234,6 +245,9 @@ impl Runtime {
             .epoch_interruption(true)
             .max_wasm_stack(MAX_WASM_STACK)
             .cranelift_opt_level(wasmtime::OptLevel::Speed);
+        if std::env::var_os(PERF_MAP_ENV).is_some_and(|v| v == "1") {
+            cfg.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&cfg)
             .map_err(|e| OperatorError::new("<engine>", FailureKind::Host, e.to_string()))?;
         let mut linker = Linker::new(&engine);

@@ -49,6 +49,7 @@
 
 mod decode;
 pub mod enumerate;
+mod fields;
 
 use std::collections::{HashSet, VecDeque};
 use std::io::BufRead;
@@ -582,17 +583,23 @@ impl FileSource {
                         line: self.line_number(path, start, known),
                         message,
                     };
-                    let v: serde_json::Value = serde_json::from_slice(line)
-                        .map_err(|e| bad(format!("invalid JSON: {e}")))?;
+                    let [key, ts, value] = fields::pick(
+                        line,
+                        [
+                            key_field.as_deref(),
+                            timestamp_field.as_deref(),
+                            value_field.as_deref(),
+                        ],
+                    )
+                    .map_err(bad)?;
                     let key = match key_field {
                         Some(f) => Some(json_key_bytes(
-                            v.get(f)
-                                .ok_or_else(|| bad(format!("missing key field `{f}`")))?,
+                            &key.ok_or_else(|| bad(format!("missing key field `{f}`")))?,
                         )),
                         None => None,
                     };
                     let ts = match timestamp_field {
-                        Some(f) => v.get(f).and_then(|t| t.as_i64()).ok_or_else(|| {
+                        Some(f) => ts.as_ref().and_then(|t| t.as_i64()).ok_or_else(|| {
                             bad(format!(
                                 "timestamp field `{f}` missing or not an integer (ms)"
                             ))
@@ -602,8 +609,7 @@ impl FileSource {
                     match value_field {
                         Some(f) => {
                             let value = json_key_bytes(
-                                v.get(f)
-                                    .ok_or_else(|| bad(format!("missing value field `{f}`")))?,
+                                &value.ok_or_else(|| bad(format!("missing value field `{f}`")))?,
                             );
                             batch.push(key.as_deref(), &value, ts);
                         }
