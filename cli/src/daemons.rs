@@ -304,6 +304,13 @@ pub struct LocalArgs {
     #[arg(long = "allow-path", value_name = "DIR")]
     allow_paths: Vec<PathBuf>,
 
+    /// Serve each TaskManager's Prometheus metrics (as `weir taskmanager
+    /// --metrics`): TaskManager N at ADDR's port + N - 1, or each at a
+    /// free port when the port is 0. No token; the addresses are printed
+    /// at start.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+
     #[command(flatten)]
     net: NetArgs,
 }
@@ -672,11 +679,19 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
                 bind: any,
                 net,
                 allowed_roots: roots.clone(),
-                metrics: None,
+                metrics: args.metrics.map(|mut a| {
+                    if a.port() != 0 {
+                        a.set_port(a.port().saturating_add(i as u16));
+                    }
+                    a
+                }),
             };
             let mut tm = daemon::serve(endpoint, config, wasm.clone())
                 .await
                 .map_err(failed)?;
+            if let Some(metrics) = tm.metrics_address {
+                eprintln!("taskmanager {} metrics http://{metrics}/metrics", tm.id);
+            }
             tm.registered(1).await;
             tms.push(tm);
         }

@@ -170,6 +170,14 @@ struct RunArgs {
     /// directory (symlinks resolved; regular files only). Repeatable.
     #[arg(long = "allow-path", value_name = "DIR")]
     allow_paths: Vec<PathBuf>,
+
+    /// Serve the job's Prometheus metrics at http://ADDR/metrics while it
+    /// runs (as `weir taskmanager --metrics`: per vertex and subtask
+    /// records, bytes, busy/idle/backpressured time, watermarks, the
+    /// operators' own counters and gauges). No token; port 0 picks a free
+    /// port, printed at start.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -402,10 +410,14 @@ fn run(args: RunArgs) -> Result<(), Failure> {
                 allowed_roots: roots,
                 buffer_size: NetConfig::default().buffer_size,
                 slots: None,
+                metrics: args.metrics,
             },
             wasm.clone(),
         )
         .map_err(failed)?;
+        if let Some(address) = cluster.metrics_address() {
+            eprintln!("metrics http://{address}/metrics");
+        }
         let from = match from_checkpoint {
             Some(path) => {
                 eprintln!(

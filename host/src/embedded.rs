@@ -14,6 +14,7 @@
 //! It must not hold job logic of its own: what it adds is wiring, waiting
 //! and the graceful stop behind Ctrl-C.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -44,6 +45,10 @@ pub struct EmbeddedConfig {
     /// Task slots of its TaskManager; `None`: as many as the first job has
     /// subtasks.
     pub slots: Option<u32>,
+    /// Where its TaskManager serves Prometheus metrics (`GET /metrics`;
+    /// port 0: any free port, see [`EmbeddedCluster::metrics_address`]);
+    /// `None`: nowhere.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// A JobManager and a TaskManager in this process.
@@ -54,6 +59,9 @@ pub struct EmbeddedCluster {
     clock: tokio::task::JoinHandle<()>,
     config: EmbeddedConfig,
     runtime: Arc<Runtime>,
+    /// Bound at start (so its address is known), served once the
+    /// TaskManager runs.
+    metrics: Option<std::net::TcpListener>,
 }
 
 /// A job submitted to an [`EmbeddedCluster`].
@@ -76,6 +84,18 @@ impl EmbeddedCluster {
     /// Starts the JobManager core and its clock on the current tokio
     /// runtime. The TaskManager starts with the first job (it is sized to it).
     pub fn start(config: EmbeddedConfig, runtime: Arc<Runtime>) -> Result<Self, StartError> {
+        let metrics = match config.metrics {
+            Some(address) => {
+                let bind_error = |e: std::io::Error| StartError::Bind {
+                    address,
+                    message: format!("metrics: {e}"),
+                };
+                let listener = std::net::TcpListener::bind(address).map_err(bind_error)?;
+                listener.set_nonblocking(true).map_err(bind_error)?;
+                Some(listener)
+            }
+            None => None,
+        };
         let data_dir = config.work_dir.join("jobmanager");
         let store =
             ModuleStore::open(&data_dir.join("modules")).map_err(|e| StartError::DataDir {
@@ -109,7 +129,14 @@ impl EmbeddedCluster {
             clock,
             config,
             runtime,
+            metrics,
         })
+    }
+
+    /// Where its TaskManager serves `/metrics` (`config.metrics`, with the
+    /// port chosen if it was 0).
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref()?.local_addr().ok()
     }
 
     /// The JobManager core (job and checkpoint views).
@@ -154,7 +181,7 @@ impl EmbeddedCluster {
     fn start_taskmanager(&mut self, slots: u32) -> Result<(), ApiError> {
         if self.taskmanager.is_none() {
             let link = self.jobmanager.attach(TASKMANAGER_ID, slots.max(1));
-            let taskmanager = InProcessTaskManager::start(
+            let mut taskmanager = InProcessTaskManager::start(
                 InProcessConfig {
                     id: TASKMANAGER_ID.to_owned(),
                     slots: slots.max(1),
@@ -167,6 +194,11 @@ impl EmbeddedCluster {
                 link,
             )
             .map_err(|e| ApiError::internal(e.to_string()))?;
+            if let Some(listener) = self.metrics.as_ref().and_then(|l| l.try_clone().ok()) {
+                let listener = tokio::net::TcpListener::from_std(listener)
+                    .map_err(|e| ApiError::internal(format!("metrics listener: {e}")))?;
+                taskmanager.serve_metrics(listener);
+            }
             self.taskmanager = Some(taskmanager);
         }
         Ok(())

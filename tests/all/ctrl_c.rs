@@ -74,6 +74,93 @@ to = "out"
     assert_eq!(lines, produced, "every produced record reached the sink");
 }
 
+/// `weir run --metrics 127.0.0.1:0` serves the job's Prometheus metrics
+/// while it runs, at the address it prints: the source's records-out
+/// counter is there and rises between two scrapes.
+#[test]
+fn weir_run_serves_metrics_while_the_job_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("unbounded.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"
+[job]
+name = "observed"
+
+[[source]]
+id = "gen"
+type = "generator"
+kind = "sequence"
+rate = 20000
+
+[[operator]]
+id = "up"
+module = {m}
+
+[[sink]]
+id = "out"
+type = "blackhole"
+
+[[edge]]
+from = "gen"
+to = "up"
+
+[[edge]]
+from = "up"
+to = "out"
+"#,
+            m = toml_path(Path::new(artifacts::UPPERCASE)),
+        ),
+    )
+    .unwrap();
+    let stderr = dir.path().join("stderr.txt");
+    let child = weir(&dir.path().join("cache"))
+        .args(["run", spec.to_str().unwrap(), "--metrics", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let records_out = |text: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("weir_records_out_total{")
+                    && l.contains(r#"job_name="observed""#)
+                    && l.contains(r#"vertex="gen""#)
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    let mut first = None;
+    let output = interrupt_when(child, "a rising records-out counter on /metrics", || {
+        let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        let Some(address) = log
+            .lines()
+            .find_map(|l| l.strip_prefix("metrics http://"))
+            .map(str::to_owned)
+        else {
+            return false;
+        };
+        let Ok(mut r) = ureq::get(format!("http://{address}")).call() else {
+            return false;
+        };
+        let text = r.body_mut().read_to_string().unwrap_or_default();
+        match (first, records_out(&text)) {
+            (Some(a), Some(b)) => b > a,
+            (None, Some(a)) if a > 0.0 => {
+                first = Some(a);
+                false
+            }
+            _ => false,
+        }
+    });
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        crate::util::describe(&output),
+        std::fs::read_to_string(&stderr).unwrap_or_default()
+    );
+}
+
 /// Sends `child` (a running `weir run`) SIGINT once `ready` holds, polling
 /// it (the process signals nothing else), and returns its output. Fails if
 /// it exits first or `ready` does not hold within 120 s; the process never

@@ -26,6 +26,7 @@ pub fn cluster(dir: &Path, runtime: Arc<Runtime>, slots: Option<u32>) -> Option<
             allowed_roots: roots,
             buffer_size: 1024,
             slots,
+            metrics: None,
         },
         runtime,
     )

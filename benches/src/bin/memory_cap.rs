@@ -298,6 +298,7 @@ fn run_job(dir: &Path, graph: JobGraph) -> anyhow::Result<Value> {
                 allowed_roots: AllowedRoots::new([dir.to_path_buf()])?,
                 buffer_size: 1024,
                 slots: None,
+                metrics: None,
             },
             runtime,
         )?;

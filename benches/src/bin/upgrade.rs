@@ -112,6 +112,7 @@ fn main() -> anyhow::Result<()> {
                 allowed_roots: AllowedRoots::new([tmp.path().to_path_buf()])?,
                 buffer_size: 1024,
                 slots: Some(8),
+                metrics: None,
             },
             runtime,
         )?;

@@ -261,6 +261,7 @@ impl Builder {
             buffer_timeout_ms: job.buffer_timeout_ms.unwrap_or(DEFAULT_BUFFER_TIMEOUT_MS),
             watermark_interval_ms,
             latency_tracking_interval_ms,
+            metrics: job.metrics.unwrap_or(true),
             limits,
             restart: job.restart.unwrap_or(if checkpoints.is_some() {
                 super::config::RestartStrategy::WITH_CHECKPOINTS

@@ -93,12 +93,21 @@ pub struct JobSettings {
     /// default, sends none.
     #[serde(default)]
     pub latency_tracking_interval_ms: u64,
+    /// `job.metrics`: whether subtasks measure more than each vertex's
+    /// record counts (per-subtask records and bytes, busy, idle and
+    /// backpressured time, latency markers' arrival); default true.
+    #[serde(default = "default_metrics")]
+    pub metrics: bool,
     /// `[job.limits]`: the sandbox of every operator instance.
     pub limits: OperatorLimits,
     /// `[job.checkpoints]`: absent, no checkpoints.
     pub checkpoints: Option<super::config::CheckpointConfig>,
     /// `[job.restart]`, default: fixed-delay with checkpoints, none without.
     pub restart: super::config::RestartStrategy,
+}
+
+fn default_metrics() -> bool {
+    true
 }
 
 fn default_watermark_interval_ms() -> u64 {

@@ -164,6 +164,7 @@ pub(super) struct JobTable {
     pub buffer_timeout_ms: Option<u64>,
     pub watermark_interval_ms: Option<u64>,
     pub latency_tracking_interval_ms: Option<u64>,
+    pub metrics: Option<bool>,
     pub limits: Option<LimitsTable>,
     pub checkpoints: Option<super::config::CheckpointConfig>,
     pub restart: Option<super::config::RestartStrategy>,

@@ -479,9 +479,13 @@ pub(crate) fn job_detail(job: &Job) -> JobDetail {
             }
         })
         .collect();
-    let bottleneck = loads
-        .as_ref()
-        .map(|l| load::find_bottleneck(&load::task_loads(&job.graph, &job.tasks, l)));
+    let bottleneck = loads.as_ref().map(|l| {
+        if job.graph.settings.metrics {
+            load::find_bottleneck(&load::task_loads(&job.graph, &job.tasks, l))
+        } else {
+            load::Bottleneck::unmeasured()
+        }
+    });
     let edges = job
         .graph
         .edges

@@ -269,6 +269,22 @@ fn name(task: &TaskLoad) -> String {
     }
 }
 
+impl Bottleneck {
+    /// What is said of a job with `job.metrics = false`: its tasks time
+    /// nothing, so there is no load to judge.
+    pub fn unmeasured() -> Bottleneck {
+        Bottleneck {
+            vertex: None,
+            chain: Vec::new(),
+            busy_ratio: None,
+            upstream: Vec::new(),
+            message: "not measured: the job runs with `metrics = false` (its tasks time \
+                      nothing)"
+                .to_owned(),
+        }
+    }
+}
+
 /// Flink's backpressure rule over `tasks` (topological order): see the
 /// module docs.
 pub fn find_bottleneck(tasks: &[TaskLoad]) -> Bottleneck {

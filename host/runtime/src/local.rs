@@ -326,7 +326,10 @@ impl LocalCluster {
                     .clone(),
             }
         };
-        let metrics = Arc::new(JobMetrics::new(graph.vertices.len()));
+        let metrics = Arc::new(JobMetrics::with_detail(
+            graph.vertices.len(),
+            graph.settings.metrics,
+        ));
         let stop = Arc::new(AtomicBool::new(false));
         let drain = Arc::new(AtomicBool::new(false));
         let mut subtasks = Vec::new();

@@ -6,7 +6,8 @@
 //! module store, so it never fetches a module.
 //!
 //! This module must not add behaviour of its own beyond what `weir run`
-//! needs to watch its job (metrics, `wait_idle`, `stop_sources`): the
+//! needs to watch its job (metrics, `/metrics`, `wait_idle`,
+//! `stop_sources`): the
 //! embedded mode is the cluster code path.
 
 use std::net::SocketAddr;
@@ -90,6 +91,13 @@ impl InProcessTaskManager {
             tasks: vec![heartbeat, reader],
             forwarder: link.forwarder,
         })
+    }
+
+    /// Serves this TaskManager's Prometheus metrics (`GET /metrics`, as
+    /// the daemon's `--metrics`) on `listener` until shutdown.
+    pub fn serve_metrics(&mut self, listener: tokio::net::TcpListener) {
+        let task = tokio::spawn(crate::metrics::serve(listener, self.inner.clone()));
+        self.tasks.push(task);
     }
 
     /// Stops the sources of `job`: it drains and finishes normally (what

@@ -2,9 +2,12 @@
 //! the Prometheus text exposition of what runs here, per job, vertex and
 //! subtask — records and bytes in and out, busy, idle and backpressured
 //! time (of each task's head vertex, where they are measured), the
-//! watermark — and each operator's own counters and gauges (the guest's
-//! `metrics` interface) labeled with job, operator and subtask, as
-//! Flink's TaskManager reporter has its task and operator metrics.
+//! latency markers' quantiles, the watermark — and each operator's own
+//! counters and gauges (the guest's `metrics` interface) labeled with job,
+//! operator and subtask, as Flink's TaskManager reporter has its task and
+//! operator metrics. A job with `metrics = false` measures none of the
+//! built-in per-subtask samples, so it shows only the watermark and the
+//! operators' own.
 //!
 //! The listener is a plain HTTP/1.1 server with one path and no token,
 //! like Flink's Prometheus reporter: it serves only what it measures, and
@@ -23,6 +26,7 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode, header};
+use weir_runtime::taskmanager::{LatencyQuantiles, SubtaskMetrics};
 use weir_runtime::telemetry::exposition::{CONTENT_TYPE, Exposition};
 
 use crate::node::{Inner, LocalJob};
@@ -147,55 +151,8 @@ fn job_metrics(e: &mut Exposition, job: &LocalJob) {
                 ("vertex", uid.as_str()),
                 ("subtask", index.as_str()),
             ];
-            let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;
-            for (family, help, value) in [
-                (
-                    "weir_records_in_total",
-                    "Records the subtask received.",
-                    load(&m.records_in),
-                ),
-                (
-                    "weir_records_out_total",
-                    "Records the subtask emitted, on every output.",
-                    load(&m.records_out),
-                ),
-                (
-                    "weir_bytes_in_total",
-                    "Bytes of the records the subtask received.",
-                    load(&m.bytes_in),
-                ),
-                (
-                    "weir_bytes_out_total",
-                    "Bytes of the records the subtask emitted.",
-                    load(&m.bytes_out),
-                ),
-            ] {
-                e.counter(family, help, &labels, value);
-            }
-            if head {
-                let idle = load(&m.idle_ns) / 1e9;
-                let backpressured = load(&m.backpressured_ns) / 1e9;
-                let busy = (m.started.elapsed().as_secs_f64() - idle - backpressured).max(0.0);
-                for (family, help, value) in [
-                    (
-                        "weir_busy_seconds_total",
-                        "Time the subtask's task spent working (head vertices only).",
-                        busy,
-                    ),
-                    (
-                        "weir_idle_seconds_total",
-                        "Time the subtask's task spent waiting for input (head vertices only).",
-                        idle,
-                    ),
-                    (
-                        "weir_backpressured_seconds_total",
-                        "Time the subtask's task spent waiting for room in a full output \
-                         channel (head vertices only).",
-                        backpressured,
-                    ),
-                ] {
-                    e.counter(family, help, &labels, value);
-                }
+            if job.metrics.detailed {
+                subtask_samples(e, &labels, &m, head);
             }
             if let Some(w) = vertex
                 .subtask_watermark(subtask)
@@ -256,6 +213,80 @@ fn job_metrics(e: &mut Exposition, job: &LocalJob) {
                     *value,
                 );
             }
+        }
+    }
+}
+
+/// The built-in samples of one subtask (`job.metrics`, on by default):
+/// records and bytes, the busy, idle and backpressured time of a task's
+/// head, and the latency markers' quantiles where markers arrived.
+fn subtask_samples(
+    e: &mut Exposition,
+    labels: &[(&'static str, &str); 4],
+    m: &SubtaskMetrics,
+    head: bool,
+) {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;
+    for (family, help, value) in [
+        (
+            "weir_records_in_total",
+            "Records the subtask received.",
+            load(&m.records_in),
+        ),
+        (
+            "weir_records_out_total",
+            "Records the subtask emitted, on every output.",
+            load(&m.records_out),
+        ),
+        (
+            "weir_bytes_in_total",
+            "Bytes of the records the subtask received.",
+            load(&m.bytes_in),
+        ),
+        (
+            "weir_bytes_out_total",
+            "Bytes of the records the subtask emitted.",
+            load(&m.bytes_out),
+        ),
+    ] {
+        e.counter(family, help, labels, value);
+    }
+    if head {
+        let idle = load(&m.idle_ns) / 1e9;
+        let backpressured = load(&m.backpressured_ns) / 1e9;
+        let busy = (m.started.elapsed().as_secs_f64() - idle - backpressured).max(0.0);
+        for (family, help, value) in [
+            (
+                "weir_busy_seconds_total",
+                "Time the subtask's task spent working (head vertices only).",
+                busy,
+            ),
+            (
+                "weir_idle_seconds_total",
+                "Time the subtask's task spent waiting for input (head vertices only).",
+                idle,
+            ),
+            (
+                "weir_backpressured_seconds_total",
+                "Time the subtask's task spent waiting for room in a full output \
+                 channel (head vertices only).",
+                backpressured,
+            ),
+        ] {
+            e.counter(family, help, labels, value);
+        }
+    }
+    if let Some(l) = LatencyQuantiles::of(&m.latency_samples()) {
+        for (quantile, ms) in [("0.5", l.p50), ("0.95", l.p95), ("0.99", l.p99)] {
+            let mut labels = labels.to_vec();
+            labels.push(("quantile", quantile));
+            e.gauge(
+                "weir_latency_seconds",
+                "Source-to-subtask latency of its latest latency markers \
+                 (job.latency_tracking_interval_ms), by quantile.",
+                &labels,
+                f64::from(ms) / 1000.0,
+            );
         }
     }
 }

@@ -110,7 +110,9 @@ impl LocalJob {
             })
             .collect();
         let wall = self.started.elapsed().as_millis() as u64;
-        for (head, n) in &self.heads {
+        // Without `job.metrics` nothing is timed: no busy time either.
+        let timed = self.heads.iter().filter(|_| self.metrics.detailed);
+        for (head, n) in timed {
             let m = &self.metrics.vertices[*head];
             let idle = m.idle_ns.load(Ordering::Relaxed) / 1_000_000;
             let bp = m.backpressured_ns.load(Ordering::Relaxed) / 1_000_000;

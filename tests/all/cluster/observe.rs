@@ -382,7 +382,8 @@ fn weir_logs_shows_each_operators_lines_and_a_chatty_guest_stays_bounded() {
 /// as a gauge per quantile.
 #[test]
 fn latency_markers_show_the_queue_in_front_of_a_throttled_sink() {
-    let cluster = Cluster::start(1, 2, &[]);
+    let mut cluster = Cluster::start(0, 2, &[]);
+    cluster.add_taskmanager(2, &["--metrics", "127.0.0.1:0"]);
     let spec = cluster.dir.path().join("job.toml");
     std::fs::write(
         &spec,
@@ -464,4 +465,78 @@ to = "slow"
         .unwrap_or_else(|| panic!("no p99 latency gauge for the sink in:\n{text}"));
     let seconds: f64 = gauge.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(seconds > 0.0, "{gauge}");
+    // The TaskManager's `/metrics` has them per subtask.
+    let text = scrape(&metrics_address(&cluster, 0));
+    let gauge = text
+        .lines()
+        .find(|l| {
+            l.starts_with("weir_latency_seconds{")
+                && l.contains(r#"vertex="slow""#)
+                && l.contains(r#"subtask="0""#)
+                && l.contains(r#"quantile="0.99""#)
+        })
+        .unwrap_or_else(|| panic!("no per-subtask p99 latency for the sink in:\n{text}"));
+    let seconds: f64 = gauge.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(seconds > 0.0, "{gauge}");
+}
+
+/// `GET http://ADDR/metrics` of a TaskManager, as text.
+fn scrape(addr: &str) -> String {
+    let mut r = ureq::get(format!("http://{addr}/metrics"))
+        .call()
+        .unwrap_or_else(|e| panic!("GET http://{addr}/metrics: {e}"));
+    r.body_mut().read_to_string().unwrap()
+}
+
+/// `job.metrics = false`: the TaskManager's `/metrics` has none of the
+/// job's built-in per-subtask samples (which a job with metrics has, see
+/// `prometheus_scrapes_the_jobmanager_and_two_taskmanagers`) but still the
+/// operator's own counter; the JobManager still counts each vertex's
+/// records, and says the load is not measured rather than guess it.
+#[test]
+fn a_job_without_metrics_keeps_its_record_counts_and_the_operators_own() {
+    let mut cluster = Cluster::start(0, 2, &[]);
+    cluster.add_taskmanager(2, &["--metrics", "127.0.0.1:0"]);
+    let tm = metrics_address(&cluster, 0);
+    let spec = cluster.dir.path().join("job.toml");
+    let text = chatty_spec(None, 200, 1).replacen("[job]\n", "[job]\nmetrics = false\n", 1);
+    assert!(text.contains("metrics = false"), "{text}");
+    std::fs::write(&spec, text).unwrap();
+    let id = cluster.submit(&spec);
+    let job = format!(r#"job_id="{id}""#);
+    let text = wait_for("chatty's own counter on the TaskManager's /metrics", || {
+        let text = scrape(&tm);
+        text.lines()
+            .any(|l| {
+                l.starts_with("weir_operator_metric_total{")
+                    && l.contains(&job)
+                    && l.contains(r#"name="records_seen""#)
+            })
+            .then_some(text)
+    });
+    for family in [
+        "weir_records_in_total{",
+        "weir_records_out_total{",
+        "weir_bytes_in_total{",
+        "weir_busy_seconds_total{",
+        "weir_idle_seconds_total{",
+    ] {
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with(family) && l.contains(&job)),
+            "{family} of a job with metrics = false:\n{text}"
+        );
+    }
+    wait_for("the source's records counted by the JobManager", || {
+        let words = cluster.vertex(&id, "words")?;
+        (words["records_out"].as_u64()? > 0).then_some(())
+    });
+    let message = wait_for("the bottleneck's message", || {
+        let (_, job) = cluster.get(&format!("/v1/jobs/{id}"));
+        job["bottleneck"]["message"].as_str().map(str::to_owned)
+    });
+    assert!(message.contains("metrics = false"), "{message}");
+    let out = cluster.weir(&["cancel", &id]);
+    assert!(out.status.success(), "{}", describe(&out));
 }

@@ -320,14 +320,29 @@ pub struct JobMetrics {
     pub vertices: Vec<VertexMetrics>,
     /// Highest number of batches seen queued in any one channel.
     pub max_queued_batches: AtomicU64,
+    /// Whether subtasks measure more than the per-vertex record counts
+    /// (`job.metrics`): per-subtask records and bytes, busy, idle and
+    /// backpressured time, latency markers' arrival. Off, they keep only
+    /// `records_in`/`records_out` of each vertex (the job's summary).
+    pub detailed: bool,
 }
 
 impl JobMetrics {
-    /// Zeroed metrics for `vertices` vertices.
+    /// Zeroed metrics for `vertices` vertices, detailed.
     pub fn new(vertices: usize) -> JobMetrics {
         JobMetrics {
             vertices: (0..vertices).map(|_| VertexMetrics::default()).collect(),
             max_queued_batches: AtomicU64::new(0),
+            detailed: true,
+        }
+    }
+
+    /// Zeroed metrics for `vertices` vertices, detailed or not
+    /// ([`JobMetrics::detailed`]).
+    pub fn with_detail(vertices: usize, detailed: bool) -> JobMetrics {
+        JobMetrics {
+            detailed,
+            ..JobMetrics::new(vertices)
         }
     }
 }
@@ -650,7 +665,7 @@ impl Subtask {
         let vertices: Vec<usize> = self.chain_vertices().collect();
         for v in vertices {
             self.metrics.vertices[v].set_watermark(self.index, i64::MIN);
-            if self.counters(v).is_none() {
+            if self.metrics.detailed && self.counters(v).is_none() {
                 let m = self.metrics.vertices[v].subtask(self.index);
                 self.subtask_metrics.push((v, m));
             }
@@ -1120,7 +1135,7 @@ impl Subtask {
             Some(msg) => {
                 // The channel is full: wait for room, and count the wait as
                 // backpressure.
-                let waited = Instant::now();
+                let waited = self.metrics.detailed.then(Instant::now);
                 let sent = self.handle.block_on(async {
                     tokio::select! {
                         biased;
@@ -1128,12 +1143,14 @@ impl Subtask {
                         r = target.tx.send(msg) => r.map_err(|_| TaskError::Aborted),
                     }
                 });
-                let waited = waited.elapsed().as_nanos() as u64;
-                self.metrics.vertices[self.head_vertex]
-                    .backpressured_ns
-                    .fetch_add(waited, Ordering::Relaxed);
-                if let Some(c) = self.counters(self.head_vertex) {
-                    c.backpressured_ns.fetch_add(waited, Ordering::Relaxed);
+                if let Some(waited) = waited {
+                    let waited = waited.elapsed().as_nanos() as u64;
+                    self.metrics.vertices[self.head_vertex]
+                        .backpressured_ns
+                        .fetch_add(waited, Ordering::Relaxed);
+                    if let Some(c) = self.counters(self.head_vertex) {
+                        c.backpressured_ns.fetch_add(waited, Ordering::Relaxed);
+                    }
                 }
                 sent
             }
@@ -1191,7 +1208,7 @@ impl Subtask {
             Err(mpsc::error::TryRecvError::Empty) => {}
         }
         // Nothing queued: wait, and count the wait as idle time.
-        let waited = Instant::now();
+        let waited = self.metrics.detailed.then(Instant::now);
         let got = self.handle.block_on(async {
             let timeout = async {
                 match timeout {
@@ -1206,12 +1223,14 @@ impl Subtask {
                 _ = timeout => Ok(None),
             }
         });
-        let waited = waited.elapsed().as_nanos() as u64;
-        self.metrics.vertices[self.head_vertex]
-            .idle_ns
-            .fetch_add(waited, Ordering::Relaxed);
-        if let Some(c) = self.counters(self.head_vertex) {
-            c.idle_ns.fetch_add(waited, Ordering::Relaxed);
+        if let Some(waited) = waited {
+            let waited = waited.elapsed().as_nanos() as u64;
+            self.metrics.vertices[self.head_vertex]
+                .idle_ns
+                .fetch_add(waited, Ordering::Relaxed);
+            if let Some(c) = self.counters(self.head_vertex) {
+                c.idle_ns.fetch_add(waited, Ordering::Relaxed);
+            }
         }
         got
     }
