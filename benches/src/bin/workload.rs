@@ -5,6 +5,7 @@
 //! cargo run --release -p weir-benches --bin workload -- word-count [--repeat 10] [--parallelism 1,2]
 //! cargo run --release -p weir-benches --bin workload -- identity [--records 20000000] [--batch-size 256,4096]
 //! cargo run --release -p weir-benches --bin workload -- windowed-count [--records 3000000] [--keys 100000]
+//! cargo run --release -p weir-benches --bin workload -- metrics [--repeat 10] [--rounds 5]
 //! ```
 //!
 //! * `word-count`: `udfs/data/kjv.txt` repeated `--repeat` times into a
@@ -29,6 +30,12 @@
 //!   file → blackhole job (what reading and parsing the input costs alone);
 //!   beside a native loop that parses the same file and counts in a
 //!   `HashMap`. Every case must fire the same number of windows.
+//!
+//! * `metrics`: the word-count job with metrics on (the default; the
+//!   TaskManager's `/metrics` served and scraped every `--scrape-ms`) and
+//!   off (`job.metrics = false`), alternating for `--rounds` rounds; prints
+//!   each round's lines/s and the median ratio off ÷ on (issue 15's goal:
+//!   metrics cost under 3 %).
 //!
 //! Every case runs in its own child process (`workload case ...`, which
 //! prints one `RESULT` line), so the peak memory it reports (`VmHWM`) is
@@ -80,6 +87,8 @@ enum Workload {
     Identity(IdentityArgs),
     /// File → tumbling window count → blackhole: built-in vs Wasm vs native.
     WindowedCount(WindowedCountArgs),
+    /// The word-count job with metrics on (scraped) and off, alternating.
+    Metrics(MetricsArgs),
     /// Runs one case in this process and prints one `RESULT` line.
     #[command(hide = true)]
     Case {
@@ -102,6 +111,25 @@ struct WordCountArgs {
     /// Records per batch (the job's batch_size).
     #[arg(long, default_value_t = 1024)]
     batch_size: u32,
+}
+
+#[derive(Args, Clone)]
+struct MetricsArgs {
+    /// How many times kjv.txt is repeated in the input.
+    #[arg(long, default_value_t = 10)]
+    repeat: u32,
+    /// Rounds of (on, off), alternating which goes first.
+    #[arg(long, default_value_t = 5)]
+    rounds: u32,
+    /// Parallelism of the job.
+    #[arg(long, default_value_t = 1)]
+    parallelism: u32,
+    /// State backend of the job: rocksdb or heap.
+    #[arg(long, default_value = "rocksdb")]
+    backend: String,
+    /// With metrics on, scrape the TaskManager's /metrics this often.
+    #[arg(long, default_value_t = 1000)]
+    scrape_ms: u64,
 }
 
 #[derive(Args, Clone)]
@@ -167,6 +195,12 @@ enum Case {
         backend: String,
         #[arg(long)]
         batch_size: u32,
+        /// `job.metrics`.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        metrics: bool,
+        /// Serve and scrape `/metrics` this often (0: not served).
+        #[arg(long, default_value_t = 0)]
+        scrape_ms: u64,
     },
     /// Generator → blackhole, no operator.
     IdSource(Generated),
@@ -206,6 +240,7 @@ fn main() -> anyhow::Result<()> {
         Workload::WordCount(args) => word_count_workload(&args),
         Workload::Identity(args) => identity_workload(&args),
         Workload::WindowedCount(args) => windowed_count_workload(&args),
+        Workload::Metrics(args) => metrics_workload(&args),
         Workload::Case { case } => {
             // Run the case on a thread of its own, as the cluster runs every
             // subtask: glibc's malloc treats the main thread's arena
@@ -376,6 +411,77 @@ fn word_count_workload(args: &WordCountArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+// ---- metrics on vs off ---------------------------------------------------------
+
+fn metrics_workload(args: &MetricsArgs) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let input = dir.path().join("kjv-repeated.txt");
+    let text = std::fs::read(KJV).with_context(|| format!("read {KJV}"))?;
+    let mut file = File::create(&input)?;
+    for _ in 0..args.repeat {
+        file.write_all(&text)?;
+    }
+    file.sync_all()?;
+    drop(file);
+    let input_arg = input.display().to_string();
+    let case = |metrics: bool| {
+        spawn_case(&[
+            "wc-job".into(),
+            "--input".into(),
+            input_arg.clone(),
+            "--parallelism".into(),
+            args.parallelism.to_string(),
+            "--backend".into(),
+            args.backend.clone(),
+            "--batch-size".into(),
+            "1024".into(),
+            "--metrics".into(),
+            metrics.to_string(),
+            "--scrape-ms".into(),
+            if metrics {
+                args.scrape_ms.to_string()
+            } else {
+                "0".into()
+            },
+        ])
+    };
+    println!(
+        "\nword count, kjv.txt x{}, {}, p={}: metrics on (scraped every {} ms) vs off",
+        args.repeat, args.backend, args.parallelism, args.scrape_ms
+    );
+    println!("| round | on lines/s | off lines/s | off ÷ on |");
+    println!("|---|---|---|---|");
+    let mut ratios = Vec::new();
+    for round in 1..=args.rounds {
+        // Alternate which goes first, so a drift in the machine's load
+        // does not favour one side.
+        let (on, off) = if round % 2 == 1 {
+            let on = case(true)?;
+            (on, case(false)?)
+        } else {
+            let off = case(false)?;
+            (case(true)?, off)
+        };
+        if on.words != off.words || on.distinct != off.distinct {
+            bail!("metrics on and off counted different words");
+        }
+        let ratio = off.records_per_sec() / on.records_per_sec();
+        ratios.push(ratio);
+        println!(
+            "| {round} | {} | {} | {ratio:.3} |",
+            millions(on.records_per_sec()),
+            millions(off.records_per_sec()),
+        );
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    println!(
+        "median off ÷ on: {median:.3} (metrics cost {:+.1} % of the throughput; goal: under 3 %)",
+        (1.0 - 1.0 / median) * 100.0
+    );
+    Ok(())
+}
+
 fn wc_native(input: &Path) -> anyhow::Result<CaseResult> {
     let started = Instant::now();
     let file = File::open(input).with_context(|| format!("open {}", input.display()))?;
@@ -396,12 +502,23 @@ fn toml_str(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-fn wc_job(
-    input: &Path,
+/// How the word-count job runs.
+struct WcJob<'a> {
     parallelism: u32,
-    backend: &str,
+    backend: &'a str,
     batch_size: u32,
-) -> anyhow::Result<CaseResult> {
+    metrics: bool,
+    scrape_ms: u64,
+}
+
+fn wc_job(input: &Path, job: WcJob<'_>) -> anyhow::Result<CaseResult> {
+    let WcJob {
+        parallelism,
+        backend,
+        batch_size,
+        metrics,
+        scrape_ms,
+    } = job;
     let spec = format!(
         r#"
 [job]
@@ -409,6 +526,7 @@ name = "word-count-bench"
 parallelism = {parallelism}
 state_backend = {backend}
 batch_size = {batch_size}
+metrics = {metrics}
 
 [[source]]
 id = "lines"
@@ -447,7 +565,12 @@ to = "out"
         tokenize = toml_str(artifacts::TOKENIZE),
         count = toml_str(artifacts::WORD_COUNT),
     );
-    let summary = run_job(&spec)?;
+    let scrape = (scrape_ms > 0).then(|| std::time::Duration::from_millis(scrape_ms));
+    let (detail, elapsed, scrapes) = weir_benches::embedded::run_spec_scraped(&spec, scrape)?;
+    if scrape.is_some() && metrics && scrapes == 0 {
+        bail!("no scrape of /metrics found the job's samples");
+    }
+    let summary = JobSummary { detail, elapsed };
     let count = vertex(&summary, "count")?;
     Ok(CaseResult {
         secs: summary.elapsed.as_secs_f64(),
@@ -954,7 +1077,18 @@ fn run_case(case: Case) -> anyhow::Result<CaseResult> {
             parallelism,
             backend,
             batch_size,
-        } => wc_job(&input, parallelism, &backend, batch_size),
+            metrics,
+            scrape_ms,
+        } => wc_job(
+            &input,
+            WcJob {
+                parallelism,
+                backend: &backend,
+                batch_size,
+                metrics,
+                scrape_ms,
+            },
+        ),
         Case::WnNative { input, window_ms } => wn_native(&input, window_ms),
         Case::WnJob {
             input,
