@@ -12,6 +12,9 @@
 //! - [`contract`]: the bindings generated from `wit/operator.wit`.
 //! - [`record`]: the packed [`record::Batch`] that flows between operators
 //!   and across the Wasm boundary.
+//! - [`json_fields`]: a few top-level fields of a JSON record, read
+//!   without building the whole document (JSON-lines sources, `json:`
+//!   keys and window fields).
 //! - [`wasm`]: the wasmtime engine, the compiled-component cache,
 //!   sandboxed operator instances and the host functions they import.
 //! - [`channel`]: what moves between subtasks ([`channel::Message`]), the
@@ -48,6 +51,7 @@ pub mod connectors;
 pub mod contract;
 mod host_operator;
 pub mod join;
+pub mod json_fields;
 pub mod local;
 pub mod modules;
 pub mod net;

@@ -55,12 +55,10 @@
 
 mod function;
 
-use std::collections::HashMap;
-
 use crate::host_operator::HostOperatorCore;
 use crate::job::{WindowAssigner, WindowSpec};
 use crate::record::{Batch, Emitted, RecordRef};
-use crate::state::{KeyedStateBackend, StateDescriptor, StateKind};
+use crate::state::{FastHashMap, KeyedStateBackend, StateDescriptor, StateKind};
 use crate::wasm::{FailureKind, OperatorError, OperatorInstance, WindowFunctionKind};
 use function::{Fired, Function};
 
@@ -144,9 +142,9 @@ struct Slot {
 /// The windows a batch touched.
 #[derive(Debug, Default)]
 struct BatchCache {
-    slots: HashMap<(Vec<u8>, Window), Slot>,
+    slots: FastHashMap<(Vec<u8>, Window), Slot>,
     /// Sessions: each key's windows (read once per batch, then kept current).
-    sessions: HashMap<Vec<u8>, Vec<Window>>,
+    sessions: FastHashMap<Vec<u8>, Vec<Window>>,
 }
 
 /// See the [module docs](self).

@@ -1,5 +1,6 @@
 //! A fast, per-instance seeded hasher for the in-memory maps of the state
-//! backends (the RocksDB write-back buffer and the heap tables).
+//! backends (the RocksDB write-back buffer and the heap tables) and of the
+//! host's window operator.
 //!
 //! Keys are short byte strings from untrusted records, so the hash is xxh3
 //! (fast on short inputs) with a random seed per map builder, which keeps
@@ -12,7 +13,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Builds [`FastHasher`]s that share one random seed.
 #[derive(Clone, Debug)]
-pub(crate) struct FastHashBuilder {
+pub struct FastHashBuilder {
     seed: u64,
 }
 
@@ -37,7 +38,7 @@ impl BuildHasher for FastHashBuilder {
 }
 
 /// xxh3 over each `write`, chained through the seed.
-pub(crate) struct FastHasher {
+pub struct FastHasher {
     seed: u64,
     hash: u64,
 }
@@ -62,4 +63,4 @@ impl Hasher for FastHasher {
 }
 
 /// A `HashMap` with [`FastHashBuilder`].
-pub(crate) type FastHashMap<K, V> = std::collections::HashMap<K, V, FastHashBuilder>;
+pub type FastHashMap<K, V> = std::collections::HashMap<K, V, FastHashBuilder>;

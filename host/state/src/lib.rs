@@ -49,6 +49,7 @@ pub mod ttl;
 #[cfg(test)]
 mod tests;
 
+pub use fast_hash::{FastHashBuilder, FastHashMap, FastHasher};
 pub use key_group::{
     DEFAULT_MAX_PARALLELISM, KeyGroup, KeyGroupRange, key_group_of, key_group_range_for_subtask,
     subtask_for_key_group,

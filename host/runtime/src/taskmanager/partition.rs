@@ -6,6 +6,7 @@
 //! keyed operator downstream scopes its state by it.
 
 use crate::connectors::json_key_bytes;
+use crate::json_fields;
 use crate::record::Batch;
 use crate::state::{key_group_of, subtask_for_key_group};
 
@@ -77,13 +78,10 @@ impl Partitioning {
                         })?,
                         KeyExtractor::Value => r.value,
                         KeyExtractor::JsonField(field) => {
-                            let v: serde_json::Value =
-                                serde_json::from_slice(r.value).map_err(|e| {
-                                    format!(
-                                        "key_by = \"json:{field}\": record {i} is not JSON: {e}"
-                                    )
-                                })?;
-                            owned = json_key_bytes(v.get(field).ok_or_else(|| {
+                            let v = json_fields::field(r.value, field).map_err(|e| {
+                                format!("key_by = \"json:{field}\": record {i} is not JSON: {e}")
+                            })?;
+                            owned = json_key_bytes(&v.ok_or_else(|| {
                                 format!(
                                     "key_by = \"json:{field}\": record {i} has no field `{field}`"
                                 )

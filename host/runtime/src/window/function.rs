@@ -230,9 +230,9 @@ fn number(
     match field {
         None => Ok(1.0),
         Some(KeySelector::JsonField(field)) => {
-            let v: serde_json::Value = serde_json::from_slice(r.value)
+            let v = crate::json_fields::field(r.value, field)
                 .map_err(|e| bad(format!("field = \"json:{field}\", but it is not JSON: {e}")))?;
-            v.get(field)
+            v.as_ref()
                 .and_then(serde_json::Value::as_f64)
                 .ok_or_else(|| {
                     bad(format!(

@@ -49,7 +49,6 @@
 
 mod decode;
 pub mod enumerate;
-mod fields;
 
 use std::collections::{HashSet, VecDeque};
 use std::io::BufRead;
@@ -583,7 +582,7 @@ impl FileSource {
                         line: self.line_number(path, start, known),
                         message,
                     };
-                    let [key, ts, value] = fields::pick(
+                    let [key, ts, value] = crate::json_fields::pick(
                         line,
                         [
                             key_field.as_deref(),
@@ -591,7 +590,7 @@ impl FileSource {
                             value_field.as_deref(),
                         ],
                     )
-                    .map_err(bad)?;
+                    .map_err(|e| bad(format!("invalid JSON: {e}")))?;
                     let key = match key_field {
                         Some(f) => Some(json_key_bytes(
                             &key.ok_or_else(|| bad(format!("missing key field `{f}`")))?,

@@ -1,8 +1,9 @@
-//! Picking the few top-level fields a JSON-lines source needs (its key,
-//! timestamp and value fields) out of a line without building the whole
-//! document.
+//! Picking a few top-level fields out of a JSON record without building
+//! the whole document: the file source's key, timestamp and value fields,
+//! `key_by = "json:<field>"` in hash partitioning, a window aggregate's
+//! `field = "json:<field>"`.
 //!
-//! The line is still checked completely: it must be UTF-8 and one JSON
+//! The record is still checked completely: it must be UTF-8 and one JSON
 //! value with nothing after it, as `serde_json::from_slice` would check.
 //! Only the named fields become [`serde_json::Value`]s; every other value
 //! is skipped with [`IgnoredAny`], which allocates nothing. Building the
@@ -10,7 +11,8 @@
 //! a third of the host's time in the Nexmark pass-through query, for one
 //! integer per line (`benches/README.md`, "Nexmark").
 //!
-//! As with a `Value`, a field named twice in a line takes its last value.
+//! As with a `Value`, a field named twice in a record takes its last value.
+//! Errors are serde_json's messages, for the caller to place.
 
 use std::fmt;
 
@@ -18,51 +20,53 @@ use serde::Deserializer as _;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
-/// How many fields a line can be asked for.
-pub(super) const FIELDS: usize = 3;
-
 /// The values of `names` in `line`, a JSON object (`None` where a name is
 /// `None` or the object has no such field). When no name is given, the
 /// line may be any JSON value; it is checked and nothing is picked.
-pub(super) fn pick(
+pub fn pick<const N: usize>(
     line: &[u8],
-    names: [Option<&str>; FIELDS],
-) -> Result<[Option<Value>; FIELDS], String> {
-    let text = std::str::from_utf8(line).map_err(|e| format!("invalid JSON: {e}"))?;
+    names: [Option<&str>; N],
+) -> Result<[Option<Value>; N], String> {
+    let text = std::str::from_utf8(line).map_err(|e| e.to_string())?;
     let mut de = serde_json::Deserializer::from_str(text);
     let picked = if names.iter().all(Option::is_none) {
         de.deserialize_ignored_any(IgnoredAny)
-            .map(|_| Default::default())
+            .map(|_| std::array::from_fn(|_| None))
     } else {
         Pick { names: &names }.deserialize(&mut de)
     };
     picked
         .and_then(|picked| de.end().map(|()| picked))
-        .map_err(|e| format!("invalid JSON: {e}"))
+        .map_err(|e| e.to_string())
+}
+
+/// The value of the field `name` of the JSON object `record`.
+pub fn field(record: &[u8], name: &str) -> Result<Option<Value>, String> {
+    pick(record, [Some(name)]).map(|[v]| v)
 }
 
 /// The seed that reads an object, keeping the values of `names`.
-struct Pick<'n> {
-    names: &'n [Option<&'n str>; FIELDS],
+struct Pick<'n, const N: usize> {
+    names: &'n [Option<&'n str>; N],
 }
 
-impl<'de> DeserializeSeed<'de> for Pick<'_> {
-    type Value = [Option<Value>; FIELDS];
+impl<'de, const N: usize> DeserializeSeed<'de> for Pick<'_, N> {
+    type Value = [Option<Value>; N];
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for Pick<'_> {
-    type Value = [Option<Value>; FIELDS];
+impl<'de, const N: usize> Visitor<'de> for Pick<'_, N> {
+    type Value = [Option<Value>; N];
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object")
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut found: [Option<Value>; FIELDS] = Default::default();
+        let mut found: [Option<Value>; N] = std::array::from_fn(|_| None);
         while let Some(wanted) = map.next_key_seed(KeyMatch { names: self.names })? {
             if wanted.iter().any(|w| *w) {
                 let value: Value = map.next_value()?;
@@ -79,20 +83,20 @@ impl<'de> Visitor<'de> for Pick<'_> {
 
 /// The seed that reads a key and says which of `names` it is (several
 /// names may be the same field).
-struct KeyMatch<'n> {
-    names: &'n [Option<&'n str>; FIELDS],
+struct KeyMatch<'n, const N: usize> {
+    names: &'n [Option<&'n str>; N],
 }
 
-impl<'de> DeserializeSeed<'de> for KeyMatch<'_> {
-    type Value = [bool; FIELDS];
+impl<'de, const N: usize> DeserializeSeed<'de> for KeyMatch<'_, N> {
+    type Value = [bool; N];
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_str(self)
     }
 }
 
-impl<'de> Visitor<'de> for KeyMatch<'_> {
-    type Value = [bool; FIELDS];
+impl<'de, const N: usize> Visitor<'de> for KeyMatch<'_, N> {
+    type Value = [bool; N];
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a field name")
@@ -108,7 +112,7 @@ mod tests {
     use super::*;
 
     /// `pick` agrees with parsing the whole line as a `Value`.
-    fn whole(line: &str, names: [Option<&str>; FIELDS]) -> [Option<Value>; FIELDS] {
+    fn whole(line: &str, names: [Option<&str>; 3]) -> [Option<Value>; 3] {
         let v: Value = serde_json::from_str(line).unwrap();
         names.map(|n| n.and_then(|n| v.get(n).cloned()))
     }
@@ -144,20 +148,18 @@ mod tests {
             br#"{"ts":1,"n":01}"#,     // a bad number in a skipped value
             br#"[1,2]"#,               // not an object
         ] {
-            let err = pick(bad, names).unwrap_err();
-            assert!(err.starts_with("invalid JSON: "), "{err}");
+            pick(bad, names).unwrap_err();
             assert!(serde_json::from_slice::<Value>(bad).is_err() || bad.starts_with(b"["));
         }
     }
 
     #[test]
     fn without_names_any_json_value_passes_and_garbage_does_not() {
-        assert_eq!(
-            pick(b"[1, 2] ", [None; FIELDS]).unwrap(),
-            [None, None, None]
-        );
-        assert_eq!(pick(b"\"s\"", [None; FIELDS]).unwrap(), [None, None, None]);
-        assert!(pick(b"{\"a\":", [None; FIELDS]).is_err());
-        assert!(pick(b"nope", [None; FIELDS]).is_err());
+        assert_eq!(pick(b"[1, 2] ", [None; 2]).unwrap(), [None, None]);
+        assert_eq!(field(br#"{"a":1}"#, "a").unwrap(), Some(1.into()));
+        assert_eq!(field(br#"{"a":1}"#, "b").unwrap(), None);
+        assert_eq!(pick(b"\"s\"", [None; 2]).unwrap(), [None, None]);
+        assert!(pick(b"{\"a\":", [None; 2]).is_err());
+        assert!(pick(b"nope", [None; 2]).is_err());
     }
 }
