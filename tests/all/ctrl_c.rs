@@ -10,17 +10,17 @@ use weir_tests::artifacts;
 
 use crate::util::{toml_path, weir};
 
-#[test]
-fn unbounded_job_stops_cleanly_on_sigint() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.txt");
-    let spec = dir.path().join("unbounded.toml");
+/// Writes `DIR/unbounded.toml`: job `name`, an endless sequence generator
+/// (20 000 records a second) → `uppercase` → a sink whose type (and
+/// options) are `sink`.
+fn unbounded_spec(dir: &Path, name: &str, sink: &str) -> std::path::PathBuf {
+    let spec = dir.join("unbounded.toml");
     std::fs::write(
         &spec,
         format!(
             r#"
 [job]
-name = "unbounded"
+name = "{name}"
 
 [[source]]
 id = "gen"
@@ -34,8 +34,7 @@ module = {m}
 
 [[sink]]
 id = "out"
-type = "file"
-path = {out}
+{sink}
 
 [[edge]]
 from = "gen"
@@ -46,10 +45,21 @@ from = "up"
 to = "out"
 "#,
             m = toml_path(Path::new(artifacts::UPPERCASE)),
-            out = toml_path(&out),
         ),
     )
     .unwrap();
+    spec
+}
+
+#[test]
+fn unbounded_job_stops_cleanly_on_sigint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let spec = unbounded_spec(
+        dir.path(),
+        "unbounded",
+        &format!("type = \"file\"\npath = {}", toml_path(&out)),
+    );
     let child = weir(&dir.path().join("cache"))
         .args(["run", "--json", spec.to_str().unwrap()])
         .stdout(Stdio::piped())
@@ -80,40 +90,7 @@ to = "out"
 #[test]
 fn weir_run_serves_metrics_while_the_job_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = dir.path().join("unbounded.toml");
-    std::fs::write(
-        &spec,
-        format!(
-            r#"
-[job]
-name = "observed"
-
-[[source]]
-id = "gen"
-type = "generator"
-kind = "sequence"
-rate = 20000
-
-[[operator]]
-id = "up"
-module = {m}
-
-[[sink]]
-id = "out"
-type = "blackhole"
-
-[[edge]]
-from = "gen"
-to = "up"
-
-[[edge]]
-from = "up"
-to = "out"
-"#,
-            m = toml_path(Path::new(artifacts::UPPERCASE)),
-        ),
-    )
-    .unwrap();
+    let spec = unbounded_spec(dir.path(), "observed", r#"type = "blackhole""#);
     let stderr = dir.path().join("stderr.txt");
     let child = weir(&dir.path().join("cache"))
         .args(["run", spec.to_str().unwrap(), "--metrics", "127.0.0.1:0"])

@@ -343,18 +343,24 @@ fn micros(us: Option<f64>) -> String {
 
 // ---- word count --------------------------------------------------------------
 
-fn word_count_workload(args: &WordCountArgs) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let input = dir.path().join("kjv-repeated.txt");
+/// Writes `kjv.txt` `repeat` times into `DIR/kjv-repeated.txt`; returns
+/// the file and its size in bytes.
+fn kjv_repeated(dir: &Path, repeat: u32) -> anyhow::Result<(PathBuf, u64)> {
+    let input = dir.join("kjv-repeated.txt");
     let text = std::fs::read(KJV).with_context(|| format!("read {KJV}"))?;
     let mut file = File::create(&input)?;
-    for _ in 0..args.repeat {
+    for _ in 0..repeat {
         file.write_all(&text)?;
     }
     file.sync_all()?;
-    drop(file);
+    Ok((input, text.len() as u64 * u64::from(repeat)))
+}
+
+fn word_count_workload(args: &WordCountArgs) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (input, bytes) = kjv_repeated(dir.path(), args.repeat)?;
     let input_arg = input.display().to_string();
-    let size_mib = (text.len() as u64 * u64::from(args.repeat)) as f64 / f64::from(1 << 20);
+    let size_mib = bytes as f64 / f64::from(1 << 20);
 
     let native = spawn_case(&["wc-native".into(), "--input".into(), input_arg.clone()])?;
     let mut rows = vec![("native HashMap (1 thread)".to_string(), native)];
@@ -415,14 +421,7 @@ fn word_count_workload(args: &WordCountArgs) -> anyhow::Result<()> {
 
 fn metrics_workload(args: &MetricsArgs) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let input = dir.path().join("kjv-repeated.txt");
-    let text = std::fs::read(KJV).with_context(|| format!("read {KJV}"))?;
-    let mut file = File::create(&input)?;
-    for _ in 0..args.repeat {
-        file.write_all(&text)?;
-    }
-    file.sync_all()?;
-    drop(file);
+    let (input, _) = kjv_repeated(dir.path(), args.repeat)?;
     let input_arg = input.display().to_string();
     let case = |metrics: bool| {
         spawn_case(&[

@@ -453,31 +453,26 @@ to = "slow"
         rss > 0 && memory["peak_rss_bytes"].as_u64().unwrap_or(0) >= rss,
         "{tms}"
     );
+    // The sink's p99, above 0: per vertex on the JobManager's `/metrics`,
+    // per subtask on the TaskManager's.
+    let p99 = |text: &str, family: &str, labels: &[&str]| {
+        let gauge = text
+            .lines()
+            .find(|l| {
+                l.starts_with(family)
+                    && l.contains(r#"vertex="slow""#)
+                    && l.contains(r#"quantile="0.99""#)
+                    && labels.iter().all(|label| l.contains(label))
+            })
+            .unwrap_or_else(|| panic!("no {family} p99 for the sink in:\n{text}"));
+        let seconds: f64 = gauge.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(seconds > 0.0, "{gauge}");
+    };
     let (status, text) = cluster.get_text("/metrics");
     assert_eq!(status, 200, "{text}");
-    let gauge = text
-        .lines()
-        .find(|l| {
-            l.starts_with("weir_job_vertex_latency_seconds{")
-                && l.contains(r#"vertex="slow""#)
-                && l.contains(r#"quantile="0.99""#)
-        })
-        .unwrap_or_else(|| panic!("no p99 latency gauge for the sink in:\n{text}"));
-    let seconds: f64 = gauge.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(seconds > 0.0, "{gauge}");
-    // The TaskManager's `/metrics` has them per subtask.
+    p99(&text, "weir_job_vertex_latency_seconds{", &[]);
     let text = scrape(&metrics_address(&cluster, 0));
-    let gauge = text
-        .lines()
-        .find(|l| {
-            l.starts_with("weir_latency_seconds{")
-                && l.contains(r#"vertex="slow""#)
-                && l.contains(r#"subtask="0""#)
-                && l.contains(r#"quantile="0.99""#)
-        })
-        .unwrap_or_else(|| panic!("no per-subtask p99 latency for the sink in:\n{text}"));
-    let seconds: f64 = gauge.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(seconds > 0.0, "{gauge}");
+    p99(&text, "weir_latency_seconds{", &[r#"subtask="0""#]);
 }
 
 /// `GET http://ADDR/metrics` of a TaskManager, as text.
