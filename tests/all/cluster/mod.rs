@@ -440,7 +440,8 @@ fn jobmanager_restart_keeps_modules_and_taskmanagers_come_back() {
 }
 
 /// `weir local`: one process, a JobManager and two TaskManagers with QUIC
-/// between them; a submitted job runs to the right result.
+/// between them; a submitted job runs to the right result. With
+/// `--metrics`, each TaskManager serves its own `/metrics`.
 #[test]
 fn weir_local_runs_a_submitted_job() {
     let dir = tempfile::tempdir().unwrap();
@@ -451,6 +452,8 @@ fn weir_local_runs_a_submitted_job() {
         "--slots",
         "2",
         "--rest",
+        "127.0.0.1:0",
+        "--metrics",
         "127.0.0.1:0",
         "--data-dir",
         &dir.path().join("data").display().to_string(),
@@ -506,6 +509,20 @@ fn weir_local_runs_a_submitted_job() {
         counts_in(&out) == expected,
         "counts differ from the independent count"
     );
+    // Each TaskManager printed its own metrics address (printed before the
+    // ready line), and answers there for itself.
+    let stderr = local.stderr_text();
+    for tm in ["tm-1", "tm-2"] {
+        let prefix = format!("taskmanager {tm} metrics http://");
+        let url = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no metrics address for {tm} in:\n{stderr}"));
+        let mut r = ureq::get(format!("http://{url}")).call().unwrap();
+        let text = r.body_mut().read_to_string().unwrap();
+        let slots = format!(r#"weir_taskmanager_slots{{taskmanager="{tm}"}} 2"#);
+        assert!(text.contains(&slots), "{tm}'s /metrics:\n{text}");
+    }
     local.terminate();
 }
 
