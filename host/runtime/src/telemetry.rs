@@ -12,8 +12,8 @@
 //! - [`logs::RateLimit`]: a token bucket on log lines per subtask, so a
 //!   guest logging in a tight loop cannot flood its daemon (its stderr, its
 //!   memory, the heartbeats to the JobManager).
-//! - [`OperatorTelemetry`]: one operator instance's ring, rate limit and
-//!   metrics, shared between the instance (which writes, on its subtask's
+//! - [`OperatorTelemetry`]: one operator instance's ring, rate limit,
+//!   metrics and the cost of its guest calls ([`CallStats`]), shared between the instance (which writes, on its subtask's
 //!   thread) and whoever reads them (the TaskManager's heartbeat, which
 //!   ships new log lines to the JobManager, and its `/metrics`).
 //!
@@ -39,6 +39,7 @@ pub mod memory;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use logs::{LINE_OVERHEAD, LogLevel, LogLine, LogRing, RateLimit};
 
@@ -68,6 +69,25 @@ pub struct Unshipped {
 #[derive(Debug, Default)]
 pub struct OperatorTelemetry {
     inner: Mutex<Inner>,
+    /// Guest calls made (one per batch, timer, watermark…).
+    calls: AtomicU64,
+    /// Nanoseconds spent in those calls, host functions included.
+    call_ns: AtomicU64,
+    /// Bytes of linear memory and tables the instance holds, after its
+    /// latest call.
+    memory_bytes: AtomicU64,
+}
+
+/// What an operator instance's guest calls cost
+/// ([`OperatorTelemetry::calls`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallStats {
+    /// Guest calls made.
+    pub calls: u64,
+    /// Nanoseconds spent in them.
+    pub call_ns: u64,
+    /// Bytes of linear memory and tables after the latest call.
+    pub memory_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -102,6 +122,23 @@ impl OperatorTelemetry {
     /// An empty ring with the default bounds and rate limit.
     pub fn new() -> OperatorTelemetry {
         OperatorTelemetry::default()
+    }
+
+    /// Counts one guest call that took `ns` and left the instance with
+    /// `memory_bytes` of memories and tables.
+    pub fn record_call(&self, ns: u64, memory_bytes: u64) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.call_ns.fetch_add(ns, Ordering::Relaxed);
+        self.memory_bytes.store(memory_bytes, Ordering::Relaxed);
+    }
+
+    /// The guest calls so far.
+    pub fn calls(&self) -> CallStats {
+        CallStats {
+            calls: self.calls.load(Ordering::Relaxed),
+            call_ns: self.call_ns.load(Ordering::Relaxed),
+            memory_bytes: self.memory_bytes.load(Ordering::Relaxed),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {

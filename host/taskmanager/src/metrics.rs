@@ -164,6 +164,12 @@ fn job_metrics(e: &mut Exposition, job: &LocalJob) {
                     &labels,
                     w as f64 / 1000.0,
                 );
+                e.gauge(
+                    "weir_watermark_lag_seconds",
+                    "How far the subtask's watermark is behind the wall clock.",
+                    &labels,
+                    (weir_runtime::connectors::now_millis() - w) as f64 / 1000.0,
+                );
             }
             let guest = m.telemetry.metrics();
             let operator = [
@@ -219,7 +225,8 @@ fn job_metrics(e: &mut Exposition, job: &LocalJob) {
 
 /// The built-in samples of one subtask (`job.metrics`, on by default):
 /// records and bytes, the busy, idle and backpressured time of a task's
-/// head, and the latency markers' quantiles where markers arrived.
+/// head, its Wasm instance's calls, call time and memory, and the latency
+/// markers' quantiles where markers arrived.
 fn subtask_samples(
     e: &mut Exposition,
     labels: &[(&'static str, &str); 4],
@@ -275,6 +282,28 @@ fn subtask_samples(
         ] {
             e.counter(family, help, labels, value);
         }
+    }
+    let calls = m.telemetry.calls();
+    if calls.calls > 0 {
+        e.counter(
+            "weir_wasm_calls_total",
+            "Calls into the subtask's Wasm operator instance (one per batch, timer, watermark).",
+            labels,
+            calls.calls as f64,
+        );
+        e.counter(
+            "weir_wasm_call_seconds_total",
+            "Time spent in those calls, host functions (state access) included.",
+            labels,
+            calls.call_ns as f64 / 1e9,
+        );
+        e.gauge(
+            "weir_wasm_memory_bytes",
+            "Linear memory and tables the subtask's Wasm instance holds (against \
+             job.limits.memory_mb).",
+            labels,
+            calls.memory_bytes as f64,
+        );
     }
     if let Some(l) = LatencyQuantiles::of(&m.latency_samples()) {
         for (quantile, ms) in [("0.5", l.p50), ("0.95", l.p95), ("0.99", l.p99)] {

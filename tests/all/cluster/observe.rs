@@ -297,6 +297,26 @@ scrape_configs:
         let (code, out) = promtool_check(text);
         assert_eq!(code, Some(0), "promtool on {who}'s metrics: {out}\n{text}");
     }
+    // Each TaskManager runs one chatty subtask: its Wasm instance's calls,
+    // time in them and memory are there, above 0.
+    for (who, text) in &texts[1..] {
+        for family in [
+            "weir_wasm_calls_total{",
+            "weir_wasm_call_seconds_total{",
+            "weir_wasm_memory_bytes{",
+        ] {
+            let value = text
+                .lines()
+                .find(|l| {
+                    l.starts_with(family)
+                        && l.contains(&format!(r#"job_id="{id}""#))
+                        && l.contains(r#"vertex="chatty""#)
+                })
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no {family} for chatty on {who}:\n{text}"));
+            assert!(value > 0.0, "{family} on {who}: {value}");
+        }
+    }
     let log = std::fs::read_to_string(&prometheus.log).unwrap_or_default();
     drop(prometheus);
     assert!(

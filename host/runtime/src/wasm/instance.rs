@@ -716,7 +716,13 @@ fn guarded_call<T>(
         ));
     }
     arm_deadline(store, deadline_ticks);
-    match f(store) {
+    let started = std::time::Instant::now();
+    let result = f(store);
+    config.telemetry.record_call(
+        started.elapsed().as_nanos() as u64,
+        store.data().limiter.allocated as u64,
+    );
+    match result {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(message)) => Err(OperatorError::new(
             &config.operator,
