@@ -225,8 +225,8 @@ fn job_metrics(e: &mut Exposition, job: &LocalJob) {
 
 /// The built-in samples of one subtask (`job.metrics`, on by default):
 /// records and bytes, the busy, idle and backpressured time of a task's
-/// head, its Wasm instance's calls, call time and memory, and the latency
-/// markers' quantiles where markers arrived.
+/// head, its input queue's fill, its Wasm instance's calls, call time and
+/// memory, and the latency markers' quantiles where markers arrived.
 fn subtask_samples(
     e: &mut Exposition,
     labels: &[(&'static str, &str); 4],
@@ -282,6 +282,24 @@ fn subtask_samples(
         ] {
             e.counter(family, help, labels, value);
         }
+    }
+    let capacity = m.input_capacity.load(Ordering::Relaxed);
+    if head && capacity > 0 {
+        let queued = m.input_queued.load(Ordering::Relaxed) as f64;
+        e.gauge(
+            "weir_input_queue_batches",
+            "Messages (mostly batches) waiting in the subtask's input queue (head vertices \
+             with an input only).",
+            labels,
+            queued,
+        );
+        e.gauge(
+            "weir_input_queue_fill_ratio",
+            "The subtask's input queue's fill, 0 to 1 (Flink's inPoolUsage): near 1 when \
+             it cannot keep up.",
+            labels,
+            queued / capacity as f64,
+        );
     }
     let calls = m.telemetry.calls();
     if calls.calls > 0 {

@@ -493,6 +493,18 @@ to = "slow"
     p99(&text, "weir_job_vertex_latency_seconds{", &[]);
     let text = scrape(&metrics_address(&cluster, 0));
     p99(&text, "weir_latency_seconds{", &[r#"subtask="0""#]);
+    // The queue in front of the throttled sink is what the markers waited
+    // in: its fill is high (the sink takes 1,000 of the 5,000 records a
+    // second; a full queue reads 1, one just taken from 7/8).
+    let fill = text
+        .lines()
+        .find(|l| l.starts_with("weir_input_queue_fill_ratio{") && l.contains(r#"vertex="slow""#))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no input queue fill for the sink in:\n{text}"));
+    assert!(
+        fill >= 0.5,
+        "the throttled sink's input queue is {fill} full"
+    );
 }
 
 /// `GET http://ADDR/metrics` of a TaskManager, as text.

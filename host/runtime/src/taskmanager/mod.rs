@@ -183,6 +183,12 @@ pub struct SubtaskMetrics {
     /// The latencies (ms) of the last [`LATENCY_HISTORY`] latency markers
     /// that reached it, oldest first.
     pub latency_ms: std::sync::Mutex<std::collections::VecDeque<u32>>,
+    /// Head vertices of a task with an input only: messages (batches,
+    /// barriers, watermarks) waiting in its input queue after its latest
+    /// receive, and the queue's capacity.
+    pub input_queued: AtomicU64,
+    /// See `input_queued` (0: no input queue seen).
+    pub input_capacity: AtomicU64,
 }
 
 /// Latency markers remembered per subtask of a vertex (Flink's
@@ -238,6 +244,8 @@ impl Default for SubtaskMetrics {
             started: Instant::now(),
             telemetry: Arc::default(),
             latency_ms: Default::default(),
+            input_queued: AtomicU64::new(0),
+            input_capacity: AtomicU64::new(0),
         }
     }
 }
@@ -1200,7 +1208,10 @@ impl Subtask {
             return Err(TaskError::Aborted);
         }
         match rx.try_recv() {
-            Ok(m) => return Ok(Some(m)),
+            Ok(m) => {
+                self.note_queue(rx);
+                return Ok(Some(m));
+            }
             Err(mpsc::error::TryRecvError::Disconnected) => return Err(TaskError::Aborted),
             Err(mpsc::error::TryRecvError::Empty) if timeout.is_some_and(|t| t.is_zero()) => {
                 return Ok(None);
@@ -1232,7 +1243,18 @@ impl Subtask {
                 c.idle_ns.fetch_add(waited, Ordering::Relaxed);
             }
         }
+        self.note_queue(rx);
         got
+    }
+
+    /// Remembers how full the input queue is, for `/metrics` (the head's
+    /// counters; none without `job.metrics`).
+    fn note_queue(&self, rx: &mpsc::Receiver<Message>) {
+        if let Some(c) = self.counters(self.head_vertex) {
+            c.input_queued.store(rx.len() as u64, Ordering::Relaxed);
+            c.input_capacity
+                .store(rx.max_capacity() as u64, Ordering::Relaxed);
+        }
     }
 
     fn recv(&self, rx: &mut mpsc::Receiver<Message>) -> Result<Message, TaskError> {
