@@ -7,8 +7,7 @@
 //!
 //! This module must not add behaviour of its own beyond what `weir run`
 //! needs to watch its job (metrics, `/metrics`, `wait_idle`,
-//! `stop_sources`): the
-//! embedded mode is the cluster code path.
+//! `stop_sources`): the embedded mode is the cluster code path.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
