@@ -194,8 +194,10 @@ impl EmbeddedCluster {
                 link,
             )
             .map_err(|e| ApiError::internal(e.to_string()))?;
-            if let Some(listener) = self.metrics.as_ref().and_then(|l| l.try_clone().ok()) {
-                let listener = tokio::net::TcpListener::from_std(listener)
+            if let Some(listener) = &self.metrics {
+                let listener = listener
+                    .try_clone()
+                    .and_then(tokio::net::TcpListener::from_std)
                     .map_err(|e| ApiError::internal(format!("metrics listener: {e}")))?;
                 taskmanager.serve_metrics(listener);
             }

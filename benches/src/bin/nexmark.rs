@@ -210,6 +210,21 @@ struct Measured {
     load: f64,
 }
 
+impl Measured {
+    /// A run that counted `results` in `job_secs` of its own time (the
+    /// load average read now).
+    fn counted(results: u64, job_secs: f64, wall: f64, cpu: f64) -> Measured {
+        Measured {
+            results: Some(results),
+            windows: None,
+            job_secs,
+            wall,
+            cpu,
+            load: load1(),
+        }
+    }
+}
+
 /// A table row: one system's run of one query, with its empty-file run.
 struct Row {
     query: String,
@@ -332,14 +347,7 @@ fn run_native(exe: &Path, query: &str, events: &Path) -> anyhow::Result<Measured
         let (n, s) = line.split_once(' ').context("RESULT n secs")?;
         Ok((n.parse::<u64>()?, s.parse::<f64>()?))
     })?;
-    Ok(Measured {
-        results: Some(results),
-        windows: None,
-        job_secs: secs,
-        wall,
-        cpu,
-        load: load1(),
-    })
+    Ok(Measured::counted(results, secs, wall, cpu))
 }
 
 /// `weir run --json SPEC`, pinned to `p` cores.
@@ -372,14 +380,7 @@ fn run_weir(weir: &Path, spec: &Path, dir: &Path, p: u32) -> anyhow::Result<Meas
             .with_context(|| format!("no sink in {summary}"))?;
         Ok((sink["records_in"].as_u64().context("records_in")?, secs))
     })?;
-    Ok(Measured {
-        results: Some(results),
-        windows: None,
-        job_secs: secs,
-        wall,
-        cpu,
-        load: load1(),
-    })
+    Ok(Measured::counted(results, secs, wall, cpu))
 }
 
 /// The Flink launcher over `events`, pinned to core 0 (p=1). With `count`,

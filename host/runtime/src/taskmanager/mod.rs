@@ -1151,15 +1151,7 @@ impl Subtask {
                         r = target.tx.send(msg) => r.map_err(|_| TaskError::Aborted),
                     }
                 });
-                if let Some(waited) = waited {
-                    let waited = waited.elapsed().as_nanos() as u64;
-                    self.metrics.vertices[self.head_vertex]
-                        .backpressured_ns
-                        .fetch_add(waited, Ordering::Relaxed);
-                    if let Some(c) = self.counters(self.head_vertex) {
-                        c.backpressured_ns.fetch_add(waited, Ordering::Relaxed);
-                    }
-                }
+                self.count_wait(waited, |v| &v.backpressured_ns, |c| &c.backpressured_ns);
                 sent
             }
         };
@@ -1234,17 +1226,28 @@ impl Subtask {
                 _ = timeout => Ok(None),
             }
         });
-        if let Some(waited) = waited {
-            let waited = waited.elapsed().as_nanos() as u64;
-            self.metrics.vertices[self.head_vertex]
-                .idle_ns
-                .fetch_add(waited, Ordering::Relaxed);
-            if let Some(c) = self.counters(self.head_vertex) {
-                c.idle_ns.fetch_add(waited, Ordering::Relaxed);
-            }
-        }
+        self.count_wait(waited, |v| &v.idle_ns, |c| &c.idle_ns);
         self.note_queue(rx);
         got
+    }
+
+    /// Adds the time since `started` (`None`: not timed, without
+    /// `job.metrics`) to the head vertex's counter `vertex` and to this
+    /// subtask's counter `subtask` of it.
+    fn count_wait(
+        &self,
+        started: Option<Instant>,
+        vertex: fn(&VertexMetrics) -> &AtomicU64,
+        subtask: fn(&SubtaskMetrics) -> &AtomicU64,
+    ) {
+        let Some(started) = started else {
+            return;
+        };
+        let ns = started.elapsed().as_nanos() as u64;
+        vertex(&self.metrics.vertices[self.head_vertex]).fetch_add(ns, Ordering::Relaxed);
+        if let Some(c) = self.counters(self.head_vertex) {
+            subtask(c).fetch_add(ns, Ordering::Relaxed);
+        }
     }
 
     /// Remembers how full the input queue is, for `/metrics` (the head's
