@@ -48,6 +48,12 @@ impl HostOperatorCore {
         self.state = Some(backend);
     }
 
+    /// The keyed state's backend and about how many bytes it takes.
+    pub(crate) fn state_size(&self) -> Option<(crate::state::BackendKind, u64)> {
+        let state = self.state.as_ref()?;
+        Some((state.kind(), state.size_bytes()))
+    }
+
     pub(crate) fn backend(&mut self) -> Result<&mut Box<dyn KeyedStateBackend>, OperatorError> {
         if self.state.is_none() {
             return Err(self.fail(FailureKind::Host, "operator without state".into()));

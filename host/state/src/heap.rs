@@ -14,6 +14,12 @@
 //!
 //! Invariant: no table holds an empty list or an empty map.
 //!
+//! [`KeyedStateBackend::size_bytes`] is the bytes of keys, user keys and
+//! stored values the tables hold, kept up to date by every call that adds
+//! or drops an entry (invariant: it equals a full count over the tables,
+//! which the tests check after random operations); the maps' own overhead
+//! is not counted.
+//!
 //! Nothing is durable; [`KeyedStateBackend::flush`] is a no-op. For
 //! checkpoints, [`KeyedStateBackend::snapshot_local`] writes the whole state
 //! to one file, [`SNAPSHOT_FILE`], that [`HeapBackend::restore`] reads back
@@ -96,6 +102,18 @@ macro_rules! table {
 pub struct HeapBackend {
     schema: Schema,
     tables: Vec<Table>,
+    /// Bytes of keys, user keys and stored values held (module docs).
+    bytes: u64,
+}
+
+/// Bytes of one list's elements.
+fn list_bytes(elements: &[Vec<u8>]) -> u64 {
+    elements.iter().map(|e| e.len() as u64).sum()
+}
+
+/// Bytes of one map's user keys and values.
+fn map_bytes(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> u64 {
+    map.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum()
 }
 
 impl HeapBackend {
@@ -107,7 +125,36 @@ impl HeapBackend {
                 StateKind::Map => Table::Map(Groups::new(&schema)),
             })
             .collect();
-        Self { schema, tables }
+        Self {
+            schema,
+            tables,
+            bytes: 0,
+        }
+    }
+
+    /// Counts every byte [`HeapBackend::bytes`] stands for, table by table.
+    pub(crate) fn count_bytes(&self) -> u64 {
+        let mut bytes = 0;
+        for table in &self.tables {
+            bytes += match table {
+                Table::Value(groups) => groups
+                    .iter()
+                    .flat_map(|(_, t)| t)
+                    .map(|(k, v)| (k.len() + v.len()) as u64)
+                    .sum::<u64>(),
+                Table::List(groups) => groups
+                    .iter()
+                    .flat_map(|(_, t)| t)
+                    .map(|(k, l)| k.len() as u64 + list_bytes(l))
+                    .sum(),
+                Table::Map(groups) => groups
+                    .iter()
+                    .flat_map(|(_, t)| t)
+                    .map(|(k, m)| k.len() as u64 + map_bytes(m))
+                    .sum(),
+            };
+        }
+        bytes
     }
 
     /// The whole state in the snapshot format (module docs).
@@ -163,6 +210,7 @@ impl HeapBackend {
         backend
             .decode_snapshot(&bytes)
             .map_err(|e| StateError::Backend(format!("heap snapshot {}: {e}", file.display())))?;
+        backend.bytes = backend.count_bytes();
         Ok(backend)
     }
 
@@ -369,6 +417,7 @@ impl KeyedStateBackend for HeapBackend {
         };
         let value = live_copy(stored, now)?;
         if value.is_none() {
+            self.bytes -= (key.len() + stored.len()) as u64;
             table.remove(key);
         }
         Ok(value)
@@ -379,9 +428,15 @@ impl KeyedStateBackend for HeapBackend {
         let expiry = self.schema.expiry(meta);
         let table = table!(self, state, Value).table(kg);
         match table.get_mut(key) {
-            Some(slot) => store_into(slot, expiry, value),
+            Some(slot) => {
+                self.bytes -= slot.len() as u64;
+                store_into(slot, expiry, value);
+                self.bytes += slot.len() as u64;
+            }
             None => {
-                table.insert(key.to_vec(), stored(expiry, value));
+                let slot = stored(expiry, value);
+                self.bytes += (key.len() + slot.len()) as u64;
+                table.insert(key.to_vec(), slot);
             }
         }
         Ok(())
@@ -396,6 +451,7 @@ impl KeyedStateBackend for HeapBackend {
         };
         if now.is_some() {
             let mut live = Ok(());
+            let before = list_bytes(elements);
             elements.retain(|e| match ttl::decode(e, now) {
                 Ok(v) => v.is_some(),
                 Err(err) => {
@@ -403,8 +459,10 @@ impl KeyedStateBackend for HeapBackend {
                     true
                 }
             });
+            self.bytes -= before - list_bytes(elements);
             live?;
             if elements.is_empty() {
+                self.bytes -= key.len() as u64;
                 table.remove(key);
                 return Ok(Vec::new());
             }
@@ -418,9 +476,11 @@ impl KeyedStateBackend for HeapBackend {
         let expiry = self.schema.expiry(meta);
         let table = table!(self, state, List).table(kg);
         let element = stored(expiry, element);
+        self.bytes += element.len() as u64;
         match table.get_mut(key) {
             Some(list) => list.push(element),
             None => {
+                self.bytes += key.len() as u64;
                 table.insert(key.to_vec(), vec![element]);
             }
         }
@@ -444,8 +504,10 @@ impl KeyedStateBackend for HeapBackend {
         };
         let value = live_copy(stored, now)?;
         if value.is_none() {
+            self.bytes -= (user_key.len() + stored.len()) as u64;
             map.remove(user_key);
             if map.is_empty() {
+                self.bytes -= key.len() as u64;
                 table.remove(key);
             }
         }
@@ -463,13 +525,20 @@ impl KeyedStateBackend for HeapBackend {
         let expiry = self.schema.expiry(meta);
         let table = table!(self, state, Map).table(kg);
         if !table.contains_key(key) {
+            self.bytes += key.len() as u64;
             table.insert(key.to_vec(), BTreeMap::new());
         }
         let map = table.get_mut(key).expect("inserted above");
         match map.get_mut(user_key) {
-            Some(slot) => store_into(slot, expiry, value),
+            Some(slot) => {
+                self.bytes -= slot.len() as u64;
+                store_into(slot, expiry, value);
+                self.bytes += slot.len() as u64;
+            }
             None => {
-                map.insert(user_key.to_vec(), stored(expiry, value));
+                let slot = stored(expiry, value);
+                self.bytes += (user_key.len() + slot.len()) as u64;
+                map.insert(user_key.to_vec(), slot);
             }
         }
         Ok(())
@@ -479,8 +548,11 @@ impl KeyedStateBackend for HeapBackend {
         let (kg, _) = self.schema.check(state, Some(StateKind::Map), key)?;
         let table = table!(self, state, Map).table(kg);
         if let Some(map) = table.get_mut(key) {
-            map.remove(user_key);
+            if let Some(old) = map.remove(user_key) {
+                self.bytes -= (user_key.len() + old.len()) as u64;
+            }
             if map.is_empty() {
+                self.bytes -= key.len() as u64;
                 table.remove(key);
             }
         }
@@ -503,9 +575,12 @@ impl KeyedStateBackend for HeapBackend {
             }
         }
         for user_key in &expired {
-            map.remove(user_key);
+            if let Some(old) = map.remove(user_key) {
+                self.bytes -= (user_key.len() + old.len()) as u64;
+            }
         }
         if map.is_empty() {
+            self.bytes -= key.len() as u64;
             table.remove(key);
         }
         Ok(entries)
@@ -513,16 +588,13 @@ impl KeyedStateBackend for HeapBackend {
 
     fn clear(&mut self, state: u32, key: &[u8]) -> Result<(), StateError> {
         let (kg, _) = self.schema.check(state, None, key)?;
-        match &mut self.tables[state as usize] {
-            Table::Value(groups) => {
-                groups.table(kg).remove(key);
-            }
-            Table::List(groups) => {
-                groups.table(kg).remove(key);
-            }
-            Table::Map(groups) => {
-                groups.table(kg).remove(key);
-            }
+        let freed = match &mut self.tables[state as usize] {
+            Table::Value(groups) => groups.table(kg).remove(key).map(|v| v.len() as u64),
+            Table::List(groups) => groups.table(kg).remove(key).map(|l| list_bytes(&l)),
+            Table::Map(groups) => groups.table(kg).remove(key).map(|m| map_bytes(&m)),
+        };
+        if let Some(freed) = freed {
+            self.bytes -= key.len() as u64 + freed;
         }
         Ok(())
     }
@@ -548,6 +620,10 @@ impl KeyedStateBackend for HeapBackend {
 
     fn kind(&self) -> BackendKind {
         BackendKind::Heap
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.bytes
     }
 
     fn export(&mut self, visit: &mut crate::ExportVisitor<'_>) -> Result<(), StateError> {
@@ -621,28 +697,39 @@ impl KeyedStateBackend for HeapBackend {
             namespace,
             ..
         } = self.schema.check_stored(state, stored_key)?;
-        match &mut self.tables[state as usize] {
+        let key_len = key.len() as u64;
+        // Bytes the key held before (`None`: absent) and holds after.
+        let (before, after) = match &mut self.tables[state as usize] {
             Table::Value(groups) => {
-                groups.table(kg).insert(key.to_vec(), stored_value.to_vec());
+                let old = groups.table(kg).insert(key.to_vec(), stored_value.to_vec());
+                (old.map(|v| v.len() as u64), Some(stored_value.len() as u64))
             }
             Table::List(groups) => {
                 let elements = layout::list_elements(stored_value)
                     .map(|e| e.map(<[u8]>::to_vec))
                     .collect::<Result<Vec<_>, _>>()?;
-                if elements.is_empty() {
-                    groups.table(kg).remove(key);
+                let after = (!elements.is_empty()).then(|| list_bytes(&elements));
+                let old = if elements.is_empty() {
+                    groups.table(kg).remove(key)
                 } else {
-                    groups.table(kg).insert(key.to_vec(), elements);
-                }
+                    groups.table(kg).insert(key.to_vec(), elements)
+                };
+                (old.map(|l| list_bytes(&l)), after)
             }
             Table::Map(groups) => {
-                groups
-                    .table(kg)
-                    .entry(key.to_vec())
-                    .or_default()
-                    .insert(namespace.to_vec(), stored_value.to_vec());
+                let map = groups.table(kg).entry(key.to_vec()).or_default();
+                let fresh = map.is_empty();
+                let old = map.insert(namespace.to_vec(), stored_value.to_vec());
+                let entry = |v: &[u8]| (namespace.len() + v.len()) as u64;
+                // Only the one user key changes: count it alone.
+                (
+                    (!fresh).then(|| old.as_deref().map_or(0, entry)),
+                    Some(entry(stored_value)),
+                )
             }
-        }
+        };
+        self.bytes += after.map_or(0, |a| key_len + a);
+        self.bytes -= before.map_or(0, |b| key_len + b);
         Ok(())
     }
 }

@@ -241,6 +241,13 @@ pub trait KeyedStateBackend: Send {
     }
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
+    /// About how many bytes the state takes now, for metrics. Heap: the
+    /// bytes of keys, user keys and stored values in its tables. RocksDB:
+    /// its live SST files, its memtables and the write-back buffer's
+    /// unflushed writes (RocksDB's own estimate: between compactions, SST
+    /// files also hold overwritten versions). Cheap enough to call every
+    /// second; never fails.
+    fn size_bytes(&self) -> u64;
     /// Every entry of every state in the canonical form both backends
     /// share ([`layout`]): `visit(state id, stored key, stored value)`,
     /// where the stored key is `[key group][key len][key][user key for

@@ -636,6 +636,26 @@ impl KeyedStateBackend for RocksDbBackend {
         BackendKind::RocksDb
     }
 
+    fn size_bytes(&self) -> u64 {
+        use ::rocksdb::properties::{CUR_SIZE_ALL_MEM_TABLES, LIVE_SST_FILES_SIZE};
+        let db = &self.store.db;
+        let mut bytes = (self.buffer.dirty_bytes + self.import_bytes) as u64;
+        for name in &self.store.cf_names {
+            let Some(cf) = db.cf_handle(name) else {
+                continue;
+            };
+            for property in [LIVE_SST_FILES_SIZE, CUR_SIZE_ALL_MEM_TABLES] {
+                // A property RocksDB cannot give counts as 0: metrics only.
+                bytes += db
+                    .property_int_value_cf(cf, property)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0);
+            }
+        }
+        bytes
+    }
+
     fn export(&mut self, visit: &mut crate::ExportVisitor<'_>) -> Result<(), StateError> {
         for state in 0..self.store.cf_names.len() as u32 {
             self.export_state(state, visit)?;

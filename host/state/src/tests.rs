@@ -123,6 +123,12 @@ impl KeyedStateBackend for FlushEveryWrite {
     fn kind(&self) -> BackendKind {
         self.0.kind()
     }
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn compact(&mut self) -> Result<(), StateError> {
+        self.0.compact()
+    }
     fn export(&mut self, visit: &mut ExportVisitor<'_>) -> Result<(), StateError> {
         self.0.export(visit)
     }
@@ -719,6 +725,113 @@ fn matches_a_model_under_random_operations(h: Harness) {
     }
 }
 
+/// `size_bytes` follows what the state holds: at least the bytes written
+/// once they are in, and most of it gone once every key is cleared and
+/// compacted away (values are pseudo-random, so RocksDB's LZ4 cannot
+/// shrink them).
+fn size_follows_the_state(h: Harness) {
+    let mut b = h.open(&[value("v"), map("m")]);
+    let empty = b.size_bytes();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let (keys, len) = (2_000u32, 512usize);
+    for k in 0..keys {
+        let value: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        b.value_set(0, &k.to_le_bytes(), &value).unwrap();
+        b.map_put(1, b"one key", &k.to_le_bytes(), &value).unwrap();
+    }
+    let written = 2 * u64::from(keys) * len as u64;
+    assert!(
+        b.size_bytes() >= written,
+        "{} bytes before the flush, {written} written",
+        b.size_bytes()
+    );
+    b.flush().unwrap();
+    let full = b.size_bytes();
+    assert!(
+        full >= written,
+        "{full} bytes after the flush, {written} written"
+    );
+    for k in 0..keys {
+        b.clear(0, &k.to_le_bytes()).unwrap();
+    }
+    b.clear(1, b"one key").unwrap();
+    b.compact().unwrap();
+    let cleared = b.size_bytes();
+    assert!(
+        cleared < empty + written / 10,
+        "{cleared} bytes after clearing everything (empty: {empty}, full: {full})"
+    );
+}
+
+/// The heap backend's running byte count equals a full count of its
+/// tables after every operation, TTL expiry and import included.
+#[test]
+fn heap_size_is_kept_exactly_under_random_operations() {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let ttl = Duration::from_millis(50);
+    let states = [
+        value("v"),
+        list("l"),
+        map("m"),
+        value("tv").with_ttl(ttl),
+        list("tl").with_ttl(ttl),
+        map("tm").with_ttl(ttl),
+    ];
+    let range = KeyGroupRange::all(MAX);
+    let schema = layout::Schema::new(&states, range, MAX, clock.clone()).unwrap();
+    let mut b = crate::heap::HeapBackend::new(schema);
+    let mut exported = Vec::new();
+    let keys: [&[u8]; 4] = [b"", b"a", b"ab", &[0xff; 9]];
+    let user_keys: [&[u8]; 3] = [b"", b"x", b"xyz"];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for step in 0..20_000u32 {
+        let k = keys[rng.below(keys.len() as u64) as usize];
+        let uk = user_keys[rng.below(user_keys.len() as u64) as usize];
+        let val = vec![7u8; rng.below(20) as usize];
+        // Even ids: without TTL; odd: the same kind with one.
+        let ttl = 3 * rng.below(2) as u32;
+        match rng.below(13) {
+            0 => b.value_set(ttl, k, &val),
+            1 => b.value_get(ttl, k).map(drop),
+            2 => b.list_add(1 + ttl, k, &val),
+            3 => b.list_get(1 + ttl, k).map(drop),
+            4 => b.map_put(2 + ttl, k, uk, &val),
+            5 => b.map_get(2 + ttl, k, uk).map(drop),
+            6 => b.map_remove(2 + ttl, k, uk),
+            7 => b.map_entries(2 + ttl, k).map(drop),
+            8 => b.clear(rng.below(6) as u32, k),
+            9 => {
+                clock.advance(Duration::from_millis(rng.below(40)));
+                Ok(())
+            }
+            10 => {
+                exported.clear();
+                b.export(&mut |state, key, value| {
+                    exported.push((state, key.to_vec(), value.to_vec()));
+                    Ok(())
+                })
+            }
+            _ => match exported.get(rng.below(exported.len() as u64 + 1) as usize) {
+                Some((state, key, value)) => b.import(*state, key, value),
+                None => Ok(()),
+            },
+        }
+        .unwrap();
+        assert_eq!(b.size_bytes(), b.count_bytes(), "step {step}");
+    }
+    assert!(b.size_bytes() > 0);
+    // A restore counts from scratch.
+    let dir = tempfile::tempdir().unwrap();
+    b.snapshot_local(&dir.path().join("s")).unwrap();
+    let schema = layout::Schema::new(&states, range, MAX, clock).unwrap();
+    let restored = crate::heap::HeapBackend::restore(
+        schema,
+        &dir.path().join("s").join(crate::heap::SNAPSHOT_FILE),
+    )
+    .unwrap();
+    assert_eq!(restored.size_bytes(), b.size_bytes());
+}
+
 #[test]
 fn rocksdb_state_survives_close_and_reopen() {
     let h = Harness::new(BackendKind::RocksDb, false);
@@ -813,4 +926,5 @@ suite!(
     import_splits_by_key_group,
     import_refuses_malformed_entries,
     import_in_any_order_keeps_the_last_value_of_a_key,
+    size_follows_the_state,
 );

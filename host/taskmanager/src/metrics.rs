@@ -2,7 +2,8 @@
 //! the Prometheus text exposition of what runs here, per job, vertex and
 //! subtask — records and bytes in and out, busy, idle and backpressured
 //! time (of each task's head vertex, where they are measured), the
-//! latency markers' quantiles, the watermark — and each operator's own
+//! latency markers' quantiles, the watermark, the keyed state's size per
+//! backend, the network channels' buffers and credits — and each operator's own
 //! counters and gauges (the guest's `metrics` interface) labeled with job,
 //! operator and subtask, as Flink's TaskManager reporter has its task and
 //! operator metrics. A job with `metrics = false` measures none of the
@@ -113,6 +114,34 @@ pub(crate) fn render(inner: &Inner) -> String {
         "Bytes serialized for other TaskManagers and not yet credited back.",
         &[("taskmanager", tm)],
         net.buffered_bytes as f64,
+    );
+    for (direction, open) in [("out", net.channels_out), ("in", net.channels_in)] {
+        e.gauge(
+            "weir_taskmanager_network_channels",
+            "Data channels to (out) and from (in) other TaskManagers open now.",
+            &[("taskmanager", tm), ("direction", direction)],
+            open as f64,
+        );
+    }
+    e.gauge(
+        "weir_taskmanager_network_buffers_in_flight",
+        "Network buffers sent to other TaskManagers and not yet credited back.",
+        &[("taskmanager", tm)],
+        net.buffers_in_flight as f64,
+    );
+    e.gauge(
+        "weir_taskmanager_network_credits_available",
+        "Credits the outgoing channels hold: buffers they may send before they wait \
+         (0 while every receiver is behind).",
+        &[("taskmanager", tm)],
+        net.credits_available as f64,
+    );
+    e.counter(
+        "weir_taskmanager_network_credit_wait_seconds_total",
+        "Time outgoing channels spent waiting for a credit (backpressure from the \
+         receiving TaskManagers), summed over channels.",
+        &[("taskmanager", tm)],
+        net.credit_wait_ns as f64 / 1e9,
     );
     if let Some(memory) = weir_runtime::telemetry::memory::ProcessMemory::current() {
         e.gauge(
@@ -321,6 +350,19 @@ fn subtask_samples(
              job.limits.memory_mb).",
             labels,
             calls.memory_bytes as f64,
+        );
+    }
+    if let Some(backend) = m.state_backend.get() {
+        let backend = backend.to_string();
+        let mut labels = labels.to_vec();
+        labels.push(("backend", backend.as_str()));
+        e.gauge(
+            "weir_state_size_bytes",
+            "About how many bytes the subtask's keyed state takes in its backend \
+             (RocksDB: live SST files, memtables and unflushed writes; heap: keys and \
+             values), sampled about once a second.",
+            &labels,
+            m.state_bytes.load(Ordering::Relaxed) as f64,
         );
     }
     if let Some(l) = LatencyQuantiles::of(&m.latency_samples()) {

@@ -233,6 +233,13 @@ partition = "rebalance"
         u64_at(&sender, &["net", "max_buffered_bytes"]) >= buffer,
         "the sender never filled a buffer: {sender}"
     );
+    // Its channel waited for credits (the slow sink's backpressure, over
+    // the network), and holds one channel out.
+    assert!(
+        u64_at(&sender, &["net", "credit_wait_ns"]) > 0,
+        "the sender never waited for a credit: {sender}"
+    );
+    assert_eq!(u64_at(&sender, &["net", "channels_out"]), 1, "{sender}");
     let (_, job) = cluster.get(&format!("/v1/jobs/{id}"));
     assert!(
         u64_at(vertex(&job, "gen"), &["backpressured_ms"]) > 0,

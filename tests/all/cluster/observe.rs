@@ -567,3 +567,137 @@ fn a_job_without_metrics_keeps_its_record_counts_and_the_operators_own() {
     let out = cluster.weir(&["cancel", &id]);
     assert!(out.status.success(), "{}", describe(&out));
 }
+
+/// A keyed word count over two TaskManagers of one slot each: the source
+/// and one counting subtask on one, the other counting subtask on the
+/// other, so the hash exchange crosses the network. `backend` is the job's
+/// state backend.
+fn keyed_spec(name: &str, backend: &str) -> String {
+    format!(
+        r#"
+[job]
+name = "{name}"
+state_backend = "{backend}"
+
+[[source]]
+id = "words"
+type = "generator"
+kind = "words"
+vocabulary = 500
+rate = 2000
+
+[[operator]]
+id = "count"
+module = {count}
+key_by = "value"
+parallelism = 2
+config = {{ emit = "updates" }}
+
+[[sink]]
+id = "out"
+type = "blackhole"
+parallelism = 2
+
+[[edge]]
+from = "words"
+to = "count"
+
+[[edge]]
+from = "count"
+to = "out"
+"#,
+        count = toml_path(Path::new(artifacts::WORD_COUNT)),
+    )
+}
+
+/// The value of the first sample of `family` on a line holding every one
+/// of `labels` (`name="value"` each).
+fn sample(text: &str, family: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .find(|l| {
+            l.strip_prefix(family)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                && labels.iter().all(|label| l.contains(label))
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// Each TaskManager's `/metrics` shows its counting subtask's keyed state
+/// size labeled with the job's backend (RocksDB, then heap), and the
+/// network channels between the two TaskManagers with their credits;
+/// once the job is cancelled, no channel stays open and no credit held.
+#[test]
+fn state_size_per_backend_and_network_credits_on_each_taskmanager() {
+    let mut cluster = Cluster::start(0, 1, &[]);
+    cluster.add_taskmanager(1, &["--metrics", "127.0.0.1:0"]);
+    cluster.add_taskmanager(1, &["--metrics", "127.0.0.1:0"]);
+    let tms = [metrics_address(&cluster, 0), metrics_address(&cluster, 1)];
+    for backend in ["rocksdb", "heap"] {
+        let spec = cluster.dir.path().join(format!("{backend}.toml"));
+        std::fs::write(&spec, keyed_spec(&format!("count-{backend}"), backend)).unwrap();
+        let id = cluster.submit(&spec);
+        let job = format!(r#"job_id="{id}""#);
+        let labels = [
+            job.as_str(),
+            r#"vertex="count""#,
+            &format!(r#"backend="{backend}""#),
+        ];
+        for tm in &tms {
+            let size = wait_for(&format!("{backend} state size on {tm}"), || {
+                sample(&scrape(tm), "weir_state_size_bytes", &labels).filter(|v| *v > 0.0)
+            });
+            // At least one word and its count.
+            assert!(size > 8.0, "{backend} state of {size} bytes on {tm}");
+        }
+        // One TaskManager sends to the other: its channel holds credits or
+        // has buffers in flight, the other reads the stream.
+        wait_for("a channel between the TaskManagers", || {
+            let texts = [scrape(&tms[0]), scrape(&tms[1])];
+            let value = |i: usize, family: &str, labels: &[&str]| {
+                sample(&texts[i], family, labels).unwrap_or_else(|| {
+                    panic!("no {family} {labels:?} on {}:\n{}", tms[i], texts[i])
+                })
+            };
+            let out = [0, 1].map(|i| {
+                value(
+                    i,
+                    "weir_taskmanager_network_channels",
+                    &[r#"direction="out""#],
+                )
+            });
+            let sender = out.iter().position(|open| *open >= 1.0)?;
+            let receiver = 1 - sender;
+            let inbound = value(
+                receiver,
+                "weir_taskmanager_network_channels",
+                &[r#"direction="in""#],
+            );
+            let held = value(sender, "weir_taskmanager_network_credits_available", &[])
+                + value(sender, "weir_taskmanager_network_buffers_in_flight", &[]);
+            value(
+                sender,
+                "weir_taskmanager_network_credit_wait_seconds_total",
+                &[],
+            );
+            (inbound >= 1.0 && held >= 1.0).then_some(())
+        });
+        let out = cluster.weir(&["cancel", &id]);
+        assert!(out.status.success(), "{}", describe(&out));
+        cluster.wait_job(&id, |s| s == "canceled");
+        wait_for("every channel closed after the cancel", || {
+            tms.iter()
+                .all(|tm| {
+                    let text = scrape(tm);
+                    [
+                        ("weir_taskmanager_network_channels", r#"direction="out""#),
+                        ("weir_taskmanager_network_channels", r#"direction="in""#),
+                        ("weir_taskmanager_network_credits_available", ""),
+                        ("weir_taskmanager_network_buffers_in_flight", ""),
+                    ]
+                    .iter()
+                    .all(|(family, label)| sample(&text, family, &[label]) == Some(0.0))
+                })
+                .then_some(())
+        });
+    }
+}

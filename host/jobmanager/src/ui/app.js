@@ -703,6 +703,9 @@
           fact("Network buffers, most", bytes(tm.net.max_buffered_bytes)),
           fact("Bytes sent", bytes(tm.net.bytes_sent)),
           fact("Bytes received", bytes(tm.net.bytes_received)),
+          fact("Channels out / in", (tm.net.channels_out || 0) + " / " + (tm.net.channels_in || 0)),
+          fact("Credits held / buffers in flight", (tm.net.credits_available || 0) + " / " + (tm.net.buffers_in_flight || 0)),
+          fact("Waited for credits", ms(Math.round((tm.net.credit_wait_ns || 0) / 1e6))),
           fact("Memory (resident)", tm.memory ? h("span", { class: "tm-memory", "data-rss": tm.memory.rss_bytes }, bytes(tm.memory.rss_bytes) + " now, " + bytes(tm.memory.peak_rss_bytes) + " at most") : "not reported")
         )
       );

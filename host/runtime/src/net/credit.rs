@@ -49,7 +49,6 @@ impl CreditLedger {
     }
 
     /// Credits available now.
-    #[cfg(test)]
     pub fn available(&self) -> u32 {
         self.available
     }

@@ -213,8 +213,10 @@ impl Default for ChannelOptions {
     }
 }
 
-/// Counters of a [`DataPlane`].
+/// Counters of a [`DataPlane`]. Every field defaults to 0 when absent, so
+/// a heartbeat from an older TaskManager still parses.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct NetStats {
     /// Bytes serialized by this node's writers and not yet credited back,
     /// over all its outgoing channels.
@@ -225,6 +227,21 @@ pub struct NetStats {
     pub bytes_sent: u64,
     /// Bytes read from data streams (buffers with their length prefix).
     pub bytes_received: u64,
+    /// Outgoing channels open now (past the receiver's credit grant).
+    pub channels_out: u64,
+    /// Incoming streams open now (granted credits, not ended).
+    pub channels_in: u64,
+    /// Network buffers sent and not yet credited back, over all outgoing
+    /// channels (each at most its receiver's credits).
+    pub buffers_in_flight: u64,
+    /// Credits the outgoing channels hold now: buffers they may send
+    /// before they must wait. 0 on every channel: the receivers are the
+    /// bottleneck.
+    pub credits_available: u64,
+    /// Nanoseconds writers spent waiting for a credit (a buffer full and no
+    /// credit left: the receiving side applies backpressure), summed over
+    /// channels.
+    pub credit_wait_ns: u64,
 }
 
 /// Why a transport operation failed.
@@ -330,6 +347,12 @@ struct Shared {
     max_buffered: AtomicU64,
     sent: AtomicU64,
     received: AtomicU64,
+    /// See the fields of [`NetStats`] with these names.
+    channels_out: AtomicU64,
+    channels_in: AtomicU64,
+    in_flight: AtomicU64,
+    credits: AtomicU64,
+    credit_wait_ns: AtomicU64,
     /// Signalled when a stream starts waiting for its registration.
     #[cfg(test)]
     waiter_added: tokio::sync::Notify,
@@ -376,6 +399,11 @@ impl DataPlane {
             max_buffered: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
+            channels_out: AtomicU64::new(0),
+            channels_in: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            credits: AtomicU64::new(0),
+            credit_wait_ns: AtomicU64::new(0),
             #[cfg(test)]
             waiter_added: tokio::sync::Notify::new(),
         });
@@ -477,6 +505,11 @@ impl DataPlane {
             max_buffered_bytes: s.max_buffered.load(Ordering::Relaxed),
             bytes_sent: s.sent.load(Ordering::Relaxed),
             bytes_received: s.received.load(Ordering::Relaxed),
+            channels_out: s.channels_out.load(Ordering::Relaxed),
+            channels_in: s.channels_in.load(Ordering::Relaxed),
+            buffers_in_flight: s.in_flight.load(Ordering::Relaxed),
+            credits_available: s.credits.load(Ordering::Relaxed),
+            credit_wait_ns: s.credit_wait_ns.load(Ordering::Relaxed),
         }
     }
 

@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -61,6 +62,23 @@ async fn serve_connection(incoming: quinn::Incoming, shared: Weak<Shared>) {
             return;
         };
         tokio::spawn(serve_stream(shared, from, sender.clone(), send, recv));
+    }
+}
+
+/// Counts an incoming stream in [`super::NetStats::channels_in`] while it
+/// lives.
+struct OpenStream<'a>(&'a Shared);
+
+impl<'a> OpenStream<'a> {
+    fn count(shared: &'a Shared) -> OpenStream<'a> {
+        shared.channels_in.fetch_add(1, Ordering::Relaxed);
+        OpenStream(shared)
+    }
+}
+
+impl Drop for OpenStream<'_> {
+    fn drop(&mut self) {
+        self.0.channels_in.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -134,6 +152,7 @@ async fn serve(
         _ = alive.changed() => return Err(unregistered()),
         r = send.write_all(&grant) => r.map_err(|e| lost(&key, e))?,
     }
+    let open = OpenStream::count(shared);
     let mut decoder = Decoder::new();
     let mut messages = Vec::new();
     let one_credit = 1u32.to_le_bytes();
@@ -156,7 +175,7 @@ async fn serve(
         let Some(len) = read else { break };
         shared
             .received
-            .fetch_add((len + 4) as u64, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add((len + 4) as u64, Ordering::Relaxed);
         // Checked for the whole buffer before any of it is delivered: the
         // subtask's input gate indexes its channels by this number.
         if let Some(bad) = messages.iter().find(|m| m.channel() >= channels) {
@@ -192,7 +211,9 @@ async fn serve(
             ),
         ));
     }
-    // After the last credit: tells the writer everything was delivered.
+    // After the last credit: tells the writer everything was delivered
+    // (and no longer counts as open by then).
+    drop(open);
     let _ = send.finish();
     Ok(())
 }

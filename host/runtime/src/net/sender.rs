@@ -8,6 +8,7 @@
 //! and the credit reader, so a failure anywhere ends the writer at once.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, mpsc};
@@ -111,6 +112,11 @@ pub(super) async fn run(
         ledger: Mutex::new(CreditLedger::new(initial)),
         returned: Notify::new(),
     });
+    // Taken back by `Writer::release`, which every path below reaches.
+    shared.channels_out.fetch_add(1, Ordering::Relaxed);
+    shared
+        .credits
+        .fetch_add(u64::from(initial), Ordering::Relaxed);
     let reader = tokio::spawn(read_credits(recv, credits.clone(), shared.clone()));
     let mut writer = Writer {
         send,
@@ -207,6 +213,7 @@ impl Writer {
     /// Sends the buffer being filled once a credit is available.
     async fn send_buffer(&mut self) -> Result<(), Stop> {
         let len = self.frame.len() - PREFIX;
+        let mut waiting: Option<Instant> = None;
         loop {
             // `Notify` keeps a permit for a notification that finds no
             // waiter, so a credit returned between the check and the wait
@@ -218,14 +225,21 @@ impl Writer {
                 .expect("ledger lock")
                 .try_send(len)
             {
+                self.shared.credits.fetch_sub(1, Ordering::Relaxed);
+                self.shared.in_flight.fetch_add(1, Ordering::Relaxed);
                 break;
             }
+            let since = *waiting.get_or_insert_with(Instant::now);
             tokio::select! {
                 biased;
                 _ = aborted(&self.abort) => return Err(Stop::Aborted),
                 r = &mut self.reader => return Err(reader_ended(r)),
                 _ = self.credits.returned.notified() => {}
             }
+            self.shared
+                .credit_wait_ns
+                .fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            waiting = Some(Instant::now());
         }
         // The full buffer moves into quinn without a copy; a fresh one is
         // filled next.
@@ -243,9 +257,7 @@ impl Writer {
             r = &mut self.reader => return Err(reader_ended(r)),
             r = self.send.write_chunk(frame.into()) => r.map_err(|e| Stop::Failed(write_error(&e)))?,
         }
-        self.shared
-            .sent
-            .fetch_add(wire_len, std::sync::atomic::Ordering::Relaxed);
+        self.shared.sent.fetch_add(wire_len, Ordering::Relaxed);
         Ok(())
     }
 
@@ -278,12 +290,19 @@ impl Writer {
     fn release(&mut self) {
         // One lock: a credit reader still running cannot free the same
         // in-flight bytes again (the emptied ledger refuses its credits).
-        let in_flight = {
+        let ledger = {
             let mut ledger = self.credits.ledger.lock().expect("ledger lock");
-            std::mem::replace(&mut *ledger, CreditLedger::new(0)).in_flight_bytes()
+            std::mem::replace(&mut *ledger, CreditLedger::new(0))
         };
         let filling = self.frame.len().saturating_sub(PREFIX);
-        self.shared.sub_buffered(in_flight + filling);
+        self.shared.sub_buffered(ledger.in_flight_bytes() + filling);
+        self.shared
+            .in_flight
+            .fetch_sub(ledger.in_flight() as u64, Ordering::Relaxed);
+        self.shared
+            .credits
+            .fetch_sub(u64::from(ledger.available()), Ordering::Relaxed);
+        self.shared.channels_out.fetch_sub(1, Ordering::Relaxed);
         self.frame = Vec::new();
     }
 }
@@ -308,6 +327,8 @@ async fn read_credits(
             // `buffered_bytes` never overshoots the bound, even briefly.
             let mut ledger = credits.ledger.lock().expect("ledger lock");
             shared.sub_buffered(ledger.credited(n)?);
+            shared.in_flight.fetch_sub(u64::from(n), Ordering::Relaxed);
+            shared.credits.fetch_add(u64::from(n), Ordering::Relaxed);
         }
         credits.returned.notify_one();
     }

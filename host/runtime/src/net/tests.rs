@@ -291,6 +291,18 @@ async fn stalled_consumer_bounds_buffered_bytes_and_blocks_the_sender() {
         sent < 40,
         "{sent} batches got in while the consumer stalled"
     );
+    // The writer spent every credit and waits for one.
+    let stats = a.stats();
+    assert_eq!(
+        (
+            stats.channels_out,
+            stats.buffers_in_flight,
+            stats.credits_available
+        ),
+        (1, u64::from(config.credits_per_channel), 0),
+        "{stats:?}"
+    );
+    assert_eq!(b.stats().channels_in, 1);
 
     // Drain: the rest (including what the blocked sender now sends) arrives.
     let consumer = tokio::spawn(async move {
@@ -330,6 +342,18 @@ async fn stalled_consumer_bounds_buffered_bytes_and_blocks_the_sender() {
     let stats = a.stats();
     assert!(stats.max_buffered_bytes <= bound, "{stats:?}");
     assert_eq!(stats.buffered_bytes, 0);
+    // The channel is gone, and so are its credits; its waits are counted.
+    assert_eq!(
+        (
+            stats.channels_out,
+            stats.buffers_in_flight,
+            stats.credits_available
+        ),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+    assert!(stats.credit_wait_ns > 0, "{stats:?}");
+    assert_eq!(b.stats().channels_in, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -162,13 +162,18 @@ fn to_job_manager() -> impl Strategy<Value = ToJobManager> {
                 version,
             }
         }),
-        (any::<[u64; 4]>(), prop::collection::vec(job_report(), 0..3)).prop_map(|(n, jobs)| {
+        (any::<[u64; 9]>(), prop::collection::vec(job_report(), 0..3)).prop_map(|(n, jobs)| {
             ToJobManager::Heartbeat {
                 net: crate::net::NetStats {
                     buffered_bytes: n[0],
                     max_buffered_bytes: n[1],
                     bytes_sent: n[2],
                     bytes_received: n[3],
+                    channels_out: n[4],
+                    channels_in: n[5],
+                    buffers_in_flight: n[6],
+                    credits_available: n[7],
+                    credit_wait_ns: n[8],
                 },
                 jobs,
                 memory: (n[0] % 2 == 0).then_some(crate::telemetry::memory::ProcessMemory {

@@ -189,7 +189,22 @@ pub struct SubtaskMetrics {
     pub input_queued: AtomicU64,
     /// See `input_queued` (0: no input queue seen).
     pub input_capacity: AtomicU64,
+    /// Operators with keyed state: their backend, once its size was first
+    /// sampled.
+    pub state_backend: std::sync::OnceLock<crate::state::BackendKind>,
+    /// About how many bytes the keyed state takes
+    /// ([`crate::state::KeyedStateBackend::size_bytes`]), sampled at most
+    /// once per [`STATE_SIZE_INTERVAL`] while batches arrive, after each
+    /// checkpoint's snapshot and at the end of input.
+    pub state_bytes: AtomicU64,
+    /// When `state_bytes` was last sampled, nanoseconds after `started`
+    /// (0: never).
+    state_sampled_ns: AtomicU64,
 }
+
+/// How often a subtask samples its operators' state size for `/metrics`
+/// (a handful of RocksDB property reads, or one load for the heap).
+pub const STATE_SIZE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Latency markers remembered per subtask of a vertex (Flink's
 /// `metrics.latency.history-size`): quantiles are over this sliding window.
@@ -246,11 +261,32 @@ impl Default for SubtaskMetrics {
             latency_ms: Default::default(),
             input_queued: AtomicU64::new(0),
             input_capacity: AtomicU64::new(0),
+            state_backend: std::sync::OnceLock::new(),
+            state_bytes: AtomicU64::new(0),
+            state_sampled_ns: AtomicU64::new(0),
         }
     }
 }
 
 impl SubtaskMetrics {
+    /// Whether the state size is due for a sample (never sampled, or
+    /// [`STATE_SIZE_INTERVAL`] ago); if so, counts the sample as taken now.
+    fn state_size_due(&self) -> bool {
+        let now = (self.started.elapsed().as_nanos() as u64).max(1);
+        let last = self.state_sampled_ns.load(Ordering::Relaxed);
+        if last != 0 && now - last < STATE_SIZE_INTERVAL.as_nanos() as u64 {
+            return false;
+        }
+        self.state_sampled_ns.store(now, Ordering::Relaxed);
+        true
+    }
+
+    /// Keeps a sample of the operator's state size.
+    fn record_state(&self, (backend, bytes): (crate::state::BackendKind, u64)) {
+        let _ = self.state_backend.set(backend);
+        self.state_bytes.store(bytes, Ordering::Relaxed);
+    }
+
     fn add_in(&self, batch: &Batch) {
         self.records_in
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -463,6 +499,16 @@ impl Operator {
             Operator::Wasm(i) => i.flush_state(),
             Operator::Window(w) => w.core_mut().flush(),
             Operator::Join(j) => j.core_mut().flush(),
+        }
+    }
+
+    /// The keyed state's backend and about how many bytes it takes
+    /// (`None`: no keyed state).
+    fn state_size(&self) -> Option<(crate::state::BackendKind, u64)> {
+        match self {
+            Operator::Wasm(i) => i.state_size(),
+            Operator::Window(w) => w.core().state_size(),
+            Operator::Join(j) => j.core().state_size(),
         }
     }
 
@@ -862,11 +908,14 @@ impl Subtask {
         let dir = c.local_dir.join(id.to_string());
         let mut states = Vec::new();
         let mut timers = Vec::new();
-        for op in &mut self.operators {
+        for i in 0..self.operators.len() {
+            let op = &mut self.operators[i];
             let state_dir = dir.join(op.vertex.to_string());
             if op.instance.snapshot_state(&state_dir)? {
                 states.push((op.vertex, state_dir));
+                self.sample_state(i);
             }
+            let op = &self.operators[i];
             let t = op.instance.timers();
             if !t.is_empty() {
                 timers.push((op.vertex, t));
@@ -910,6 +959,7 @@ impl Subtask {
         for i in 0..self.operators.len() {
             let emitted = self.operators[i].instance.close()?;
             self.operators[i].instance.flush_state()?;
+            self.sample_state(i);
             self.route(i, emitted)?;
         }
         let mut sink = None;
@@ -964,11 +1014,17 @@ impl Subtask {
             if let Some(c) = self.counters(vertex) {
                 c.add_in(&batch);
             }
+            let sample = self
+                .counters(vertex)
+                .is_some_and(SubtaskMetrics::state_size_due);
             let op = &mut self.operators[from];
             // State is not flushed per batch: the backend's write-back
             // buffer flushes itself by size, and the end of input (later:
             // every checkpoint) flushes it completely.
             let emitted = op.instance.process(input, &batch)?;
+            if sample {
+                self.sample_state(from);
+            }
             return self.route(from, emitted);
         }
         if let Some(tail) = &mut self.sink {
@@ -1247,6 +1303,17 @@ impl Subtask {
         vertex(&self.metrics.vertices[self.head_vertex]).fetch_add(ns, Ordering::Relaxed);
         if let Some(c) = self.counters(self.head_vertex) {
             subtask(c).fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
+    /// Samples operator `i`'s state size into its counters (none without
+    /// `job.metrics`, or without keyed state).
+    fn sample_state(&self, i: usize) {
+        let op = &self.operators[i];
+        if let Some(c) = self.counters(op.vertex)
+            && let Some(size) = op.instance.state_size()
+        {
+            c.record_state(size);
         }
     }
 

@@ -448,6 +448,13 @@ impl OperatorInstance {
         Ok(())
     }
 
+    /// The keyed state's backend and about how many bytes it takes
+    /// (`None`: the instance has no keyed state).
+    pub fn state_size(&self) -> Option<(crate::state::BackendKind, u64)> {
+        let state = self.store.data().state.as_ref()?;
+        Some((state.kind(), state.size_bytes()))
+    }
+
     /// The synchronous part of a checkpoint: flushes buffered state and
     /// writes the backend's local snapshot into `dir`. `false` when the
     /// instance has no keyed state.
