@@ -383,3 +383,76 @@ fn the_stored_window_value_is_the_count_then_the_running_number() {
     let e = op.process(&batch_of(&[("a", 4)])).unwrap_err();
     assert!(e.message.contains("corrupt state for key \"a\""), "{e}");
 }
+
+impl WindowOperator {
+    /// Every key in the session index with the windows it holds, against
+    /// the windows in the state: they must be the same.
+    fn check_session_index(&mut self) {
+        let indexed: Vec<(Vec<u8>, Vec<Window>)> = self
+            .sessions
+            .windows
+            .iter()
+            .map(|(k, w)| (k.clone(), w.clone()))
+            .collect();
+        for (key, windows) in indexed {
+            let mut stored = self.windows_of(&key).unwrap();
+            let mut windows = windows;
+            windows.sort_by_key(|w| (w.start, w.end));
+            stored.sort_by_key(|w| (w.start, w.end));
+            assert_eq!(windows, stored, "key {}", String::from_utf8_lossy(&key));
+        }
+    }
+}
+
+/// Sessions over many batches and watermarks, with lateness and records
+/// out of order: the session index always holds what the state holds, and
+/// an operator that forgets it before every call (reading every key's
+/// windows from the state, as before the index) emits the same.
+#[test]
+fn the_session_index_matches_the_state_and_changes_no_result() {
+    let session = || {
+        open(spec(
+            WindowAssigner::Session { gap_ms: 10 },
+            Aggregate::Count,
+            5,
+        ))
+    };
+    let (mut indexed, mut forgetful) = (session(), session());
+    let keys = ["a", "b", "c", "d", "e"];
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut time, mut watermark) = (0i64, i64::MIN);
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    for _ in 0..400 {
+        let mut records = Vec::new();
+        for _ in 0..=next(5) {
+            time += next(6) as i64;
+            // Some records a little behind: late, or within the lateness.
+            let ts = time - next(4) as i64 * next(12) as i64;
+            records.push((keys[next(5) as usize], ts));
+        }
+        out_a.push(feed(&mut indexed, &records));
+        forgetful.sessions.windows.clear();
+        out_b.push(feed(&mut forgetful, &records));
+        indexed.check_session_index();
+        if next(3) == 0 {
+            watermark = watermark.max(time - 12);
+            out_a.push((fire(&mut indexed, watermark), Vec::new()));
+            forgetful.sessions.windows.clear();
+            out_b.push((fire(&mut forgetful, watermark), Vec::new()));
+            indexed.check_session_index();
+        }
+    }
+    out_a.push((fire(&mut indexed, i64::MAX), Vec::new()));
+    out_b.push((fire(&mut forgetful, i64::MAX), Vec::new()));
+    indexed.check_session_index();
+    assert_eq!(out_a, out_b);
+    let fired: usize = out_a.iter().map(|(main, _)| main.len()).sum();
+    let late: usize = out_a.iter().map(|(_, late)| late.len()).sum();
+    assert!(fired > 50 && late > 0, "{fired} fired, {late} late");
+}
