@@ -84,6 +84,63 @@ public class NexmarkSql {
                             + " WHERE A.category = 10"
                             + " AND (P.state = 'or' OR P.state = 'id' OR P.state = 'ca')"
                 };
+            case "q4":
+                // The auction view's `expires` is epoch ms, as in the file.
+                return new String[] {
+                    "category BIGINT, avg_final BIGINT",
+                    "SELECT Q.category, AVG(Q.final) FROM ("
+                            + "  SELECT MAX(B.price) AS final, A.category"
+                            + "  FROM auction A, bid B"
+                            + "  WHERE A.id = B.auction"
+                            + "  AND B.dateTime BETWEEN A.dateTime AND TO_TIMESTAMP_LTZ(A.expires, 3)"
+                            + "  GROUP BY A.id, A.category"
+                            + ") Q GROUP BY Q.category"
+                };
+            case "q6":
+                // The suite's (marked there as not supported by Flink), with
+                // its ungrouped B.dateTime as MAX(B.dateTime): Flink 2.3
+                // refuses it, "Non-time attribute sort is not supported for
+                // bounded OVER window" (after the aggregate, dateTime is no
+                // time attribute). Kept so the harness can say so.
+                return new String[] {
+                    "seller BIGINT, avg_final BIGINT",
+                    "SELECT Q.seller, AVG(Q.final) OVER"
+                            + " (PARTITION BY Q.seller ORDER BY Q.dateTime"
+                            + " ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) FROM ("
+                            + "  SELECT MAX(B.price) AS final, A.seller, MAX(B.dateTime) AS dateTime"
+                            + "  FROM auction AS A, bid AS B"
+                            + "  WHERE A.id = B.auction"
+                            + "  AND B.dateTime BETWEEN A.dateTime AND TO_TIMESTAMP_LTZ(A.expires, 3)"
+                            + "  GROUP BY A.id, A.seller"
+                            + ") AS Q"
+                };
+            case "q8":
+                return new String[] {
+                    "id BIGINT, name STRING, starttime TIMESTAMP(3)",
+                    "SELECT P.id, P.name, P.starttime FROM ("
+                            + "  SELECT P.id, P.name,"
+                            + "    TUMBLE_START(P.dateTime, INTERVAL '10' SECOND) AS starttime,"
+                            + "    TUMBLE_END(P.dateTime, INTERVAL '10' SECOND) AS endtime"
+                            + "  FROM person P"
+                            + "  GROUP BY P.id, P.name, TUMBLE(P.dateTime, INTERVAL '10' SECOND)"
+                            + ") P JOIN ("
+                            + "  SELECT A.seller,"
+                            + "    TUMBLE_START(A.dateTime, INTERVAL '10' SECOND) AS starttime,"
+                            + "    TUMBLE_END(A.dateTime, INTERVAL '10' SECOND) AS endtime"
+                            + "  FROM auction A"
+                            + "  GROUP BY A.seller, TUMBLE(A.dateTime, INTERVAL '10' SECOND)"
+                            + ") A ON P.id = A.seller AND P.starttime = A.starttime"
+                            + " AND P.endtime = A.endtime"
+                };
+            case "q12":
+                return new String[] {
+                    "bidder BIGINT, bid_count BIGINT, starttime TIMESTAMP(3), endtime TIMESTAMP(3)",
+                    "SELECT B.bidder, count(*) AS bid_count,"
+                            + " TUMBLE_START(B.p_time, INTERVAL '10' SECOND) AS starttime,"
+                            + " TUMBLE_END(B.p_time, INTERVAL '10' SECOND) AS endtime"
+                            + " FROM (SELECT *, PROCTIME() AS p_time FROM bid) B"
+                            + " GROUP BY B.bidder, TUMBLE(B.p_time, INTERVAL '10' SECOND)"
+                };
             case "q5":
                 // With the window start first, so --count can count windows.
                 return new String[] {

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo build --release --workspace
 //! cargo build --release --target wasm32-wasip2 --manifest-path udfs/Cargo.toml --target-dir udfs/target
-//! target/release/nexmark [--events 2000000] [--queries q0,q1,q2,q5,q7,q11] [--parallelism 1,2] [--backend rocksdb]
+//! target/release/nexmark [--events 2000000] [--queries q0,q1,q2,q3,q4,q5,q6,q7,q8,q11,q12] [--parallelism 1,2] [--backend rocksdb]
 //!     [--flink LAUNCHER [--flink-check]] [--csv results.csv]
 //! ```
 //!
@@ -44,10 +44,15 @@
 //! way for both systems. Native Rust's start-up is negligible.
 //!
 //! Weir and native must produce the same number of results (the harness
-//! checks); `--flink-check` runs each Flink query once more, untimed,
+//! checks; not for q12, whose processing-time windows depend on the run's
+//! speed); `--flink-check` runs each Flink query once more, untimed,
 //! collecting its results, and checks their count (for q5 and q7: the
-//! windows, as Flink's rows are per hot auction or bid). `--csv` writes
-//! every measurement for `nexmark-chart`.
+//! windows, as Flink's rows are per hot auction or bid; not for q4 and q6,
+//! whose final rows are one per category or seller where Weir's changelog
+//! has one per winning bid, nor q12). Flink cannot run q6: the suite marks
+//! its SQL as unsupported (an `OVER` window over an updating aggregate), so
+//! q6 has no Flink row. `--csv` writes every measurement for
+//! `nexmark-chart`.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -70,7 +75,11 @@ struct Cli {
     #[arg(long, default_value_t = 1000)]
     event_rate: u64,
     /// Queries to run, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "q0,q1,q2,q3,q5,q7,q11")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "q0,q1,q2,q3,q4,q5,q6,q7,q8,q11,q12"
+    )]
     queries: Vec<String>,
     /// Weir parallelisms to run, comma-separated (each pinned to as many cores).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
@@ -142,7 +151,9 @@ fn main() -> anyhow::Result<()> {
             // neither measured run includes compiling them.
             run_weir(&weir, &empty_spec, dir.path(), p)?;
             let m = run_weir(&weir, &spec, dir.path(), p)?;
-            if m.results != expected {
+            // q12's windows follow the wall clock: its number of results
+            // depends on the speed of the run.
+            if m.results != expected && query != "q12" {
                 bail!(
                     "{query} p={p}: Weir emitted {:?} results, native {expected:?}",
                     m.results
@@ -154,13 +165,27 @@ fn main() -> anyhow::Result<()> {
             if p == 1
                 && let Some(flink) = &cli.flink
             {
-                let m = run_flink(flink, query, &events, &cli.backend, false)?;
-                let start = run_flink(flink, query, &empty, &cli.backend, false)?;
-                weirs.push(Row::new(query, "flink", 1, cli.events, m, Some(start)));
+                match run_flink(flink, query, &events, &cli.backend, false) {
+                    Ok(m) => {
+                        let start = run_flink(flink, query, &empty, &cli.backend, false)?;
+                        weirs.push(Row::new(query, "flink", 1, cli.events, m, Some(start)));
+                    }
+                    // The suite's q6 is not supported by Flink: say why.
+                    Err(e) if query == "q6" => {
+                        let why = e.to_string();
+                        let why = why
+                            .lines()
+                            .find(|l| l.contains("Exception"))
+                            .unwrap_or(&why);
+                        eprintln!("q6: Flink cannot run it: {why}");
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
         rows.extend(weirs);
         if cli.flink_check
+            && query != "q6"
             && let Some(flink) = &cli.flink
         {
             let check = run_flink(flink, query, &events, &cli.backend, true)?;
@@ -169,7 +194,11 @@ fn main() -> anyhow::Result<()> {
             } else {
                 check.results
             };
-            if got != expected {
+            // q4's and q6's final rows are one per category or seller (Weir's
+            // and native's, one per winning bid); q12's depend on the clock.
+            if matches!(query.as_str(), "q4" | "q6" | "q12") {
+                eprintln!("{query}: Flink's final rows {got:?} (not comparable, not checked)");
+            } else if got != expected {
                 bail!("{query}: Flink's results {got:?}, native {expected:?}");
             }
             eprintln!("{query}: Flink's results check: {got:?} = native's");
@@ -559,12 +588,162 @@ struct Person {
     state: String,
 }
 
-/// The fields of an auction q3 reads.
-#[derive(Deserialize)]
+/// The fields of an auction q3, q4, q6 and q8 read.
+#[derive(Deserialize, Clone, Copy)]
 struct Auction {
     id: u64,
     seller: u64,
     category: u64,
+    date_time: i64,
+    expires: i64,
+}
+
+/// The fields of a person q8 reads.
+#[derive(Deserialize)]
+struct NewPerson {
+    id: u64,
+    name: String,
+    date_time: i64,
+}
+
+/// q4's and q6's inner part natively: each auction's highest bid with
+/// `A.date_time <= B.date_time <= A.expires` (bids that come before their
+/// auction wait), then, at the end of input, the auctions in closing order
+/// (`expires`, then id) with their winning price; one result per auction
+/// with a winning bid, as Weir's changelog has one row per winning bid.
+#[derive(Default)]
+struct WinningBids {
+    auctions: HashMap<u64, (Auction, Option<u64>)>,
+    waiting: HashMap<u64, Vec<(u64, i64)>>,
+}
+
+impl WinningBids {
+    fn event(&mut self, line: &[u8]) -> anyhow::Result<()> {
+        if line.starts_with(BID_PREFIX) {
+            let bid: Bid = serde_json::from_slice(line)?;
+            match self.auctions.get_mut(&bid.auction) {
+                Some((a, highest)) => {
+                    if a.date_time <= bid.date_time && bid.date_time <= a.expires {
+                        *highest = (*highest).max(Some(bid.price));
+                    }
+                }
+                None => self
+                    .waiting
+                    .entry(bid.auction)
+                    .or_default()
+                    .push((bid.price, bid.date_time)),
+            }
+        } else if line.starts_with(br#"{"type":"auction","#) {
+            let a: Auction = serde_json::from_slice(line)?;
+            let highest = self
+                .waiting
+                .remove(&a.id)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(_, t)| a.date_time <= *t && *t <= a.expires)
+                .map(|(price, _)| price)
+                .max();
+            self.auctions.insert(a.id, (a, highest));
+        }
+        Ok(())
+    }
+
+    /// The winning bids in closing order.
+    fn closed(self) -> Vec<(Auction, u64)> {
+        let mut won: Vec<(Auction, u64)> = self
+            .auctions
+            .into_values()
+            .filter_map(|(a, highest)| Some((a, highest?)))
+            .collect();
+        won.sort_unstable_by_key(|(a, _)| (a.expires, a.id));
+        won
+    }
+
+    /// q4: per category, the running count, sum and truncated average of
+    /// the winning prices, one row per winning bid.
+    fn q4(self, out: &mut Vec<u8>) -> anyhow::Result<u64> {
+        let mut categories: HashMap<u64, (u64, u64)> = HashMap::new();
+        let mut results = 0;
+        for (a, price) in self.closed() {
+            let (n, sum) = categories.entry(a.category).or_default();
+            *n += 1;
+            *sum += price;
+            out.clear();
+            write!(
+                out,
+                r#"{{"category":{},"auctions":{n},"sum":{sum},"avg":{}}}"#,
+                a.category,
+                *sum / *n
+            )?;
+            std::hint::black_box(&out);
+            results += 1;
+        }
+        Ok(results)
+    }
+
+    /// q6: per seller, the truncated average of its last 11 winning prices
+    /// in closing order, one row per closed auction.
+    fn q6(self, out: &mut Vec<u8>) -> anyhow::Result<u64> {
+        let mut sellers: HashMap<u64, std::collections::VecDeque<u64>> = HashMap::new();
+        let mut results = 0;
+        for (a, price) in self.closed() {
+            let last = sellers.entry(a.seller).or_default();
+            if last.len() == 11 {
+                last.pop_front();
+            }
+            last.push_back(price);
+            let sum: u64 = last.iter().sum();
+            out.clear();
+            write!(
+                out,
+                r#"{{"seller":{},"auction":{},"expires":{},"auctions":{},"sum":{sum},"avg":{}}}"#,
+                a.seller,
+                a.id,
+                a.expires,
+                last.len(),
+                sum / last.len() as u64
+            )?;
+            std::hint::black_box(&out);
+            results += 1;
+        }
+        Ok(results)
+    }
+}
+
+/// q8 natively: the 10 s tumbling window each person registered in, the
+/// windows in which each seller opened an auction; one result per person
+/// whose registration window is one of them.
+#[derive(Default)]
+struct NewUsers {
+    persons: HashMap<u64, (i64, String)>,
+    sellers: std::collections::HashSet<(u64, i64)>,
+}
+
+impl NewUsers {
+    fn event(&mut self, line: &[u8]) -> anyhow::Result<()> {
+        let window = |t: i64| t - t.rem_euclid(10_000);
+        if line.starts_with(br#"{"type":"person","#) {
+            let p: NewPerson = serde_json::from_slice(line)?;
+            self.persons.insert(p.id, (window(p.date_time), p.name));
+        } else if line.starts_with(br#"{"type":"auction","#) {
+            let a: Auction = serde_json::from_slice(line)?;
+            self.sellers.insert((a.seller, window(a.date_time)));
+        }
+        Ok(())
+    }
+
+    fn results(self, out: &mut Vec<u8>) -> anyhow::Result<u64> {
+        let mut results = 0;
+        for (id, (start, name)) in &self.persons {
+            if self.sellers.contains(&(*id, *start)) {
+                out.clear();
+                write!(out, r#"{{"id":{id},"name":{name:?},"start":{start}}}"#)?;
+                std::hint::black_box(&out);
+                results += 1;
+            }
+        }
+        Ok(results)
+    }
 }
 
 /// q3 natively: persons of OR, ID, CA by id; auctions waiting for their
@@ -634,13 +813,23 @@ fn native(query: &str, path: &Path) -> anyhow::Result<u64> {
     let mut q7: HashMap<i64, Highest> = HashMap::new();
     let mut q11: HashMap<u64, (i64, i64, u64)> = HashMap::new();
     let mut q3 = Q3::default();
+    let mut winning = WinningBids::default();
+    let mut q8 = NewUsers::default();
+    // q12: bidder → (processing-time window start, bids).
+    let mut q12: HashMap<u64, (i64, u64)> = HashMap::new();
+    let started = Instant::now();
     loop {
         line.clear();
         if input.read_until(b'\n', &mut line)? == 0 {
             break;
         }
-        if query == "q3" {
-            q3.event(&line, &mut out)?;
+        match query {
+            "q3" => q3.event(&line, &mut out)?,
+            "q4" | "q6" => winning.event(&line)?,
+            "q8" => q8.event(&line)?,
+            _ => {}
+        }
+        if matches!(query, "q3" | "q4" | "q6" | "q8") {
             continue;
         }
         if !line.starts_with(BID_PREFIX) {
@@ -696,6 +885,16 @@ fn native(query: &str, path: &Path) -> anyhow::Result<u64> {
                     w.1.push((bid.auction, bid.bidder, bid.date_time));
                 }
             }
+            "q12" => {
+                let now = started.elapsed().as_millis() as i64;
+                let start = now - now % 10_000;
+                let w = q12.entry(bid.bidder).or_insert((start, 0));
+                if w.0 != start {
+                    results += 1;
+                    *w = (start, 0);
+                }
+                w.1 += 1;
+            }
             "q11" => {
                 let s = q11
                     .entry(bid.bidder)
@@ -721,6 +920,10 @@ fn native(query: &str, path: &Path) -> anyhow::Result<u64> {
         "q7" => results += q7.len() as u64,
         "q11" => results += q11.len() as u64,
         "q3" => results = q3.results,
+        "q4" => results = winning.q4(&mut out)?,
+        "q6" => results = winning.q6(&mut out)?,
+        "q8" => results = q8.results(&mut out)?,
+        "q12" => results += q12.len() as u64,
         _ => {}
     }
     Ok(results)
