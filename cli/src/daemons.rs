@@ -103,9 +103,12 @@ pub struct JobManagerArgs {
     #[arg(long, value_name = "MIB", default_value_t = 256)]
     max_module_mb: usize,
 
-    /// The most keyed state one job may hold, in MiB, as its checkpoints
-    /// measure it (the sum of its subtasks' state files): a job whose
-    /// checkpoint holds more fails and is not restarted [default: no limit].
+    /// The most keyed state one job may hold, in MiB: checked at each
+    /// checkpoint (the sum of its subtasks' state files) and, with or
+    /// without checkpoints, against the state size its TaskManagers sample
+    /// about once a second (RocksDB's memtables included: allow a few MiB
+    /// per keyed subtask). A job over it fails and is not restarted
+    /// [default: no limit].
     #[arg(long, value_name = "MIB")]
     max_job_state_mb: Option<u64>,
 

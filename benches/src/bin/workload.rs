@@ -973,6 +973,7 @@ fn id_chain(g: Generated) -> anyhow::Result<CaseResult> {
         operators: vec![ChainedOperator {
             vertex: 1,
             instance: Operator::Wasm(instance),
+            state_sampled: None,
         }],
         sink: Some(TailSink {
             vertex: 2,

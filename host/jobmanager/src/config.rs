@@ -123,9 +123,11 @@ pub struct CoreConfig {
     pub clock: Clock,
     /// Who runs its checkpoint storage commands.
     pub storage_io: StorageIo,
-    /// The most state one job's checkpoint may hold (the sum of its
-    /// subtasks' state files); a job whose checkpoint holds more fails,
-    /// without restarting. `None`: no limit.
+    /// The most keyed state one job may hold: checked at each completed
+    /// checkpoint (the sum of its subtasks' state files) and against the
+    /// state sizes its TaskManagers report with each heartbeat (sampled
+    /// about once a second per subtask); a job over it fails, without
+    /// restarting. `None`: no limit.
     pub max_job_state_bytes: Option<u64>,
 }
 

@@ -109,6 +109,7 @@ impl JobManager {
                 }
                 job.reports.insert(tm, report);
                 job.sample_load(now);
+                self.check_live_state(job, now);
             }
             JobEvent::Lost {
                 tm,
@@ -120,6 +121,27 @@ impl JobManager {
                 }
             }
         }
+    }
+
+    /// Fails `job` for good once its keyed state, as its TaskManagers last
+    /// sampled it (about once a second), is over the cluster's quota
+    /// (`--max-job-state-mb`): between checkpoints, and for a job without
+    /// any, as each completed checkpoint is checked too.
+    fn check_live_state(&self, job: &mut Job, now: Instant) {
+        let Some(max) = self.max_job_state_bytes else {
+            return;
+        };
+        let live: u64 = job.reports.values().map(|r| r.state_bytes).sum();
+        if live <= max || job.fatal || job.state.is_terminal() || job.failure.is_some() {
+            return;
+        }
+        job.fatal = true;
+        let reason = format!(
+            "its keyed state takes {live} bytes on its TaskManagers, over the cluster's limit \
+             of {max} bytes per job (weir jobmanager --max-job-state-mb); not restarted"
+        );
+        tracing::warn!(job = %job.id, "{reason}");
+        fail(&self.taskmanagers, job, Cause::new(reason), true, now);
     }
 
     /// A message of live TaskManager `tm_id` about `job`.

@@ -49,7 +49,7 @@ impl HostOperatorCore {
     }
 
     /// The keyed state's backend and about how many bytes it takes.
-    pub(crate) fn state_size(&self) -> Option<(crate::state::BackendKind, u64)> {
+    pub(crate) fn state_size(&self) -> Option<crate::taskmanager::StateSize> {
         let state = self.state.as_ref()?;
         Some((state.kind(), state.size_bytes()))
     }

@@ -482,6 +482,7 @@ impl LocalCluster {
                             operators.push(ChainedOperator {
                                 vertex: v,
                                 instance,
+                                state_sampled: None,
                             });
                         }
                         match &vertex.kind {

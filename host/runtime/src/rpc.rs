@@ -334,6 +334,10 @@ pub struct JobReport {
     /// the next reports).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<SubtaskLogs>,
+    /// Bytes of keyed state of the job's subtasks here, as last sampled
+    /// (for the cluster's state quota, `--max-job-state-mb`).
+    #[serde(default)]
+    pub state_bytes: u64,
 }
 
 /// Most bytes of log lines (each counted with

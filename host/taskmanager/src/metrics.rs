@@ -200,6 +200,19 @@ fn job_metrics(e: &mut Exposition, job: &LocalJob) {
                     (weir_runtime::connectors::now_millis() - w) as f64 / 1000.0,
                 );
             }
+            if let Some((backend, bytes)) = vertex.subtask_state(subtask) {
+                let backend = backend.to_string();
+                let mut labels = labels.to_vec();
+                labels.push(("backend", backend.as_str()));
+                e.gauge(
+                    "weir_state_size_bytes",
+                    "About how many bytes the subtask's keyed state takes in its backend \
+                     (RocksDB: live SST files, memtables and unflushed writes; heap: keys \
+                     and values), sampled about once a second.",
+                    &labels,
+                    bytes as f64,
+                );
+            }
             let guest = m.telemetry.metrics();
             let operator = [
                 ("job_id", id),
@@ -350,19 +363,6 @@ fn subtask_samples(
              job.limits.memory_mb).",
             labels,
             calls.memory_bytes as f64,
-        );
-    }
-    if let Some(backend) = m.state_backend.get() {
-        let backend = backend.to_string();
-        let mut labels = labels.to_vec();
-        labels.push(("backend", backend.as_str()));
-        e.gauge(
-            "weir_state_size_bytes",
-            "About how many bytes the subtask's keyed state takes in its backend \
-             (RocksDB: live SST files, memtables and unflushed writes; heap: keys and \
-             values), sampled about once a second.",
-            &labels,
-            m.state_bytes.load(Ordering::Relaxed) as f64,
         );
     }
     if let Some(l) = LatencyQuantiles::of(&m.latency_samples()) {

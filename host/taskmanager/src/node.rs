@@ -126,6 +126,7 @@ impl LocalJob {
             vertices,
             max_queued_batches: self.metrics.max_queued_batches.load(Ordering::Relaxed),
             logs: self.unshipped_logs(),
+            state_bytes: self.metrics.vertices.iter().map(|v| v.state_bytes()).sum(),
         }
     }
 

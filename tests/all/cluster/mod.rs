@@ -539,6 +539,49 @@ fn weir_local_runs_a_submitted_job() {
 #[test]
 fn a_job_over_the_clusters_state_quota_fails_without_restarting() {
     let cluster = Cluster::start(1, 2, &["--max-job-state-mb", "1"]);
+    let spec = growing_job(&cluster, "[job.checkpoints]\ninterval_ms = 300\n");
+    let id = cluster.submit(&spec);
+    let job = cluster.wait_job(&id, |s| s == "failed" || s == "finished" || s == "canceled");
+    assert_eq!(job["state"], "failed", "{job}");
+    let failure = job["failure"].as_str().unwrap_or_default();
+    assert!(
+        failure.contains("over the cluster's limit") && failure.contains("--max-job-state-mb"),
+        "{job}"
+    );
+    assert_eq!(
+        job["attempt"], 0,
+        "restarted although over the quota: {job}"
+    );
+}
+
+/// The quota holds without checkpoints too: the TaskManagers sample each
+/// keyed subtask's state size about once a second and report it with
+/// their heartbeats, and the JobManager fails the job for good once the
+/// sum is over the limit (before this, a job without checkpoints could
+/// grow its state without bound).
+#[test]
+fn a_job_without_checkpoints_over_the_state_quota_fails_too() {
+    let cluster = Cluster::start(1, 2, &["--max-job-state-mb", "1"]);
+    let spec = growing_job(&cluster, "");
+    let id = cluster.submit(&spec);
+    let job = cluster.wait_job(&id, |s| s == "failed" || s == "finished" || s == "canceled");
+    assert_eq!(job["state"], "failed", "{job}");
+    let failure = job["failure"].as_str().unwrap_or_default();
+    assert!(
+        failure.contains("keyed state takes")
+            && failure.contains("over the cluster's limit")
+            && failure.contains("--max-job-state-mb"),
+        "{job}"
+    );
+    assert_eq!(
+        job["attempt"], 0,
+        "restarted although over the quota: {job}"
+    );
+}
+
+/// An endless keyed count over a million distinct words: its state grows
+/// without bound. `checkpoints` goes into `[job]`'s tables.
+fn growing_job(cluster: &Cluster, checkpoints: &str) -> std::path::PathBuf {
     let spec = cluster.dir.path().join("growing.toml");
     std::fs::write(
         &spec,
@@ -547,8 +590,7 @@ fn a_job_over_the_clusters_state_quota_fails_without_restarting() {
 [job]
 name = "growing"
 
-[job.checkpoints]
-interval_ms = 300
+{checkpoints}
 
 [job.restart]
 strategy = "fixed-delay"
@@ -583,16 +625,5 @@ to = "out"
         ),
     )
     .unwrap();
-    let id = cluster.submit(&spec);
-    let job = cluster.wait_job(&id, |s| s == "failed" || s == "finished" || s == "canceled");
-    assert_eq!(job["state"], "failed", "{job}");
-    let failure = job["failure"].as_str().unwrap_or_default();
-    assert!(
-        failure.contains("over the cluster's limit") && failure.contains("--max-job-state-mb"),
-        "{job}"
-    );
-    assert_eq!(
-        job["attempt"], 0,
-        "restarted although over the quota: {job}"
-    );
+    spec
 }

@@ -149,6 +149,7 @@ fn job_report() -> impl Strategy<Value = JobReport> {
             vertices,
             max_queued_batches: 0,
             logs: Vec::new(),
+            state_bytes: 0,
         })
 }
 

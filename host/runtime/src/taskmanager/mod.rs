@@ -155,7 +155,17 @@ pub struct VertexMetrics {
     pub watermarks: std::sync::Mutex<std::collections::BTreeMap<u32, i64>>,
     /// Each of its subtasks running here, by subtask index.
     pub subtasks: std::sync::Mutex<std::collections::BTreeMap<u32, Arc<SubtaskMetrics>>>,
+    /// Keyed operators: each of its subtasks' state backend and about how
+    /// many bytes the state takes
+    /// ([`crate::state::KeyedStateBackend::size_bytes`]), by subtask index,
+    /// sampled every [`STATE_SIZE_INTERVAL`] (with or without
+    /// `job.metrics`: the JobManager's state quota reads it too).
+    pub states: std::sync::Mutex<std::collections::BTreeMap<u32, StateSize>>,
 }
+
+/// A keyed operator subtask's state backend and about how many bytes its
+/// state takes.
+pub type StateSize = (crate::state::BackendKind, u64);
 
 /// The counters of one subtask of one vertex (Flink's per-subtask task
 /// and operator metrics), and its operator's log ring and metrics. Added
@@ -189,21 +199,12 @@ pub struct SubtaskMetrics {
     pub input_queued: AtomicU64,
     /// See `input_queued` (0: no input queue seen).
     pub input_capacity: AtomicU64,
-    /// Operators with keyed state: their backend, once its size was first
-    /// sampled.
-    pub state_backend: std::sync::OnceLock<crate::state::BackendKind>,
-    /// About how many bytes the keyed state takes
-    /// ([`crate::state::KeyedStateBackend::size_bytes`]), sampled at most
-    /// once per [`STATE_SIZE_INTERVAL`] while batches arrive, after each
-    /// checkpoint's snapshot and at the end of input.
-    pub state_bytes: AtomicU64,
-    /// When `state_bytes` was last sampled, nanoseconds after `started`
-    /// (0: never).
-    state_sampled_ns: AtomicU64,
 }
 
-/// How often a subtask samples its operators' state size for `/metrics`
-/// (a handful of RocksDB property reads, or one load for the heap).
+/// How often a subtask samples its operators' state size while batches
+/// arrive, for `/metrics` and the cluster's state quota (a handful of
+/// RocksDB property reads, or one load for the heap). It is sampled after
+/// each checkpoint's snapshot and at the end of input too.
 pub const STATE_SIZE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Latency markers remembered per subtask of a vertex (Flink's
@@ -261,32 +262,11 @@ impl Default for SubtaskMetrics {
             latency_ms: Default::default(),
             input_queued: AtomicU64::new(0),
             input_capacity: AtomicU64::new(0),
-            state_backend: std::sync::OnceLock::new(),
-            state_bytes: AtomicU64::new(0),
-            state_sampled_ns: AtomicU64::new(0),
         }
     }
 }
 
 impl SubtaskMetrics {
-    /// Whether the state size is due for a sample (never sampled, or
-    /// [`STATE_SIZE_INTERVAL`] ago); if so, counts the sample as taken now.
-    fn state_size_due(&self) -> bool {
-        let now = (self.started.elapsed().as_nanos() as u64).max(1);
-        let last = self.state_sampled_ns.load(Ordering::Relaxed);
-        if last != 0 && now - last < STATE_SIZE_INTERVAL.as_nanos() as u64 {
-            return false;
-        }
-        self.state_sampled_ns.store(now, Ordering::Relaxed);
-        true
-    }
-
-    /// Keeps a sample of the operator's state size.
-    fn record_state(&self, (backend, bytes): (crate::state::BackendKind, u64)) {
-        let _ = self.state_backend.set(backend);
-        self.state_bytes.store(bytes, Ordering::Relaxed);
-    }
-
     fn add_in(&self, batch: &Batch) {
         self.records_in
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -328,6 +308,24 @@ impl VertexMetrics {
     fn set_watermark(&self, subtask: u32, watermark: i64) {
         let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
         watermarks.insert(subtask, watermark);
+    }
+
+    fn set_state(&self, subtask: u32, size: StateSize) {
+        let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        states.insert(subtask, size);
+    }
+
+    /// The latest state size sample of its subtask `index`, if it has
+    /// keyed state.
+    pub fn subtask_state(&self, index: u32) -> Option<StateSize> {
+        let states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        states.get(&index).copied()
+    }
+
+    /// Bytes of keyed state of all its subtasks here, as last sampled.
+    pub fn state_bytes(&self) -> u64 {
+        let states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        states.values().map(|(_, bytes)| bytes).sum()
     }
 
     /// The counters of its subtask `index`, created at the first call.
@@ -446,6 +444,8 @@ pub struct ChainedOperator {
     pub vertex: usize,
     /// The instance.
     pub instance: Operator,
+    /// When its state size was last sampled (`None`: not yet).
+    pub state_sampled: Option<Instant>,
 }
 
 /// What a chained operator runs: a Wasm component, or one of the host's
@@ -504,7 +504,7 @@ impl Operator {
 
     /// The keyed state's backend and about how many bytes it takes
     /// (`None`: no keyed state).
-    fn state_size(&self) -> Option<(crate::state::BackendKind, u64)> {
+    fn state_size(&self) -> Option<StateSize> {
         match self {
             Operator::Wasm(i) => i.state_size(),
             Operator::Window(w) => w.core().state_size(),
@@ -1014,15 +1014,15 @@ impl Subtask {
             if let Some(c) = self.counters(vertex) {
                 c.add_in(&batch);
             }
-            let sample = self
-                .counters(vertex)
-                .is_some_and(SubtaskMetrics::state_size_due);
             let op = &mut self.operators[from];
             // State is not flushed per batch: the backend's write-back
             // buffer flushes itself by size, and the end of input (later:
             // every checkpoint) flushes it completely.
             let emitted = op.instance.process(input, &batch)?;
-            if sample {
+            if op
+                .state_sampled
+                .is_none_or(|t| t.elapsed() >= STATE_SIZE_INTERVAL)
+            {
                 self.sample_state(from);
             }
             return self.route(from, emitted);
@@ -1306,14 +1306,13 @@ impl Subtask {
         }
     }
 
-    /// Samples operator `i`'s state size into its counters (none without
-    /// `job.metrics`, or without keyed state).
-    fn sample_state(&self, i: usize) {
-        let op = &self.operators[i];
-        if let Some(c) = self.counters(op.vertex)
-            && let Some(size) = op.instance.state_size()
-        {
-            c.record_state(size);
+    /// Samples operator `i`'s state size into its vertex's metrics (if it
+    /// has keyed state).
+    fn sample_state(&mut self, i: usize) {
+        let op = &mut self.operators[i];
+        op.state_sampled = Some(Instant::now());
+        if let Some(size) = op.instance.state_size() {
+            self.metrics.vertices[op.vertex].set_state(self.index, size);
         }
     }
 

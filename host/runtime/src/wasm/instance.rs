@@ -450,7 +450,7 @@ impl OperatorInstance {
 
     /// The keyed state's backend and about how many bytes it takes
     /// (`None`: the instance has no keyed state).
-    pub fn state_size(&self) -> Option<(crate::state::BackendKind, u64)> {
+    pub fn state_size(&self) -> Option<crate::taskmanager::StateSize> {
         let state = self.store.data().state.as_ref()?;
         Some((state.kind(), state.size_bytes()))
     }
