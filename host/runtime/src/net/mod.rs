@@ -81,7 +81,9 @@
 //! writer; the writer stops when the abort is triggered. A stream that
 //! arrives before its key is registered waits up to
 //! [`REGISTRATION_TIMEOUT`] (60 s) and is then refused (the sender aborts with a
-//! message saying so). [`DataPlane::unregister_job`] resets every stream of
+//! message saying so); at most [`MAX_WAITING_STREAMS`] streams of one
+//! connection wait at once, one past that is refused at once.
+//! [`DataPlane::unregister_job`] resets every stream of
 //! the job that still carries a channel without its `End`; a stream whose
 //! channels all ended only waits for the sender's clean end (the receiving
 //! subtasks finished; the sender's last bytes may still be in flight). The receiving side cannot see the job's abort signal (it only
@@ -125,6 +127,13 @@ pub const SENDER_CAPACITY: usize = 1;
 /// with the senders, so a stream may arrive first; after this it is refused
 /// ([`DataPlane::set_registration_timeout`] changes it).
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Streams of one connection (one sending TaskManager) that may wait for
+/// their input's registration at once. A job's early streams from one
+/// TaskManager are one per input it feeds here, far fewer; the bound stops
+/// a peer from parking QUIC's whole stream limit
+/// ([`tls::MAX_STREAMS`]) here for [`REGISTRATION_TIMEOUT`] each.
+pub const MAX_WAITING_STREAMS: usize = 1024;
 
 /// The data plane's sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -343,6 +352,9 @@ struct Shared {
     peers: Mutex<HashMap<Peer, Arc<tokio::sync::Mutex<Option<quinn::Connection>>>>>,
     /// How long an early stream waits for its registration, in ms.
     registration_timeout_ms: AtomicU64,
+    /// Streams of one connection that may wait for their registration at
+    /// once ([`MAX_WAITING_STREAMS`], but in tests).
+    max_waiting: std::sync::atomic::AtomicUsize,
     buffered: AtomicU64,
     max_buffered: AtomicU64,
     sent: AtomicU64,
@@ -395,6 +407,7 @@ impl DataPlane {
             inputs: Mutex::new(HashMap::new()),
             peers: Mutex::new(HashMap::new()),
             registration_timeout_ms: AtomicU64::new(REGISTRATION_TIMEOUT.as_millis() as u64),
+            max_waiting: std::sync::atomic::AtomicUsize::new(MAX_WAITING_STREAMS),
             buffered: AtomicU64::new(0),
             max_buffered: AtomicU64::new(0),
             sent: AtomicU64::new(0),
@@ -435,6 +448,13 @@ impl DataPlane {
             let _ = waiter.send(input.clone());
         }
         job.gates.insert(gate, input);
+    }
+
+    /// How many streams of one connection may wait for their registration
+    /// at once (default [`MAX_WAITING_STREAMS`]).
+    #[cfg(test)]
+    fn set_max_waiting_streams(&self, n: usize) {
+        self.shared.max_waiting.store(n, Ordering::Relaxed);
     }
 
     /// How long a stream that arrives before its input is registered waits

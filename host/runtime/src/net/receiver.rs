@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -57,11 +57,14 @@ async fn serve_connection(incoming: quinn::Incoming, shared: Weak<Shared>) {
             return;
         }
     };
+    // Streams of this connection waiting for their registration.
+    let waiting = Arc::new(AtomicUsize::new(0));
     while let Ok((send, recv)) = conn.accept_bi().await {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        tokio::spawn(serve_stream(shared, from, sender.clone(), send, recv));
+        let stream = serve_stream(shared, from, sender.clone(), waiting.clone(), send, recv);
+        tokio::spawn(stream);
     }
 }
 
@@ -82,6 +85,28 @@ impl Drop for OpenStream<'_> {
     }
 }
 
+/// One of a connection's streams waiting for its registration, counted
+/// while it waits.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    /// Counts one more waiting stream, unless `max` already wait.
+    fn take(count: &'a AtomicUsize, max: usize) -> Option<Waiting<'a>> {
+        count
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Waiting(count))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Why a stream was given up: the code to reset it with, and a message.
 struct Refusal(u32, String);
 
@@ -89,10 +114,12 @@ async fn serve_stream(
     shared: Arc<Shared>,
     from: SocketAddr,
     sender: Arc<str>,
+    waiting: Arc<AtomicUsize>,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
 ) {
-    if let Err(Refusal(code, message)) = serve(&shared, &sender, &mut send, &mut recv).await {
+    let served = serve(&shared, &sender, &waiting, &mut send, &mut recv).await;
+    if let Err(Refusal(code, message)) = served {
         tracing::warn!("data stream from TaskManager `{sender}` at {from}: {message}");
         let _ = send.reset(code.into());
         let _ = recv.stop(code.into());
@@ -102,6 +129,7 @@ async fn serve_stream(
 async fn serve(
     shared: &Shared,
     sender: &str,
+    waiting: &AtomicUsize,
     send: &mut quinn::SendStream,
     recv: &mut quinn::RecvStream,
 ) -> Result<(), Refusal> {
@@ -121,21 +149,35 @@ async fn serve(
         senders,
     } = match lookup {
         Lookup::Ready(input) => input,
-        Lookup::Wait(wait) => match tokio::time::timeout(shared.registration_timeout(), wait).await
-        {
-            Ok(Ok(input)) => input,
-            Ok(Err(_)) => return Err(unregistered()),
-            Err(_) => {
+        Lookup::Wait(wait) => {
+            let Some(_slot) = Waiting::take(waiting, shared.max_waiting.load(Ordering::Relaxed))
+            else {
+                drop(wait);
                 shared.forget_waiter(&key);
                 return Err(Refusal(
-                    wire::code::UNKNOWN_INPUT,
+                    wire::code::BUSY,
                     format!(
-                        "{key} was not registered within {:?}",
-                        shared.registration_timeout()
+                        "{key}: refused, {} streams of this TaskManager already wait for \
+                         their registration",
+                        waiting.load(Ordering::Relaxed)
                     ),
                 ));
+            };
+            match tokio::time::timeout(shared.registration_timeout(), wait).await {
+                Ok(Ok(input)) => input,
+                Ok(Err(_)) => return Err(unregistered()),
+                Err(_) => {
+                    shared.forget_waiter(&key);
+                    return Err(Refusal(
+                        wire::code::UNKNOWN_INPUT,
+                        format!(
+                            "{key} was not registered within {:?}",
+                            shared.registration_timeout()
+                        ),
+                    ));
+                }
             }
-        },
+        }
     };
     if !senders.contains(sender) {
         return Err(Refusal(

@@ -541,6 +541,50 @@ async fn a_stream_waits_for_its_late_registration() {
     timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
 }
 
+/// Issue 10: streams waiting for their registration are bounded per
+/// connection: past the bound a stream is refused at once, saying why,
+/// and the ones waiting still get their inputs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_waiting_for_their_registration_are_bounded_per_connection() {
+    let (a, b) = pair(NetConfig::default());
+    b.set_max_waiting_streams(2);
+    let abort = Abort::new();
+    let mut waiting = Vec::new();
+    for subtask in 0..2 {
+        let (tx, task) = a.open_channel_with_handle(
+            to(&b),
+            key("early", subtask),
+            opts(Duration::from_millis(1)),
+            abort.clone(),
+        );
+        tx.send(Message::End { channel: 0 }).await.unwrap();
+        timeout(PATIENCE, b.shared.waiter_added.notified())
+            .await
+            .unwrap();
+        waiting.push((tx, task));
+    }
+    let third = Abort::new();
+    let (tx, task) = a.open_channel_with_handle(
+        to(&b),
+        key("early", 2),
+        opts(Duration::from_millis(1)),
+        third.clone(),
+    );
+    tx.send(Message::End { channel: 0 }).await.unwrap();
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(err.to_string().contains("too many"), "{err}");
+    assert!(third.is_set());
+    // The two waiting streams were not disturbed: their inputs come.
+    for (subtask, (tx, task)) in waiting.into_iter().enumerate() {
+        let (input, mut rx) = mpsc::channel(1);
+        b.register_input(key("early", subtask as u32), gate(input));
+        assert!(matches!(recv(&mut rx).await, Message::End { channel: 0 }));
+        drop(tx);
+        timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+    }
+    assert!(!abort.is_set());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_for_an_input_never_registered_is_refused() {
     let (a, b) = pair(NetConfig::default());

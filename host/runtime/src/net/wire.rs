@@ -38,6 +38,9 @@ pub mod code {
     pub const ABORTED: u32 = 5;
     /// The sending TaskManager is not in the job's placement.
     pub const FORBIDDEN: u32 = 6;
+    /// Too many streams of the sending TaskManager already wait for their
+    /// input's registration.
+    pub const BUSY: u32 = 7;
 }
 
 /// What a refusal code means, for error messages.
@@ -52,6 +55,9 @@ pub fn describe(code: u64) -> String {
         code::FORBIDDEN => {
             "the receiver does not accept this job's data from this TaskManager".into()
         }
+        code::BUSY => "too many of this TaskManager's streams already wait for their \
+                       input's registration at the receiver"
+            .into(),
         other => format!("unknown error code {other}"),
     }
 }
