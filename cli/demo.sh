@@ -7,7 +7,9 @@ bash tests/setup.sh
 echo "weir: building the example operators (udfs/, wasm32-wasip2)..." >&2
 cargo build --release --target wasm32-wasip2 --manifest-path udfs/Cargo.toml --target-dir udfs/target
 echo "weir: building weir..." >&2
-cargo build --release -p weir-cli
+# With --workspace (not -p weir-cli) wasmtime and RocksDB get the same
+# features as in the test suite's build (tests/run.sh): built once for both.
+cargo build --release --workspace --bin weir
 BIN="${CARGO_TARGET_DIR:-target}/release/weir"
 "$BIN" run udfs/jobs/word-count.toml "$@"
 OUT=udfs/jobs/out/word-counts.txt
