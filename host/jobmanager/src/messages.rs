@@ -125,8 +125,9 @@ impl JobManager {
 
     /// Fails `job` for good once its keyed state, as its TaskManagers last
     /// sampled it (about once a second), is over the cluster's quota
-    /// (`--max-job-state-mb`): between checkpoints, and for a job without
-    /// any, as each completed checkpoint is checked too.
+    /// (`--max-job-state-mb`). Completed checkpoints are checked as they
+    /// complete; this holds the quota between them, and for jobs that take
+    /// none.
     fn check_live_state(&self, job: &mut Job, now: Instant) {
         let Some(max) = self.max_job_state_bytes else {
             return;

@@ -533,25 +533,14 @@ fn weir_local_runs_a_submitted_job() {
     local.terminate();
 }
 
-/// `weir jobmanager --max-job-state-mb`: a job whose checkpoint holds more
-/// keyed state than the cluster allows fails, naming the limit, and is not
-/// restarted although its restart strategy would.
+/// `weir jobmanager --max-job-state-mb`: a job with more keyed state than
+/// the cluster allows fails, naming the limit, and is not restarted
+/// although its restart strategy would. With checkpoints, whichever sees it
+/// first fails it: a completed checkpoint's size or the live sample below.
 #[test]
 fn a_job_over_the_clusters_state_quota_fails_without_restarting() {
-    let cluster = Cluster::start(1, 2, &["--max-job-state-mb", "1"]);
-    let spec = growing_job(&cluster, "[job.checkpoints]\ninterval_ms = 300\n");
-    let id = cluster.submit(&spec);
-    let job = cluster.wait_job(&id, |s| s == "failed" || s == "finished" || s == "canceled");
-    assert_eq!(job["state"], "failed", "{job}");
-    let failure = job["failure"].as_str().unwrap_or_default();
-    assert!(
-        failure.contains("over the cluster's limit") && failure.contains("--max-job-state-mb"),
-        "{job}"
-    );
-    assert_eq!(
-        job["attempt"], 0,
-        "restarted although over the quota: {job}"
-    );
+    let failure = fail_over_quota("[job.checkpoints]\ninterval_ms = 300\n");
+    assert!(failure.contains("over the cluster's limit"), "{failure}");
 }
 
 /// The quota holds without checkpoints too: the TaskManagers sample each
@@ -561,22 +550,28 @@ fn a_job_over_the_clusters_state_quota_fails_without_restarting() {
 /// grow its state without bound).
 #[test]
 fn a_job_without_checkpoints_over_the_state_quota_fails_too() {
+    let failure = fail_over_quota("");
+    assert!(
+        failure.contains("keyed state takes") && failure.contains("over the cluster's limit"),
+        "{failure}"
+    );
+}
+
+/// Runs [`growing_job`] (with `checkpoints`) on a cluster with a 1 MiB
+/// state quota; asserts it failed on its first attempt, naming the flag,
+/// and returns why it failed.
+fn fail_over_quota(checkpoints: &str) -> String {
     let cluster = Cluster::start(1, 2, &["--max-job-state-mb", "1"]);
-    let spec = growing_job(&cluster, "");
-    let id = cluster.submit(&spec);
+    let id = cluster.submit(&growing_job(&cluster, checkpoints));
     let job = cluster.wait_job(&id, |s| s == "failed" || s == "finished" || s == "canceled");
     assert_eq!(job["state"], "failed", "{job}");
-    let failure = job["failure"].as_str().unwrap_or_default();
-    assert!(
-        failure.contains("keyed state takes")
-            && failure.contains("over the cluster's limit")
-            && failure.contains("--max-job-state-mb"),
-        "{job}"
-    );
     assert_eq!(
         job["attempt"], 0,
         "restarted although over the quota: {job}"
     );
+    let failure = job["failure"].as_str().unwrap_or_default().to_owned();
+    assert!(failure.contains("--max-job-state-mb"), "{job}");
+    failure
 }
 
 /// An endless keyed count over a million distinct words: its state grows
