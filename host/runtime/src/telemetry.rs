@@ -13,8 +13,9 @@
 //!   guest logging in a tight loop cannot flood its daemon (its stderr, its
 //!   memory, the heartbeats to the JobManager).
 //! - [`OperatorTelemetry`]: one operator instance's ring, rate limit,
-//!   metrics and the cost of its guest calls ([`CallStats`]), shared between the instance (which writes, on its subtask's
-//!   thread) and whoever reads them (the TaskManager's heartbeat, which
+//!   metrics and the cost of its guest calls ([`CallStats`]), shared
+//!   between the instance (which writes, on its subtask's thread) and
+//!   whoever reads them (the TaskManager's heartbeat, which
 //!   ships new log lines to the JobManager, and its `/metrics`).
 //!
 //! # Invariants

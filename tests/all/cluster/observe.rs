@@ -674,7 +674,10 @@ fn state_size_per_backend_and_network_credits_on_each_taskmanager() {
             );
             let held = value(sender, "weir_taskmanager_network_credits_available", &[])
                 + value(sender, "weir_taskmanager_network_buffers_in_flight", &[]);
-            value(
+            // Only its presence is checked here (`value` panics without
+            // it): it stays 0 unless a credit wait ended, which
+            // `backpressure_crosses_taskmanagers` asserts.
+            let _waited = value(
                 sender,
                 "weir_taskmanager_network_credit_wait_seconds_total",
                 &[],

@@ -133,7 +133,7 @@ pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(60);
 /// TaskManager are one per input it feeds here, far fewer; the bound stops
 /// a peer from parking QUIC's whole stream limit
 /// ([`tls::MAX_STREAMS`]) here for [`REGISTRATION_TIMEOUT`] each.
-pub const MAX_WAITING_STREAMS: usize = 1024;
+pub const MAX_WAITING_STREAMS: u64 = 1024;
 
 /// The data plane's sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -354,7 +354,7 @@ struct Shared {
     registration_timeout_ms: AtomicU64,
     /// Streams of one connection that may wait for their registration at
     /// once ([`MAX_WAITING_STREAMS`], but in tests).
-    max_waiting: std::sync::atomic::AtomicUsize,
+    max_waiting: AtomicU64,
     buffered: AtomicU64,
     max_buffered: AtomicU64,
     sent: AtomicU64,
@@ -407,7 +407,7 @@ impl DataPlane {
             inputs: Mutex::new(HashMap::new()),
             peers: Mutex::new(HashMap::new()),
             registration_timeout_ms: AtomicU64::new(REGISTRATION_TIMEOUT.as_millis() as u64),
-            max_waiting: std::sync::atomic::AtomicUsize::new(MAX_WAITING_STREAMS),
+            max_waiting: AtomicU64::new(MAX_WAITING_STREAMS),
             buffered: AtomicU64::new(0),
             max_buffered: AtomicU64::new(0),
             sent: AtomicU64::new(0),
@@ -453,7 +453,7 @@ impl DataPlane {
     /// How many streams of one connection may wait for their registration
     /// at once (default [`MAX_WAITING_STREAMS`]).
     #[cfg(test)]
-    fn set_max_waiting_streams(&self, n: usize) {
+    fn set_max_waiting_streams(&self, n: u64) {
         self.shared.max_waiting.store(n, Ordering::Relaxed);
     }
 

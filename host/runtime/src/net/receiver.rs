@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -58,7 +58,7 @@ async fn serve_connection(incoming: quinn::Incoming, shared: Weak<Shared>) {
         }
     };
     // Streams of this connection waiting for their registration.
-    let waiting = Arc::new(AtomicUsize::new(0));
+    let waiting = Arc::new(AtomicU64::new(0));
     while let Ok((send, recv)) = conn.accept_bi().await {
         let Some(shared) = shared.upgrade() else {
             return;
@@ -68,40 +68,24 @@ async fn serve_connection(incoming: quinn::Incoming, shared: Weak<Shared>) {
     }
 }
 
-/// Counts an incoming stream in [`super::NetStats::channels_in`] while it
-/// lives.
-struct OpenStream<'a>(&'a Shared);
+/// One stream counted in `counter` while the guard lives: an open stream
+/// in [`super::NetStats::channels_in`], or one of a connection's streams
+/// waiting for its registration.
+struct Counted<'a>(&'a AtomicU64);
 
-impl<'a> OpenStream<'a> {
-    fn count(shared: &'a Shared) -> OpenStream<'a> {
-        shared.channels_in.fetch_add(1, Ordering::Relaxed);
-        OpenStream(shared)
-    }
-}
-
-impl Drop for OpenStream<'_> {
-    fn drop(&mut self) {
-        self.0.channels_in.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// One of a connection's streams waiting for its registration, counted
-/// while it waits.
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl<'a> Waiting<'a> {
-    /// Counts one more waiting stream, unless `max` already wait.
-    fn take(count: &'a AtomicUsize, max: usize) -> Option<Waiting<'a>> {
-        count
+impl<'a> Counted<'a> {
+    /// Counts one more, unless `max` are counted already.
+    fn take(counter: &'a AtomicU64, max: u64) -> Option<Counted<'a>> {
+        counter
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 (n < max).then_some(n + 1)
             })
             .ok()
-            .map(|_| Waiting(count))
+            .map(|_| Counted(counter))
     }
 }
 
-impl Drop for Waiting<'_> {
+impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
@@ -114,7 +98,7 @@ async fn serve_stream(
     shared: Arc<Shared>,
     from: SocketAddr,
     sender: Arc<str>,
-    waiting: Arc<AtomicUsize>,
+    waiting: Arc<AtomicU64>,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
 ) {
@@ -129,7 +113,7 @@ async fn serve_stream(
 async fn serve(
     shared: &Shared,
     sender: &str,
-    waiting: &AtomicUsize,
+    waiting: &AtomicU64,
     send: &mut quinn::SendStream,
     recv: &mut quinn::RecvStream,
 ) -> Result<(), Refusal> {
@@ -150,8 +134,8 @@ async fn serve(
     } = match lookup {
         Lookup::Ready(input) => input,
         Lookup::Wait(wait) => {
-            let Some(_slot) = Waiting::take(waiting, shared.max_waiting.load(Ordering::Relaxed))
-            else {
+            let max = shared.max_waiting.load(Ordering::Relaxed);
+            let Some(_slot) = Counted::take(waiting, max) else {
                 drop(wait);
                 shared.forget_waiter(&key);
                 return Err(Refusal(
@@ -194,7 +178,7 @@ async fn serve(
         _ = alive.changed() => return Err(unregistered()),
         r = send.write_all(&grant) => r.map_err(|e| lost(&key, e))?,
     }
-    let open = OpenStream::count(shared);
+    let open = Counted::take(&shared.channels_in, u64::MAX);
     let mut decoder = Decoder::new();
     let mut messages = Vec::new();
     let one_credit = 1u32.to_le_bytes();

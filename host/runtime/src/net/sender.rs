@@ -213,6 +213,7 @@ impl Writer {
     /// Sends the buffer being filled once a credit is available.
     async fn send_buffer(&mut self) -> Result<(), Stop> {
         let len = self.frame.len() - PREFIX;
+        // Set at the first wait for a credit (the clock is read only then).
         let mut waiting: Option<Instant> = None;
         loop {
             // `Notify` keeps a permit for a notification that finds no
@@ -229,17 +230,18 @@ impl Writer {
                 self.shared.in_flight.fetch_add(1, Ordering::Relaxed);
                 break;
             }
-            let since = *waiting.get_or_insert_with(Instant::now);
+            waiting.get_or_insert_with(Instant::now);
             tokio::select! {
                 biased;
                 _ = aborted(&self.abort) => return Err(Stop::Aborted),
                 r = &mut self.reader => return Err(reader_ended(r)),
                 _ = self.credits.returned.notified() => {}
             }
+        }
+        if let Some(since) = waiting {
             self.shared
                 .credit_wait_ns
                 .fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            waiting = Some(Instant::now());
         }
         // The full buffer moves into quinn without a copy; a fresh one is
         // filled next.
