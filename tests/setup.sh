@@ -5,8 +5,9 @@
 # scrapes the daemons with the real server, tests/all/cluster/observe.rs)
 # and Debian's chromium (the web UI test drives it headless,
 # tests/all/cluster/ui.rs; no browser is downloaded by any tool), Debian's
-# nats-server (the NATS connector tests) and DuckDB for Python (the Nexmark
-# oracle, into the tool folder).
+# nats-server (the NATS connector tests), DuckDB for Python (the Nexmark
+# oracle, into the tool folder) and the tansu Kafka broker (built from its
+# crate into the tool folder).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -58,6 +59,20 @@ if [ ! -d "$DUCKDB_DIR/duckdb" ]; then
     python3 -m pip install -q --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
         --target "$DUCKDB_DIR.tmp" duckdb==2.0.1
     rm -rf "$DUCKDB_DIR" && mv "$DUCKDB_DIR.tmp" "$DUCKDB_DIR"
+fi
+# tansu, a broker speaking the Kafka protocol (the Kafka connector tests
+# and the Kafka demo run it): no Kafka broker ships through Debian, PyPI or
+# npm, and tansu is a Rust crate, so it is built once from crates.io into
+# the tool folder (about 10 minutes on two cores; `--locked`: the versions
+# its authors tested), with its in-memory storage engine only.
+TANSU_DIR="${WEIR_TOOLS_DIR:-$HOME/.cache/weir/tools}/tansu-0.6.0"
+if [ ! -x "$TANSU_DIR/bin/tansu" ]; then
+    echo "weir: building the tansu Kafka broker 0.6.0 into $TANSU_DIR (once; the Kafka tests run it)" >&2
+    rm -rf "$TANSU_DIR.tmp"
+    CARGO_PROFILE_RELEASE_DEBUG=false cargo install --quiet --locked tansu@0.6.0 \
+        --no-default-features --features dynostore \
+        --root "$TANSU_DIR.tmp" --target-dir "$TANSU_DIR.build"
+    rm -rf "$TANSU_DIR" "$TANSU_DIR.build" && mv "$TANSU_DIR.tmp" "$TANSU_DIR"
 fi
 # The toolchain, its components and the wasm32-wasip2 target, from
 # rust-toolchain.toml (a no-op when present; needed where RUSTUP_AUTO_INSTALL=0).

@@ -21,6 +21,7 @@ mod exactly_once;
 mod file_sources;
 mod fraud;
 mod joins;
+mod kafka;
 mod nats;
 mod nexmark;
 mod nexmark_kills;

@@ -37,6 +37,7 @@ use super::{
 use super::{JobError, JobSpec, Problem};
 
 mod edges;
+mod kafka;
 mod nats;
 mod vertices;
 

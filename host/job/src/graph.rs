@@ -212,6 +212,8 @@ pub enum SourceSpec {
     Generator(GeneratorSpec),
     /// `type = "nats"`: reads a NATS JetStream stream.
     Nats(crate::nats::NatsSourceSpec),
+    /// `type = "kafka"`: reads topics of Kafka-protocol brokers.
+    Kafka(crate::kafka::KafkaSourceSpec),
 }
 
 /// A file source (`type = "file"`): its files are split into byte ranges
@@ -517,6 +519,8 @@ pub enum SinkSpec {
     },
     /// `type = "nats"`: publishes to a NATS JetStream subject.
     Nats(crate::nats::NatsSinkSpec),
+    /// `type = "kafka"`: writes to a topic of Kafka-protocol brokers.
+    Kafka(crate::kafka::KafkaSinkSpec),
 }
 
 /// A file sink (`type = "file"`).

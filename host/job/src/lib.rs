@@ -33,7 +33,7 @@
 //!   uids that address state in checkpoints and savepoints.
 //! * Edges go from a source or operator to an operator or sink; the graph is
 //!   acyclic; every operator and sink has at least one input.
-//! * `1 <= parallelism <= max_parallelism` for every vertex; file sources
+//! * `1 <= parallelism <= max_parallelism` for every vertex; NATS sources
 //!   have parallelism 1.
 //! * Every input of an operator with `key_by` is [`Partitioner::Hash`] with
 //!   that key; a [`Partitioner::Forward`] edge joins vertices of equal
@@ -49,6 +49,7 @@
 pub mod chain;
 pub mod config;
 pub mod graph;
+pub mod kafka;
 pub mod nats;
 pub mod spec;
 
@@ -65,6 +66,7 @@ pub use graph::{
     Partitioner, SinkFormat, SinkSpec, SourceFormat, SourceSpec, StateBackendKind, Vertex,
     VertexId, VertexKind, WatermarkStrategy, WindowAssigner, WindowSpec,
 };
+pub use kafka::{KafkaDelivery, KafkaPartitioning, KafkaSinkSpec, KafkaSourceSpec, KafkaStart};
 pub use nats::{NatsDelivery, NatsSinkSpec, NatsSourceSpec, NatsStart};
 pub use spec::{JobSpec, parse_override};
 

@@ -207,9 +207,17 @@ pub(super) struct SourceTable {
     pub url: Option<String>,
     pub stream: Option<String>,
     pub subject: Option<String>,
-    pub start: Option<crate::nats::NatsStart>,
+    pub start: Option<StartName>,
     pub key_header: Option<String>,
     pub key_subject_token: Option<u32>,
+    // kafka (also `start`, above)
+    pub bootstrap_servers: Option<String>,
+    pub topics: Option<Vec<String>>,
+    pub topic: Option<String>,
+    pub group_id: Option<String>,
+    pub start_timestamp_ms: Option<i64>,
+    pub bounded: Option<bool>,
+    pub partition_discovery_ms: Option<u64>,
     // generator
     pub kind: Option<GeneratorKindName>,
     pub count: Option<u64>,
@@ -236,6 +244,27 @@ pub(super) enum SourceType {
     File,
     Generator,
     Nats,
+    Kafka,
+}
+
+/// `[[source]] start`: the union of what NATS and Kafka sources accept;
+/// each source type refuses the ones it does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum StartName {
+    Earliest,
+    Latest,
+    Committed,
+    Timestamp,
+}
+
+/// `[[sink]] delivery`: the union of what NATS and Kafka sinks accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum DeliveryName {
+    ExactlyOnce,
+    AtLeastOnce,
+    None,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -317,8 +346,13 @@ pub(super) struct SinkTable {
     // nats
     pub url: Option<String>,
     pub subject: Option<String>,
-    pub delivery: Option<crate::nats::NatsDelivery>,
+    pub delivery: Option<DeliveryName>,
     pub key_header: Option<String>,
+    // kafka (also `delivery`, above)
+    pub bootstrap_servers: Option<String>,
+    pub topic: Option<String>,
+    pub partitioning: Option<crate::kafka::KafkaPartitioning>,
+    pub transaction_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -328,6 +362,7 @@ pub(super) enum SinkType {
     Stdout,
     Blackhole,
     Nats,
+    Kafka,
 }
 
 /// `[[edge]]`.

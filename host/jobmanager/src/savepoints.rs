@@ -420,7 +420,8 @@ impl JobManager {
 /// Whether a job of `graph` (its keyed operators declaring `states`) can
 /// start from the savepoint `saved`: the same `max_parallelism`; every
 /// source and sink that recorded a position or committable there with the
-/// same parallelism; every saved state with entries declared by the same
+/// same parallelism (except Kafka sources, whose partitions are dealt out
+/// again); every saved state with entries declared by the same
 /// operator under the same name and kind. State nobody takes is refused
 /// unless `allow_non_restored`. Keyed operators may change parallelism.
 pub(crate) fn check_compatible(
@@ -459,10 +460,19 @@ pub(crate) fn check_compatible(
             }
             continue;
         };
-        if has_position && new.parallelism != vertex.parallelism {
+        // A Kafka source's partitions are dealt out again (restore.rs in
+        // the TaskManager); every other position stays with its subtask.
+        let rescalable = || {
+            let positions: Vec<Option<&serde_json::Value>> =
+                vertex.subtasks.iter().map(|s| s.source.as_ref()).collect();
+            vertex.subtasks.iter().all(|s| s.sink.is_none())
+                && weir_runtime::connectors::rescaled_source_position(&positions).is_some()
+        };
+        if has_position && new.parallelism != vertex.parallelism && !rescalable() {
             return Err(format!(
                 "{} `{}` ran with parallelism {} and now has {}: sources and sinks \
-                 keep their parallelism across a savepoint (only keyed operators rescale)",
+                 keep their parallelism across a savepoint (only keyed operators and \
+                 Kafka sources rescale)",
                 vertex.role, vertex.uid, vertex.parallelism, new.parallelism
             ));
         }

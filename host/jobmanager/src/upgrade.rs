@@ -278,9 +278,14 @@ pub(crate) fn check_upgrade(
             .iter()
             .enumerate()
             .find(|(_, n)| n.id.0 == old.id.0);
+        // A Kafka source's partitions are dealt out again at another
+        // parallelism; other sources and sinks keep theirs.
         let positioned = !matches!(
             old.kind,
-            VertexKind::Operator(_) | VertexKind::Window(_) | VertexKind::Join(_)
+            VertexKind::Operator(_)
+                | VertexKind::Window(_)
+                | VertexKind::Join(_)
+                | VertexKind::Source(weir_runtime::job::SourceSpec::Kafka(_))
         );
         if let Some((_, n)) = new
             && positioned
@@ -288,7 +293,7 @@ pub(crate) fn check_upgrade(
         {
             return Err(format!(
                 "{} `{}` runs with parallelism {} and would have {}: sources and sinks keep \
-                 their parallelism across an upgrade (only keyed operators rescale)",
+                 their parallelism across an upgrade (only keyed operators and Kafka sources rescale)",
                 old.kind.role(),
                 old.id,
                 old.parallelism,

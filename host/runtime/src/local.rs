@@ -518,6 +518,17 @@ impl LocalCluster {
                                                 )
                                                 .map_err(|e| RunError::Plan(e.to_string()))?,
                                             ),
+                                            (SinkSpec::Kafka(k), checkpoints) => Box::new(
+                                                crate::connectors::kafka::KafkaSink::open(
+                                                    &graph.name,
+                                                    &vertex.id.0,
+                                                    s,
+                                                    k,
+                                                    checkpoints.is_some(),
+                                                    restored.and_then(|r| r.sink.as_ref()),
+                                                )
+                                                .map_err(|e| RunError::Plan(e.to_string()))?,
+                                            ),
                                             _ => build_sink(graph, v, spec, s, &self.roots)?,
                                         },
                                     });
@@ -872,6 +883,10 @@ fn build_source(
             crate::connectors::nats::NatsSource::open(id, n)
                 .map_err(|e| RunError::Plan(e.to_string()))?,
         ),
+        SourceSpec::Kafka(k) => Box::new(
+            crate::connectors::kafka::KafkaSource::open(&graph.name, id, subtask, parallelism, k)
+                .map_err(|e| RunError::Plan(e.to_string()))?,
+        ),
     })
 }
 
@@ -902,12 +917,17 @@ fn build_sink(
             crate::connectors::nats::NatsSink::open(&graph.name, id, subtask, n, false, None)
                 .map_err(|e| RunError::Plan(e.to_string()))?,
         ),
+        SinkSpec::Kafka(k) => Box::new(
+            crate::connectors::kafka::KafkaSink::open(&graph.name, id, subtask, k, false, None)
+                .map_err(|e| RunError::Plan(e.to_string()))?,
+        ),
     })
 }
 
 /// Checks the connectors of `graph`: every file source and sink against
 /// `roots`, every NATS source and sink against its server
-/// ([`crate::connectors::nats::check`]), before
+/// ([`crate::connectors::nats::check`]) and every Kafka one against its
+/// brokers ([`crate::connectors::kafka::check`]), before
 /// anything is opened or created: a path outside every root, a symlink out
 /// of one, a source file that is not a regular file (FIFO, device), a
 /// source folder or pattern that reaches out of the roots or matches
@@ -946,6 +966,8 @@ pub fn check_connectors(graph: &JobGraph, roots: &AllowedRoots) -> Result<(), St
     // Not files, but checked at the same two moments (submit, deploy):
     // NATS servers reachable, streams present.
     problems.extend(crate::connectors::nats::check(&nats_connectors(graph)));
+    // And Kafka brokers reachable, topics present.
+    problems.extend(crate::connectors::kafka::check(&kafka_connectors(graph)));
     if problems.is_empty() {
         Ok(())
     } else {
@@ -964,6 +986,31 @@ fn nats_connectors(graph: &JobGraph) -> Vec<(String, crate::connectors::nats::Na
                 Some((v.id.0.clone(), NatsConnector::Source(s)))
             }
             VertexKind::Sink(SinkSpec::Nats(s)) => Some((v.id.0.clone(), NatsConnector::Sink(s))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The Kafka sources and sinks of `graph`, by id.
+fn kafka_connectors(
+    graph: &JobGraph,
+) -> Vec<(String, crate::connectors::kafka::KafkaConnector<'_>)> {
+    use crate::connectors::kafka::KafkaConnector;
+    graph
+        .vertices
+        .iter()
+        .filter_map(|v| match &v.kind {
+            VertexKind::Source(SourceSpec::Kafka(s)) => {
+                Some((v.id.0.clone(), KafkaConnector::Source(s)))
+            }
+            VertexKind::Sink(SinkSpec::Kafka(s)) => Some((
+                v.id.0.clone(),
+                KafkaConnector::Sink {
+                    spec: s,
+                    transactional: s.delivery == crate::job::KafkaDelivery::ExactlyOnce
+                        && graph.settings.checkpoints.is_some(),
+                },
+            )),
             _ => None,
         })
         .collect()

@@ -167,7 +167,16 @@ pub(crate) fn savepoint_restore(
             };
             let sub = saved.subtasks.get(s as usize);
             if v == task.head() {
-                restore.source = sub.and_then(|x| x.source.clone());
+                restore.source = if saved.parallelism == vertex.parallelism {
+                    sub.and_then(|x| x.source.clone())
+                } else {
+                    // Rescaled (the JobManager allowed it: a Kafka source):
+                    // every old subtask's partitions, merged; this subtask
+                    // keeps the ones it owns.
+                    let positions: Vec<_> =
+                        saved.subtasks.iter().map(|x| x.source.as_ref()).collect();
+                    weir_runtime::connectors::rescaled_source_position(&positions)
+                };
             }
             if v == task.tail() {
                 restore.sink = sub.and_then(|x| x.sink.clone());

@@ -5,6 +5,7 @@
 mod cancel;
 pub mod harness;
 mod identity;
+mod kafka;
 mod nats;
 mod observe;
 mod ui;

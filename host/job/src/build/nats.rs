@@ -5,7 +5,8 @@
 //! not here: this pass does no I/O.
 
 use super::*;
-use crate::nats::{NatsSinkSpec, NatsSourceSpec};
+use crate::nats::{NatsDelivery, NatsSinkSpec, NatsSourceSpec, NatsStart};
+use crate::spec::{DeliveryName, StartName};
 
 impl Builder {
     /// The spec of NATS source `t`.
@@ -27,6 +28,13 @@ impl Builder {
             ("record_bytes", t.record_bytes.is_some()),
             ("keys", t.keys.is_some()),
             ("vocabulary", t.vocabulary.is_some()),
+            ("bootstrap_servers", t.bootstrap_servers.is_some()),
+            ("topics", t.topics.is_some()),
+            ("topic", t.topic.is_some()),
+            ("group_id", t.group_id.is_some()),
+            ("start_timestamp_ms", t.start_timestamp_ms.is_some()),
+            ("bounded", t.bounded.is_some()),
+            ("partition_discovery_ms", t.partition_discovery_ms.is_some()),
         ] {
             if set {
                 self.problem(
@@ -71,11 +79,25 @@ impl Builder {
                 ),
             );
         }
+        let start = match t.start {
+            None | Some(StartName::Earliest) => NatsStart::Earliest,
+            Some(StartName::Latest) => NatsStart::Latest,
+            Some(other) => {
+                self.problem(
+                    format!("{label}.start"),
+                    format!(
+                        "found {:?}, expected \"earliest\" or \"latest\" for type = \"nats\"",
+                        start_name(other)
+                    ),
+                );
+                NatsStart::Earliest
+            }
+        };
         SourceSpec::Nats(NatsSourceSpec {
             url,
             stream,
             subject: t.subject.clone(),
-            start: t.start.unwrap_or_default(),
+            start,
             key_header: t.key_header.clone(),
             key_subject_token: t.key_subject_token,
         })
@@ -87,6 +109,15 @@ impl Builder {
         self.not_for(label, "path", &t.path, what);
         self.not_for(label, "format", &t.format, what);
         self.not_for(label, "rate", &t.rate, what);
+        self.not_for(label, "bootstrap_servers", &t.bootstrap_servers, what);
+        self.not_for(label, "topic", &t.topic, what);
+        self.not_for(label, "partitioning", &t.partitioning, what);
+        self.not_for(
+            label,
+            "transaction_timeout_ms",
+            &t.transaction_timeout_ms,
+            what,
+        );
         let url = self.required(
             label,
             "url",
@@ -97,10 +128,21 @@ impl Builder {
         if !subject.is_empty() {
             self.check_subject(label, &subject, false);
         }
+        let delivery = match t.delivery {
+            None | Some(DeliveryName::ExactlyOnce) => NatsDelivery::ExactlyOnce,
+            Some(DeliveryName::AtLeastOnce) => NatsDelivery::AtLeastOnce,
+            Some(DeliveryName::None) => {
+                self.problem(
+                    format!("{label}.delivery"),
+                    "found \"none\", expected \"exactly-once\" or \"at-least-once\" for type = \"nats\"",
+                );
+                NatsDelivery::AtLeastOnce
+            }
+        };
         SinkSpec::Nats(NatsSinkSpec {
             url,
             subject,
-            delivery: t.delivery.unwrap_or_default(),
+            delivery,
             key_header: t.key_header.clone(),
         })
     }
@@ -114,7 +156,9 @@ impl Builder {
         self.not_for(label, "url", &t.url, what);
         self.not_for(label, "stream", &t.stream, what);
         self.not_for(label, "subject", &t.subject, what);
-        self.not_for(label, "start", &t.start, what);
+        if t.source_type != SourceType::Kafka {
+            self.not_for(label, "start", &t.start, what);
+        }
         self.not_for(label, "key_header", &t.key_header, what);
         self.not_for(label, "key_subject_token", &t.key_subject_token, what);
     }
@@ -127,11 +171,19 @@ impl Builder {
         let what = "here (a NATS-sink field; this sink's type is not \"nats\")";
         self.not_for(label, "url", &t.url, what);
         self.not_for(label, "subject", &t.subject, what);
-        self.not_for(label, "delivery", &t.delivery, what);
+        if t.sink_type != SinkType::Kafka {
+            self.not_for(label, "delivery", &t.delivery, what);
+        }
         self.not_for(label, "key_header", &t.key_header, what);
     }
 
-    fn required(&mut self, label: &str, field: &str, value: &Option<String>, what: &str) -> String {
+    pub(super) fn required(
+        &mut self,
+        label: &str,
+        field: &str,
+        value: &Option<String>,
+        what: &str,
+    ) -> String {
         match value.as_deref() {
             Some(v) if !v.trim().is_empty() => v.to_owned(),
             Some(_) => {
@@ -172,5 +224,15 @@ impl Builder {
                 format!("found {subject:?}, expected {expected}"),
             );
         }
+    }
+}
+
+/// The spelling of `start` in a spec.
+pub(super) fn start_name(s: StartName) -> &'static str {
+    match s {
+        StartName::Earliest => "earliest",
+        StartName::Latest => "latest",
+        StartName::Committed => "committed",
+        StartName::Timestamp => "timestamp",
     }
 }

@@ -272,8 +272,14 @@ impl Builder {
                 (spec, parallelism)
             }
             SourceType::Nats => (self.nats_source(label, t), 1),
+            SourceType::Kafka => {
+                let spec = self.kafka_source(label, t);
+                let parallelism = self.vertex_parallelism(label, t.parallelism, settings);
+                (SourceSpec::Kafka(spec), parallelism)
+            }
         };
         self.nats_fields_only_for_nats(label, t);
+        self.kafka_fields_only_for_kafka(label, t);
         let watermark = t.watermark.unwrap_or_default();
         let strategy = WatermarkStrategy {
             max_out_of_orderness_ms: watermark.max_out_of_orderness_ms.unwrap_or(0),
@@ -616,8 +622,10 @@ impl Builder {
                 SinkSpec::Blackhole { rate: t.rate }
             }
             SinkType::Nats => self.nats_sink(label, t),
+            SinkType::Kafka => self.kafka_sink(label, t),
         };
         self.nats_sink_fields_only_for_nats(label, t);
+        self.kafka_sink_fields_only_for_kafka(label, t);
         let parallelism = self.vertex_parallelism(label, t.parallelism, settings);
         Vertex {
             id,

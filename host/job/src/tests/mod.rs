@@ -5,6 +5,7 @@ mod chaining;
 mod examples;
 mod fuzz;
 mod joins;
+mod kafka;
 mod nats;
 mod overrides;
 mod parsing;

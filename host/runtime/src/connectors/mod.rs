@@ -12,6 +12,8 @@
 //!
 //! - [`nats`]: a NATS JetStream source and sink (exactly-once through the
 //!   stream's message de-duplication).
+//! - [`kafka`]: a Kafka-protocol source and sink (exactly-once through one
+//!   Kafka transaction per sink subtask and checkpoint).
 //! - [`AllowedRoots`] (in [`confine`]): the directories file connectors may
 //!   use. Every file a source reads or a sink writes is opened through it.
 //!
@@ -24,6 +26,7 @@
 pub mod confine;
 pub mod file_source;
 mod generator;
+pub mod kafka;
 pub mod nats;
 mod sink;
 
@@ -84,6 +87,10 @@ pub enum ConnectorError {
     /// message names the vertex and the server ([`nats`]).
     #[error("{0}")]
     Nats(String),
+    /// Kafka brokers could not be reached or refused a request; the
+    /// message names the vertex and the brokers ([`kafka`]).
+    #[error("{0}")]
+    Kafka(String),
 }
 
 /// Paces a source to at most `rate` records per second: batches of about
@@ -181,7 +188,23 @@ pub fn commit(committable: &serde_json::Value, roots: &AllowedRoots) -> Result<(
     if nats::is_committable(committable) {
         return nats::commit(committable);
     }
+    if kafka::is_committable(committable) {
+        return kafka::commit(committable);
+    }
     sink::commit_files(committable, roots)
+}
+
+/// A source's positions, one per subtask of an earlier run (`None`: that
+/// subtask recorded none), as the position every subtask of a run at
+/// another parallelism resumes from; `None` when the source's positions
+/// cannot be dealt out again. Only Kafka sources' can: their partitions
+/// are merged, and each new subtask keeps the ones it owns.
+pub fn rescaled_source_position(saved: &[Option<&serde_json::Value>]) -> Option<serde_json::Value> {
+    let positions: Vec<&serde_json::Value> = saved.iter().flatten().copied().collect();
+    if positions.is_empty() || !positions.iter().all(|p| kafka::is_position(p)) {
+        return None;
+    }
+    Some(kafka::merge_positions(positions))
 }
 
 /// The text of a JSON value used as a key: strings without quotes, anything

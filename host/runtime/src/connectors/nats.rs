@@ -559,7 +559,7 @@ impl NatsSink {
 /// A token that differs between two sinks opened with the same job, id and
 /// subtask (in one process or another, now or later): message ids of one
 /// incarnation never match another's.
-fn incarnation() -> String {
+pub(super) fn incarnation() -> String {
     use std::hash::{BuildHasher, Hasher};
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -675,7 +675,7 @@ impl Sink for NatsSink {
 }
 
 /// Bytes in a committable: a string if they are UTF-8, else `{"hex": …}`.
-fn encode_bytes(bytes: &[u8]) -> serde_json::Value {
+pub(super) fn encode_bytes(bytes: &[u8]) -> serde_json::Value {
     match std::str::from_utf8(bytes) {
         Ok(s) => serde_json::Value::String(s.to_owned()),
         Err(_) => {
@@ -685,7 +685,7 @@ fn encode_bytes(bytes: &[u8]) -> serde_json::Value {
     }
 }
 
-fn decode_bytes(v: &serde_json::Value) -> Option<Vec<u8>> {
+pub(super) fn decode_bytes(v: &serde_json::Value) -> Option<Vec<u8>> {
     if let Some(s) = v.as_str() {
         return Some(s.as_bytes().to_vec());
     }
