@@ -589,9 +589,9 @@ impl KafkaSource {
 
 impl Source for KafkaSource {
     fn next_batch(&mut self, max: usize) -> Result<Option<Batch>, ConnectorError> {
-        if self.all_done() {
-            return Ok(None);
-        }
+        // Bounded: the end comes only after a poll that found nothing more
+        // (below): some brokers signal a partition's end early (tansu 0.6
+        // under load), and a record after it takes the partition back.
         if !self.assigned {
             self.assign()?;
         }
@@ -608,6 +608,7 @@ impl Source for KafkaSource {
             let at_end = match next {
                 Ok(m) => {
                     let p = (m.topic().to_owned(), m.partition());
+                    self.done.remove(&p);
                     let timestamp = m.timestamp().to_millis().unwrap_or_else(super::now_millis);
                     batch.push(m.key(), m.payload().unwrap_or_default(), timestamp);
                     self.positions.insert(p, m.offset() + 1);
