@@ -73,6 +73,7 @@ use rdkafka::producer::{
 };
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use super::wal::{self, Kept};
 use super::{ConnectorError, Sink, Source};
 use crate::job::{KafkaDelivery, KafkaPartitioning, KafkaSinkSpec, KafkaSourceSpec, KafkaStart};
 use crate::record::Batch;
@@ -729,13 +730,17 @@ pub fn merge_positions<'a>(
 
 // ---- the sink -------------------------------------------------------------
 
-/// One record kept for a commit: (key, value).
-type Kept = (Option<Vec<u8>>, Vec<u8>);
-
 /// Remembers the first failed delivery of a producer's records.
 #[derive(Default, Clone)]
 struct Deliveries {
     failed: Arc<Mutex<Option<String>>>,
+}
+
+impl Deliveries {
+    /// The first failed delivery since the last call, if any.
+    fn take_failure(&self) -> Option<String> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
 }
 
 impl ClientContext for Deliveries {}
@@ -930,13 +935,7 @@ impl KafkaSink {
     }
 
     fn delivery_failure(&self) -> Result<(), ConnectorError> {
-        let failed = self
-            .deliveries
-            .failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        match failed {
+        match self.deliveries.take_failure() {
             Some(e) => Err(kafka_error(format!(
                 "{}: writing to topic `{}` at {}: {e}",
                 self.who, self.spec.topic, self.spec.bootstrap_servers
@@ -996,27 +995,11 @@ impl Sink for KafkaSink {
         if self.pending.is_empty() {
             return Ok(None);
         }
-        let bytes: usize = self
-            .pending
-            .iter()
-            .flat_map(|(_, records)| records)
-            .map(|(k, v)| k.as_ref().map_or(0, Vec::len) + v.len())
-            .sum();
+        let bytes = wal::pending_bytes(&self.pending);
         if bytes > MAX_PENDING_BYTES {
             return Err(too_much_pending(&self.who, bytes));
         }
-        let epochs: Vec<serde_json::Value> = self
-            .pending
-            .iter()
-            .map(|(c, records)| {
-                serde_json::json!({
-                    "checkpoint": c,
-                    "records": records.iter().map(|(k, v)| serde_json::json!([
-                        k.as_deref().map(super::nats::encode_bytes), super::nats::encode_bytes(v)
-                    ])).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
+        let epochs = wal::encode_epochs(&self.pending);
         Ok(Some(serde_json::json!({ "kafka": {
             "who": self.who,
             "bootstrap_servers": self.spec.bootstrap_servers,
@@ -1088,7 +1071,7 @@ struct Commit {
     transactional_id: String,
     transaction_timeout_ms: u64,
     incarnation: String,
-    epochs: Vec<(u64, Vec<Kept>)>,
+    epochs: wal::Epochs,
 }
 
 fn parse_commit(committable: &serde_json::Value) -> Result<Commit, ConnectorError> {
@@ -1100,19 +1083,7 @@ fn parse_commit(committable: &serde_json::Value) -> Result<Commit, ConnectorErro
             .map(str::to_owned)
             .ok_or_else(bad)
     };
-    let mut epochs = Vec::new();
-    for epoch in c.get("epochs").and_then(|e| e.as_array()).ok_or_else(bad)? {
-        let checkpoint = epoch["checkpoint"].as_u64().ok_or_else(bad)?;
-        let mut records = Vec::new();
-        for r in epoch["records"].as_array().ok_or_else(bad)? {
-            let key = match &r[0] {
-                serde_json::Value::Null => None,
-                k => Some(super::nats::decode_bytes(k).ok_or_else(bad)?),
-            };
-            records.push((key, super::nats::decode_bytes(&r[1]).ok_or_else(bad)?));
-        }
-        epochs.push((checkpoint, records));
-    }
+    let epochs = wal::decode_epochs(c.get("epochs")).ok_or_else(bad)?;
     Ok(Commit {
         who: text("who")?,
         servers: text("bootstrap_servers")?,
@@ -1271,13 +1242,7 @@ fn commit_epochs(c: &Commit) -> Result<(), ConnectorError> {
                 let _ = producer.abort_transaction(REQUEST_TIMEOUT);
                 return Err(failed(*checkpoint, "commit", e.to_string()));
             }
-            let refused = committer
-                .deliveries
-                .failed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            if let Some(e) = refused {
+            if let Some(e) = committer.deliveries.take_failure() {
                 // Committed without that record would be a loss: the
                 // broker aborts a transaction whose records failed, and
                 // commit_transaction reports it; this is the backstop.

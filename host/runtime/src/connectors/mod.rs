@@ -29,6 +29,7 @@ mod generator;
 pub mod kafka;
 pub mod nats;
 mod sink;
+mod wal;
 
 pub use confine::{AllowedRoots, ConfineError};
 pub use file_source::{

@@ -60,6 +60,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer::DeliverPolicy, consumer::pull::OrderedConfig};
 use futures_util::StreamExt;
 
+use super::wal::{self, Kept};
 use super::{ConnectorError, Sink, Source};
 use crate::job::{NatsDelivery, NatsSinkSpec, NatsSourceSpec, NatsStart};
 use crate::record::Batch;
@@ -470,9 +471,6 @@ impl Source for NatsSource {
 
 // ---- the sink -------------------------------------------------------------
 
-/// One record kept for a commit: (key, value).
-type Kept = (Option<Vec<u8>>, Vec<u8>);
-
 /// Publishes records to a JetStream subject. See the module docs.
 pub struct NatsSink {
     who: String,
@@ -638,12 +636,7 @@ impl Sink for NatsSink {
         if self.pending.is_empty() {
             return Ok(None);
         }
-        let bytes: usize = self
-            .pending
-            .iter()
-            .flat_map(|(_, records)| records)
-            .map(|(k, v)| k.as_ref().map_or(0, Vec::len) + v.len())
-            .sum();
+        let bytes = wal::pending_bytes(&self.pending);
         if bytes > MAX_PENDING_BYTES {
             return Err(nats_error(format!(
                 "{}: {bytes} bytes of records wait for their checkpoint to complete, over the \
@@ -652,18 +645,7 @@ impl Sink for NatsSink {
                 self.who
             )));
         }
-        let epochs: Vec<serde_json::Value> = self
-            .pending
-            .iter()
-            .map(|(c, records)| {
-                serde_json::json!({
-                    "checkpoint": c,
-                    "records": records.iter().map(|(k, v)| serde_json::json!([
-                        k.as_deref().map(encode_bytes), encode_bytes(v)
-                    ])).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
+        let epochs = wal::encode_epochs(&self.pending);
         Ok(Some(serde_json::json!({ "nats": {
             "url": self.spec.url,
             "subject": self.spec.subject,
@@ -672,28 +654,6 @@ impl Sink for NatsSink {
             "epochs": epochs,
         }})))
     }
-}
-
-/// Bytes in a committable: a string if they are UTF-8, else `{"hex": …}`.
-pub(super) fn encode_bytes(bytes: &[u8]) -> serde_json::Value {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => serde_json::Value::String(s.to_owned()),
-        Err(_) => {
-            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            serde_json::json!({ "hex": hex })
-        }
-    }
-}
-
-pub(super) fn decode_bytes(v: &serde_json::Value) -> Option<Vec<u8>> {
-    if let Some(s) = v.as_str() {
-        return Some(s.as_bytes().to_vec());
-    }
-    let hex = v.get("hex")?.as_str()?;
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// The newest checkpoint committed in this process for each message-id
@@ -737,19 +697,7 @@ pub fn commit(committable: &serde_json::Value) -> Result<(), ConnectorError> {
         return Err(bad());
     };
     let key_header = text("key_header");
-    let mut epochs = Vec::new();
-    for epoch in c.get("epochs").and_then(|e| e.as_array()).ok_or_else(bad)? {
-        let checkpoint = epoch["checkpoint"].as_u64().ok_or_else(bad)?;
-        let mut records = Vec::new();
-        for r in epoch["records"].as_array().ok_or_else(bad)? {
-            let key = match &r[0] {
-                serde_json::Value::Null => None,
-                k => Some(decode_bytes(k).ok_or_else(bad)?),
-            };
-            records.push((key, decode_bytes(&r[1]).ok_or_else(bad)?));
-        }
-        epochs.push((checkpoint, records));
-    }
+    let epochs = wal::decode_epochs(c.get("epochs")).ok_or_else(bad)?;
     let sink = prefix.split('.').nth(1).unwrap_or(prefix);
     let who = format!("sink `{sink}`");
     block_on_elsewhere(async {
@@ -805,13 +753,6 @@ pub fn commit(committable: &serde_json::Value) -> Result<(), ConnectorError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bytes_round_trip_through_a_committable() {
-        for bytes in [&b"plain text\t1"[..], &[0xff, 0x00, 0x41][..], &b""[..]] {
-            assert_eq!(decode_bytes(&encode_bytes(bytes)).as_deref(), Some(bytes));
-        }
-    }
 
     #[test]
     fn an_unreachable_server_is_an_error_naming_the_vertex_and_address() {
