@@ -178,9 +178,14 @@ static void take_error(operator_string_t *err, const char *callback) {
     error_len = 0;
 }
 
+/* A state's declared name, for messages. */
+static const char *state_name(weir_state_id_t state) {
+    return state < weir_operator.num_states ? weir_operator.states[state].name : "?";
+}
+
 /* Fails with `state `<name>`: <what the host said>`, as the Rust SDK does. */
 static bool state_fail(weir_state_id_t state, weir_operator_state_state_error_t *e) {
-    const char *name = state < weir_operator.num_states ? weir_operator.states[state].name : "?";
+    const char *name = state_name(state);
     switch (e->tag) {
     case WEIR_OPERATOR_STATE_STATE_ERROR_UNKNOWN_STATE:
         weir_failf("state `%s`: the host knows no state with id %u", name, (unsigned)e->val.unknown_state);
@@ -471,16 +476,25 @@ typedef struct {
     weir_batch_builder_t records;
 } side_builder_t;
 
+/* ctx->key_index when there is no hint (see "the batch cache"), and what a
+ * lookup returns for a key that is none of the batch's. */
+#define KEY_UNRESOLVED SIZE_MAX
+#define NOT_BATCH_KEY SIZE_MAX
+
 struct weir_ctx {
     weir_bytes_t key;
     int64_t timestamp;
     weir_batch_builder_t main;
     side_builder_t *side;
     size_t side_len, side_cap;
+    /* A hint: `key`'s index among the open batch cache's keys (set by the
+     * element loop, and by a lookup), or KEY_UNRESOLVED. Checked before
+     * use, as the key's bytes may have changed under the same pointer. */
+    size_t key_index;
 };
 
 /* One context, reused by every call: the instance is called sequentially. */
-static weir_ctx_t the_ctx = {{NULL, 0}, 0, WEIR_BATCH_BUILDER_INIT, NULL, 0, 0};
+static weir_ctx_t the_ctx = {{NULL, 0}, 0, WEIR_BATCH_BUILDER_INIT, NULL, 0, 0, KEY_UNRESOLVED};
 
 /* Output sizes of the previous `process`: the next one reserves as much up front. */
 static size_t last_records, last_bytes;
@@ -489,6 +503,7 @@ static weir_ctx_t *begin_call(weir_bytes_t key, int64_t timestamp) {
     set_error(NULL, 0); /* a message set by a callback that then succeeded is stale */
     weir_ctx_t *ctx = &the_ctx;
     ctx->key = key;
+    ctx->key_index = KEY_UNRESOLVED;
     ctx->timestamp = timestamp;
     return ctx;
 }
@@ -535,7 +550,10 @@ static void abort_call(weir_ctx_t *ctx) {
 
 weir_bytes_t weir_ctx_key(const weir_ctx_t *ctx) { return ctx->key; }
 int64_t weir_ctx_timestamp(const weir_ctx_t *ctx) { return ctx->timestamp; }
-void weir_ctx_set_key(weir_ctx_t *ctx, weir_bytes_t key) { ctx->key = key; }
+void weir_ctx_set_key(weir_ctx_t *ctx, weir_bytes_t key) {
+    ctx->key = key;
+    ctx->key_index = KEY_UNRESOLVED; /* a batch key or not: the next state call looks it up */
+}
 weir_batch_builder_t *weir_ctx_out(weir_ctx_t *ctx) { return &ctx->main; }
 
 weir_batch_builder_t *weir_ctx_side(weir_ctx_t *ctx, const char *tag) {
@@ -565,9 +583,425 @@ void weir_emit_side(weir_ctx_t *ctx, const char *tag, const weir_bytes_t *key, w
     weir_builder_push(weir_ctx_side(ctx, tag), ctx->timestamp, key, value);
 }
 
+/* ----------------------------------------------------- the batch cache */
+
+/*
+ * The batch cache of value states (contract 0.1.3: state.value-get-many and
+ * value-set-many); the design of the Rust SDK's sdk/src/cache.rs.
+ *
+ * A keyed operator that declares a value state runs every input batch with
+ * the cache open for the batch's distinct keys (process_input). The first
+ * read of a value state in the batch reads that state for every key of the
+ * batch in one `value-get-many`; reads, writes and clears of the batch's
+ * keys are then served from memory (a write or clear marks the entry
+ * changed; the fetch never overwrites an entry the batch already wrote).
+ * Before `process` returns, also when the callback failed (as single calls
+ * would have written them), every changed entry is written back with one
+ * `value-set-many` per state (an absent value clears), so timers,
+ * watermarks, checkpoints and `close`, which come in later host calls, see
+ * them. Semantics stay Flink's per record: a record sees the updates of the
+ * records before it, also of its own key in the same batch. A key outside
+ * the batch (weir_ctx_set_key to another key), list and map state, and
+ * every call outside `process` (timers, watermark, close) go to the host
+ * directly.
+ *
+ * C knows each state's kind from weir_operator.states (the Rust and JS
+ * SDKs do not), so, as in the Python SDK, a clear of a value state is
+ * cached even before the batch read the state, and a value call on an id
+ * that is not a declared value state goes to the host, which answers the
+ * error at once rather than at the end of the batch.
+ *
+ * Memory: the keys point into the input batch (freed only after the cache
+ * is closed); the values the host returned stay in the `data` buffer of its
+ * answer; the values the batch writes go to a per-state arena (a new value
+ * no longer than the one the batch wrote before for the key takes its
+ * place, so a counter does not grow it). Buffers are kept from batch to
+ * batch, but arenas grown over CACHE_KEEP_BYTES are freed.
+ */
+
+/* An arena larger than this is freed at the end of a batch, not kept. */
+#define CACHE_KEEP_BYTES ((size_t)1 << 20)
+/* The longest value or key `packed` carries: its lengths are s32. */
+#define PACKED_MAX_LEN ((size_t)INT32_MAX)
+/* The smallest key table (slots; always a power of two, at least twice the keys). */
+#define CACHE_MIN_TABLE 16
+
+/* What is known of one key's value in one state. */
+enum { SLOT_UNKNOWN = 0, SLOT_CLEAN, SLOT_DIRTY };
+
+typedef struct {
+    uint8_t status;
+    /* The value is in the state's arena (written by the batch), else in
+     * the host's answer (`fetched`). */
+    bool in_arena;
+    /* The value's length; -1: none. */
+    int32_t len;
+    /* Where it starts in the arena or the host's answer. */
+    size_t at;
+} cache_slot_t;
+
+/* One value state's entries in the current batch, by key index. */
+typedef struct {
+    cache_slot_t *slots;
+    size_t slots_cap;
+    /* Touched in this batch: `slots` hold its entries. */
+    bool used;
+    /* The host's answer to value-get-many (owned; NULL when empty). */
+    uint8_t *fetched;
+    size_t fetched_len;
+    /* The values the batch wrote, back to back. */
+    uint8_t *arena;
+    size_t arena_len, arena_cap;
+} state_cache_t;
+
+/* Test-only (weir_test_set_batch_cache, weir_test.h): true makes every
+ * value-state access a single host call, the path before contract 0.1.3,
+ * so that a test can check the cache changes nothing but the calls. */
+bool weir_batch_cache_off = false;
+
+static struct {
+    bool open;
+    /* The batch's distinct keys (views into the batch), in first-seen order. */
+    weir_bytes_t *keys;
+    size_t num_keys, keys_cap;
+    /* Per record: its key's index, or NOT_BATCH_KEY for a record without one. */
+    size_t *record_key;
+    size_t record_cap;
+    /* Open addressing over `keys`: key index + 1, 0 for an empty slot;
+     * `table_size` (a power of two) of the `table_cap` allocated are used. */
+    uint32_t *table;
+    size_t table_size, table_cap;
+    /* One per declared state (allocated on the first batch), and the ids
+     * used in this batch in the order of first use (flushed in that order,
+     * as the Rust SDK does). */
+    state_cache_t *states;
+    weir_state_id_t *used;
+    size_t num_used;
+    /* The keys as `packed`, built by the batch's first fetch. */
+    bool packed;
+    int32_t *key_lens;
+    size_t key_lens_cap;
+    uint8_t *key_data;
+    size_t key_data_len, key_data_cap;
+    /* Scratch for value-set-many: the changed keys and their values. */
+    int32_t *set_key_lens, *set_value_lens;
+    size_t set_key_lens_cap, set_value_lens_cap;
+    uint8_t *set_key_data, *set_value_data;
+    size_t set_key_cap, set_value_cap;
+} cache;
+
+/* `buf` (`*cap` elements of `size` bytes) grown to hold at least `need`. */
+static void *grow(void *buf, size_t *cap, size_t need, size_t size) {
+    if (*cap >= need) {
+        return buf;
+    }
+    size_t n = *cap * 2 > need ? *cap * 2 : need;
+    *cap = n;
+    return xrealloc(buf, n * size);
+}
+
+static bool declares_value_state(void) {
+    for (size_t i = 0; i < weir_operator.num_states; i++) {
+        if (weir_operator.states[i].kind == WEIR_STATE_VALUE) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool is_value_state(weir_state_id_t state) {
+    return state < weir_operator.num_states && weir_operator.states[state].kind == WEIR_STATE_VALUE;
+}
+
+/* FNV-1a: keys are short and few per batch. */
+static size_t key_hash(weir_bytes_t key) {
+    uint64_t h = 0xcbf29ce484222325u;
+    for (size_t i = 0; i < key.len; i++) {
+        h = (h ^ key.ptr[i]) * 0x100000001b3u;
+    }
+    return (size_t)(h ^ (h >> 32));
+}
+
+/* `key`'s index among the batch's keys; a new key is added if `add`, else
+ * NOT_BATCH_KEY. The table is at least twice the keys, so a probe ends. */
+static size_t cache_key_index(weir_bytes_t key, bool add) {
+    size_t mask = cache.table_size - 1;
+    for (size_t i = key_hash(key) & mask;; i = (i + 1) & mask) {
+        uint32_t entry = cache.table[i];
+        if (entry == 0) {
+            if (!add) {
+                return NOT_BATCH_KEY;
+            }
+            cache.keys[cache.num_keys] = key;
+            cache.table[i] = (uint32_t)(cache.num_keys + 1);
+            return cache.num_keys++;
+        }
+        if (weir_bytes_eq(cache.keys[entry - 1], key)) {
+            return entry - 1;
+        }
+    }
+}
+
+/* Opens the cache for `batch` if the operator is keyed and declares a
+ * value state; false (and the per-call path) otherwise, also for a
+ * malformed batch, which the element loop then reports as before. */
+static bool cache_begin(const weir_batch_view_t *batch) {
+    if (weir_batch_cache_off || !weir_operator.keyed || !declares_value_state() || batch->len >= UINT32_MAX / 2) {
+        return false;
+    }
+    size_t n = batch->len;
+    size_t table = CACHE_MIN_TABLE;
+    while (table < 2 * n) {
+        table *= 2;
+    }
+    cache.keys = grow(cache.keys, &cache.keys_cap, n, sizeof(weir_bytes_t));
+    cache.record_key = grow(cache.record_key, &cache.record_cap, n, sizeof(size_t));
+    cache.table = grow(cache.table, &cache.table_cap, table, sizeof(uint32_t));
+    cache.table_size = table;
+    memset(cache.table, 0, table * sizeof(uint32_t));
+    cache.num_keys = 0;
+    weir_batch_iter_t it = weir_batch_iter(batch);
+    weir_record_t record;
+    int more;
+    while ((more = weir_batch_next(&it, &record)) == 1) {
+        cache.record_key[it.index - 1] = record.has_key ? cache_key_index(record.key, true) : NOT_BATCH_KEY;
+    }
+    if (more < 0) {
+        return false;
+    }
+    if (cache.states == NULL && weir_operator.num_states != 0) {
+        cache.states = xrealloc(NULL, weir_operator.num_states * sizeof(state_cache_t));
+        memset(cache.states, 0, weir_operator.num_states * sizeof(state_cache_t));
+        cache.used = xrealloc(NULL, weir_operator.num_states * sizeof(weir_state_id_t));
+    }
+    cache.num_used = 0;
+    cache.packed = false;
+    cache.open = true;
+    return true;
+}
+
+/* The cache entry of `state` for the context's key, with the state's cache
+ * in `*out`; NULL when the call goes to the host: no batch open, not a
+ * declared value state, or a key outside the batch. */
+static cache_slot_t *cache_slot(weir_ctx_t *ctx, weir_state_id_t state, state_cache_t **out) {
+    if (!cache.open || !is_value_state(state)) {
+        return NULL;
+    }
+    /* The hint costs one comparison; a miss (a key set with
+     * weir_ctx_set_key) one lookup. */
+    size_t i = ctx->key_index;
+    if (i >= cache.num_keys || !weir_bytes_eq(cache.keys[i], ctx->key)) {
+        i = cache_key_index(ctx->key, false);
+        ctx->key_index = i;
+        if (i == NOT_BATCH_KEY) {
+            return NULL;
+        }
+    }
+    state_cache_t *s = &cache.states[state];
+    if (!s->used) {
+        s->slots = grow(s->slots, &s->slots_cap, cache.num_keys, sizeof(cache_slot_t));
+        memset(s->slots, 0, cache.num_keys * sizeof(cache_slot_t)); /* every entry SLOT_UNKNOWN */
+        s->used = true;
+        s->arena_len = 0;
+        cache.used[cache.num_used++] = state;
+    }
+    *out = s;
+    return &s->slots[i];
+}
+
+/* Reads `state` for every key of the batch in one call; entries the batch
+ * already wrote keep their new values. False after weir_fail. */
+static bool cache_fetch(weir_state_id_t state, state_cache_t *s) {
+    if (!cache.packed) {
+        size_t total = 0;
+        for (size_t i = 0; i < cache.num_keys; i++) {
+            total += cache.keys[i].len;
+        }
+        cache.key_lens = grow(cache.key_lens, &cache.key_lens_cap, cache.num_keys, sizeof(int32_t));
+        cache.key_data = grow(cache.key_data, &cache.key_data_cap, total, 1);
+        size_t at = 0;
+        for (size_t i = 0; i < cache.num_keys; i++) {
+            cache.key_lens[i] = (int32_t)cache.keys[i].len; /* a batch's key lengths are s32 */
+            if (cache.keys[i].len != 0) {
+                memcpy(cache.key_data + at, cache.keys[i].ptr, cache.keys[i].len);
+            }
+            at += cache.keys[i].len;
+        }
+        cache.key_data_len = total;
+        cache.packed = true;
+    }
+    weir_operator_state_packed_t keys = {{cache.key_lens, cache.num_keys}, {cache.key_data, cache.key_data_len}};
+    weir_operator_state_packed_t got;
+    weir_operator_state_state_error_t err;
+    if (!weir_operator_state_value_get_many(state, &keys, &got, &err)) {
+        return state_fail(state, &err);
+    }
+    /* The answer is checked before it is used: one entry per key, -1 or a
+     * length, adding up to its data (the Rust SDK's messages). */
+    bool well_formed = got.lens.len == cache.num_keys;
+    size_t at = 0;
+    for (size_t i = 0; well_formed && i < got.lens.len; i++) {
+        int32_t len = got.lens.ptr[i];
+        if (len < -1 || (len >= 0 && (size_t)len > got.data.len - at)) {
+            well_formed = false;
+        } else if (len >= 0) {
+            at += (size_t)len;
+        }
+    }
+    well_formed = well_formed && at == got.data.len;
+    if (!well_formed) {
+        if (got.lens.len != cache.num_keys) {
+            weir_failf("state `%s`: the host returned %zu values for %zu keys", state_name(state), got.lens.len,
+                       cache.num_keys);
+        } else {
+            weir_failf("state `%s`: the host returned a malformed packed list", state_name(state));
+        }
+        free_owned(got.lens.ptr, got.lens.len);
+        free_owned(got.data.ptr, got.data.len);
+        return false;
+    }
+    at = 0;
+    for (size_t i = 0; i < cache.num_keys; i++) {
+        int32_t len = got.lens.ptr[i];
+        if (s->slots[i].status == SLOT_UNKNOWN) {
+            s->slots[i].status = SLOT_CLEAN;
+            s->slots[i].in_arena = false;
+            s->slots[i].len = len;
+            s->slots[i].at = at;
+        }
+        if (len > 0) {
+            at += (size_t)len;
+        }
+    }
+    free_owned(got.lens.ptr, got.lens.len);
+    /* Kept until the end of the batch: the clean entries point into it. */
+    s->fetched = got.data.len != 0 ? got.data.ptr : NULL;
+    s->fetched_len = got.data.len;
+    return true;
+}
+
+/* The bytes of a known entry (valid until the state's next write). */
+static weir_bytes_t slot_bytes(const state_cache_t *s, const cache_slot_t *slot) {
+    weir_bytes_t b = {NULL, (size_t)slot->len};
+    if (slot->len > 0) {
+        b.ptr = (slot->in_arena ? s->arena : s->fetched) + slot->at;
+    }
+    return b;
+}
+
+/* Sets an entry to `value`, changed. False after weir_fail. */
+static bool cache_write(weir_state_id_t state, state_cache_t *s, cache_slot_t *slot, weir_bytes_t value) {
+    if (value.len > PACKED_MAX_LEN) {
+        return weir_failf("state `%s`: a value of %zu bytes is longer than a state call carries (%zu)",
+                          state_name(state), value.len, PACKED_MAX_LEN);
+    }
+    if (!(slot->status == SLOT_DIRTY && slot->in_arena && slot->len >= 0 && (size_t)slot->len >= value.len)) {
+        s->arena = grow(s->arena, &s->arena_cap, s->arena_len + value.len, 1);
+        slot->at = s->arena_len;
+        s->arena_len += value.len;
+    }
+    if (value.len != 0) {
+        memmove(s->arena + slot->at, value.ptr, value.len);
+    }
+    slot->status = SLOT_DIRTY;
+    slot->in_arena = true;
+    slot->len = (int32_t)value.len;
+    return true;
+}
+
+/* Writes `state`'s changed entries back in one call. On a host error:
+ * false, after weir_fail if `report` (else the callback's error stands). */
+static bool cache_flush(weir_state_id_t state, const state_cache_t *s, bool report) {
+    size_t changed = 0, key_bytes = 0, value_bytes = 0;
+    for (size_t i = 0; i < cache.num_keys; i++) {
+        if (s->slots[i].status == SLOT_DIRTY) {
+            changed++;
+            key_bytes += cache.keys[i].len;
+            value_bytes += s->slots[i].len > 0 ? (size_t)s->slots[i].len : 0;
+        }
+    }
+    if (changed == 0) {
+        return true;
+    }
+    cache.set_key_lens = grow(cache.set_key_lens, &cache.set_key_lens_cap, changed, sizeof(int32_t));
+    cache.set_value_lens = grow(cache.set_value_lens, &cache.set_value_lens_cap, changed, sizeof(int32_t));
+    cache.set_key_data = grow(cache.set_key_data, &cache.set_key_cap, key_bytes, 1);
+    cache.set_value_data = grow(cache.set_value_data, &cache.set_value_cap, value_bytes, 1);
+    size_t n = 0, k = 0, v = 0;
+    for (size_t i = 0; i < cache.num_keys; i++) {
+        const cache_slot_t *slot = &s->slots[i];
+        if (slot->status != SLOT_DIRTY) {
+            continue;
+        }
+        cache.set_key_lens[n] = (int32_t)cache.keys[i].len;
+        if (cache.keys[i].len != 0) {
+            memcpy(cache.set_key_data + k, cache.keys[i].ptr, cache.keys[i].len);
+        }
+        k += cache.keys[i].len;
+        cache.set_value_lens[n] = slot->len; /* -1: clears the key */
+        if (slot->len > 0) {
+            memcpy(cache.set_value_data + v, slot_bytes(s, slot).ptr, (size_t)slot->len);
+            v += (size_t)slot->len;
+        }
+        n++;
+    }
+    weir_operator_state_packed_t keys = {{cache.set_key_lens, n}, {cache.set_key_data, k}};
+    weir_operator_state_packed_t values = {{cache.set_value_lens, n}, {cache.set_value_data, v}};
+    weir_operator_state_state_error_t err;
+    if (!weir_operator_state_value_set_many(state, &keys, &values, &err)) {
+        if (report) {
+            return state_fail(state, &err);
+        }
+        free_state_error(&err);
+        return false;
+    }
+    return true;
+}
+
+/* Writes every changed entry back (state by state, in the order of first
+ * use; stopping at the first failure, as the Rust SDK does) and closes the
+ * cache. False on a failure, reported through weir_fail if `report`. */
+static bool cache_end(bool report) {
+    bool ok = true;
+    for (size_t u = 0; u < cache.num_used; u++) {
+        state_cache_t *s = &cache.states[cache.used[u]];
+        ok = ok && cache_flush(cache.used[u], s, report);
+        free_owned(s->fetched, s->fetched_len);
+        s->fetched = NULL;
+        s->fetched_len = 0;
+        s->used = false;
+        if (s->arena_cap > CACHE_KEEP_BYTES) {
+            free(s->arena);
+            s->arena = NULL;
+            s->arena_cap = 0;
+        }
+    }
+    cache.num_used = 0;
+    cache.num_keys = 0;
+    cache.open = false;
+    return ok;
+}
+
 /* ------------------------------------------------------- state, timers */
 
-int weir_value_get(weir_ctx_t *ctx, weir_state_id_t state, weir_buf_t *value) {
+/* Reads `state` for the context's key: 1 with the bytes in `*value`, 0 if
+ * there is none, -1 after weir_fail. `*owned` says whether the bytes are the
+ * host's answer, for the caller to free (free_owned), or the cache's,
+ * borrowed until the next state call. */
+static int value_read(weir_ctx_t *ctx, weir_state_id_t state, weir_bytes_t *value, bool *owned) {
+    state_cache_t *s;
+    cache_slot_t *slot = cache_slot(ctx, state, &s);
+    if (slot != NULL) {
+        if (slot->status == SLOT_UNKNOWN && !cache_fetch(state, s)) {
+            return -1;
+        }
+        if (slot->len < 0) {
+            return 0;
+        }
+        *value = slot_bytes(s, slot);
+        *owned = false;
+        return 1;
+    }
     operator_list_u8_t key = as_list(ctx->key);
     operator_option_list_u8_t ret;
     weir_operator_state_state_error_t err;
@@ -580,10 +1014,31 @@ int weir_value_get(weir_ctx_t *ctx, weir_state_id_t state, weir_buf_t *value) {
     }
     value->ptr = ret.val.ptr;
     value->len = ret.val.len;
+    *owned = true;
     return 1;
 }
 
+int weir_value_get(weir_ctx_t *ctx, weir_state_id_t state, weir_buf_t *value) {
+    weir_bytes_t bytes;
+    bool owned;
+    int found = value_read(ctx, state, &bytes, &owned);
+    if (found == 1) {
+        if (owned) {
+            value->ptr = (uint8_t *)bytes.ptr;
+            value->len = bytes.len;
+        } else {
+            *value = weir_buf_copy(bytes); /* the caller's to keep and free */
+        }
+    }
+    return found;
+}
+
 bool weir_value_set(weir_ctx_t *ctx, weir_state_id_t state, weir_bytes_t value) {
+    state_cache_t *s;
+    cache_slot_t *slot = cache_slot(ctx, state, &s);
+    if (slot != NULL) {
+        return cache_write(state, s, slot, value);
+    }
     operator_list_u8_t key = as_list(ctx->key);
     operator_list_u8_t v = as_list(value);
     weir_operator_state_state_error_t err;
@@ -596,21 +1051,23 @@ bool weir_value_set(weir_ctx_t *ctx, weir_state_id_t state, weir_bytes_t value) 
 /* Reads a fixed-width value of `width` bytes into `out`. */
 static int value_get_fixed(weir_ctx_t *ctx, weir_state_id_t state, const char *type, size_t width,
                            uint8_t *out) {
-    weir_buf_t buf;
-    int found = weir_value_get(ctx, state, &buf);
+    weir_bytes_t bytes;
+    bool owned;
+    int found = value_read(ctx, state, &bytes, &owned);
     if (found != 1) {
         return found;
     }
-    if (buf.len != width) {
-        const char *name = state < weir_operator.num_states ? weir_operator.states[state].name : "?";
-        weir_failf("state `%s`: cannot decode %s: expected %zu bytes, got %zu", name, type, width,
-                   buf.len);
-        weir_buf_free(&buf);
-        return -1;
+    if (bytes.len != width) {
+        weir_failf("state `%s`: cannot decode %s: expected %zu bytes, got %zu", state_name(state), type, width,
+                   bytes.len);
+        found = -1;
+    } else {
+        memcpy(out, bytes.ptr, width);
     }
-    memcpy(out, buf.ptr, width);
-    weir_buf_free(&buf);
-    return 1;
+    if (owned) {
+        free_owned((void *)bytes.ptr, bytes.len);
+    }
+    return found;
 }
 
 int weir_value_get_u64(weir_ctx_t *ctx, weir_state_id_t state, uint64_t *value) {
@@ -743,6 +1200,15 @@ bool weir_map_entries(weir_ctx_t *ctx, weir_state_id_t state, weir_buf_list_t *k
 }
 
 bool weir_state_clear(weir_ctx_t *ctx, weir_state_id_t state) {
+    state_cache_t *s;
+    cache_slot_t *slot = cache_slot(ctx, state, &s);
+    if (slot != NULL) {
+        /* A value state's clear is a write of "no value": cached like one. */
+        slot->status = SLOT_DIRTY;
+        slot->in_arena = false;
+        slot->len = -1;
+        return true;
+    }
     operator_list_u8_t key = as_list(ctx->key);
     weir_operator_state_state_error_t err;
     if (!weir_operator_state_clear(state, &key, &err)) {
@@ -980,6 +1446,8 @@ static bool process_input(uint32_t input, weir_operator_types_batch_t *batch,
         weir_builder_reserve(&ctx->main, last_records, last_bytes);
     }
     bool ok = true;
+    /* Value state is read and written once per batch (the batch cache). */
+    bool cached = columns_agree(batch) && cache_begin(&view);
     if (!columns_agree(batch)) {
         ok = weir_fail("malformed batch: the columns differ in length");
     } else if (process_batch != NULL) {
@@ -996,12 +1464,19 @@ static bool process_input(uint32_t input, weir_operator_types_batch_t *batch,
                 break;
             }
             ctx->key = record.key;
+            ctx->key_index = cached ? cache.record_key[it.index - 1] : KEY_UNRESOLVED;
             ctx->timestamp = record.timestamp;
             ok = process_element(&record, ctx);
         }
         if (ok && more < 0) {
             ok = weir_failf("malformed batch at record %zu", it.index);
         }
+    }
+    /* The batch's writes reach the host before this call returns (timers,
+     * checkpoints and close come later), also after a failure, as single
+     * calls would have made them; the callback's error wins. */
+    if (cached) {
+        ok = cache_end(ok) && ok;
     }
     last_records = ctx->main.len;
     last_bytes = ctx->main.data_len;

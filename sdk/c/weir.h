@@ -410,7 +410,14 @@ bool weir_failf(const char *format, ...) __attribute__((format(printf, 1, 2)));
 
 /* Each state call works on the context's key. Reads return 1 if the value
  * is there, 0 if not, and -1 on error (weir_fail already called: return
- * false). Writes return true, or false on error. */
+ * false). Writes return true, or false on error.
+ *
+ * In `process` of a keyed operator, value state of the batch's keys is read
+ * for the whole batch on its first read and written back when the batch
+ * ends (one value-get-many and one value-set-many per state, contract
+ * 0.1.3), with the same results as a host call per access: a record sees
+ * the writes of the records before it. Other keys, list and map state, and
+ * the other callbacks go to the host on every call (README, "Keyed state"). */
 
 int weir_value_get(weir_ctx_t *ctx, weir_state_id_t state, weir_buf_t *value);
 bool weir_value_set(weir_ctx_t *ctx, weir_state_id_t state, weir_bytes_t value);

@@ -9,7 +9,10 @@
  * of keys. A value is one cell; a list is one cell per element in insertion
  * order; a map is one cell per user key. Declared kinds come from
  * weir_operator.states, so a wrong kind or an unknown id fails as it would
- * on the host.
+ * on the host. The batched value-state calls (value-get-many,
+ * value-set-many, contract 0.1.3) check their `packed` arguments as the
+ * host does and are counted apart from the single-key calls, so a test can
+ * say how many host calls a batch cost.
  */
 #include "weir_test.h"
 
@@ -53,6 +56,11 @@ typedef struct {
 
 static cell_t *cells;
 static size_t num_cells, cap_cells;
+
+/* Host calls since weir_test_open: single-key state calls, and the batched ones. */
+static uint64_t state_calls, batched_state_calls;
+/* While set, value-get-many and value-set-many answer backend(this). */
+static char *batched_failure;
 
 static void cell_free(cell_t *c) {
     free(c->key.ptr);
@@ -117,6 +125,7 @@ static bool check_kind(uint32_t state, weir_state_kind_t kind, weir_operator_sta
 
 bool weir_operator_state_value_get(weir_operator_state_state_id_t state, operator_list_u8_t *key,
                                    operator_option_list_u8_t *ret, weir_operator_state_state_error_t *err) {
+    state_calls++;
     if (!check_kind(state, WEIR_STATE_VALUE, err)) {
         return false;
     }
@@ -128,11 +137,8 @@ bool weir_operator_state_value_get(weir_operator_state_state_id_t state, operato
     return true;
 }
 
-bool weir_operator_state_value_set(weir_operator_state_state_id_t state, operator_list_u8_t *key,
-                                   operator_list_u8_t *value, weir_operator_state_state_error_t *err) {
-    if (!check_kind(state, WEIR_STATE_VALUE, err)) {
-        return false;
-    }
+/* Stores `value` for `key` in a value state (its kind already checked). */
+static void value_store(uint32_t state, const operator_list_u8_t *key, const operator_list_u8_t *value) {
     size_t i = cell_find(0, state, key, NULL);
     if (i < num_cells) {
         free(cells[i].value.ptr);
@@ -140,11 +146,21 @@ bool weir_operator_state_value_set(weir_operator_state_state_id_t state, operato
     } else {
         cell_push(state, key, NULL, value);
     }
+}
+
+bool weir_operator_state_value_set(weir_operator_state_state_id_t state, operator_list_u8_t *key,
+                                   operator_list_u8_t *value, weir_operator_state_state_error_t *err) {
+    state_calls++;
+    if (!check_kind(state, WEIR_STATE_VALUE, err)) {
+        return false;
+    }
+    value_store(state, key, value);
     return true;
 }
 
 bool weir_operator_state_list_get(weir_operator_state_state_id_t state, operator_list_u8_t *key,
                                   operator_list_list_u8_t *ret, weir_operator_state_state_error_t *err) {
+    state_calls++;
     if (!check_kind(state, WEIR_STATE_LIST, err)) {
         return false;
     }
@@ -162,6 +178,7 @@ bool weir_operator_state_list_get(weir_operator_state_state_id_t state, operator
 
 bool weir_operator_state_list_add(weir_operator_state_state_id_t state, operator_list_u8_t *key,
                                   operator_list_u8_t *element, weir_operator_state_state_error_t *err) {
+    state_calls++;
     if (!check_kind(state, WEIR_STATE_LIST, err)) {
         return false;
     }
@@ -172,6 +189,7 @@ bool weir_operator_state_list_add(weir_operator_state_state_id_t state, operator
 bool weir_operator_state_map_get(weir_operator_state_state_id_t state, operator_list_u8_t *key,
                                  operator_list_u8_t *user_key, operator_option_list_u8_t *ret,
                                  weir_operator_state_state_error_t *err) {
+    state_calls++;
     if (!check_kind(state, WEIR_STATE_MAP, err)) {
         return false;
     }
@@ -186,6 +204,7 @@ bool weir_operator_state_map_get(weir_operator_state_state_id_t state, operator_
 bool weir_operator_state_map_put(weir_operator_state_state_id_t state, operator_list_u8_t *key,
                                  operator_list_u8_t *user_key, operator_list_u8_t *value,
                                  weir_operator_state_state_error_t *err) {
+    state_calls++;
     if (!check_kind(state, WEIR_STATE_MAP, err)) {
         return false;
     }
@@ -201,6 +220,7 @@ bool weir_operator_state_map_put(weir_operator_state_state_id_t state, operator_
 
 bool weir_operator_state_map_remove(weir_operator_state_state_id_t state, operator_list_u8_t *key,
                                     operator_list_u8_t *user_key, weir_operator_state_state_error_t *err) {
+    state_calls++;
     if (!check_kind(state, WEIR_STATE_MAP, err)) {
         return false;
     }
@@ -224,6 +244,7 @@ static int compare_user_keys(const void *a, const void *b) {
 bool weir_operator_state_map_entries(weir_operator_state_state_id_t state, operator_list_u8_t *key,
                                      operator_list_tuple2_list_u8_list_u8_t *ret,
                                      weir_operator_state_state_error_t *err) {
+    state_calls++;
     if (!check_kind(state, WEIR_STATE_MAP, err)) {
         return false;
     }
@@ -246,6 +267,7 @@ bool weir_operator_state_map_entries(weir_operator_state_state_id_t state, opera
 
 bool weir_operator_state_clear(weir_operator_state_state_id_t state, operator_list_u8_t *key,
                                weir_operator_state_state_error_t *err) {
+    state_calls++;
     if (state >= weir_operator.num_states) {
         err->tag = WEIR_OPERATOR_STATE_STATE_ERROR_UNKNOWN_STATE;
         err->val.unknown_state = state;
@@ -298,11 +320,171 @@ void weir_test_set_state_value(weir_state_id_t state, weir_bytes_t key, weir_byt
     operator_list_u8_t k = {(uint8_t *)key.ptr, key.len};
     operator_list_u8_t v = {(uint8_t *)value.ptr, value.len};
     weir_operator_state_state_error_t err;
-    if (!weir_operator_state_value_set(state, &k, &v, &err)) {
+    if (!check_kind(state, WEIR_STATE_VALUE, &err)) {
         fprintf(stderr, "weir_test_set_state_value: state %u is not a declared value state\n", (unsigned)state);
         abort();
     }
+    value_store(state, &k, &v); /* the test's doing, not the operator's: not counted */
 }
+
+/* ------------------------------------------- batched value state (0.1.3) */
+
+/* The state error backend(message), with a copy the SDK frees. */
+static bool backend_error(weir_operator_state_state_error_t *err, const char *message) {
+    operator_list_u8_t m = copy_bytes((const uint8_t *)message, strlen(message));
+    err->tag = WEIR_OPERATOR_STATE_STATE_ERROR_BACKEND;
+    err->val.backend.ptr = m.ptr;
+    err->val.backend.len = m.len;
+    return false;
+}
+
+/* The entries of a `packed` as (pointer, length) pairs, length -1 for an
+ * absent one, checked as the host checks them (its messages); NULL after
+ * setting `err` if it is malformed. The caller frees the array. */
+static operator_list_u8_t *unpack(const weir_operator_state_packed_t *packed, weir_operator_state_state_error_t *err) {
+    operator_list_u8_t *entries = xmalloc(packed->lens.len * sizeof(operator_list_u8_t));
+    size_t at = 0;
+    char message[160];
+    for (size_t i = 0; i < packed->lens.len; i++) {
+        int32_t len = packed->lens.ptr[i];
+        if (len == -1) {
+            entries[i].ptr = NULL;
+            entries[i].len = SIZE_MAX; /* absent */
+            continue;
+        }
+        if (len < 0 || (size_t)len > packed->data.len - at) {
+            snprintf(message, sizeof(message),
+                     "malformed packed list: entry %zu has length %d, past the %zu bytes of data", i, (int)len,
+                     packed->data.len);
+            free(entries);
+            backend_error(err, message);
+            return NULL;
+        }
+        entries[i].ptr = packed->data.ptr + at;
+        entries[i].len = (size_t)len;
+        at += (size_t)len;
+    }
+    if (at != packed->data.len) {
+        snprintf(message, sizeof(message),
+                 "malformed packed list: the lengths add up to %zu bytes but data holds %zu", at, packed->data.len);
+        free(entries);
+        backend_error(err, message);
+        return NULL;
+    }
+    return entries;
+}
+
+/* False (with the host's error) if an entry of `keys` is absent. */
+static bool all_present(const operator_list_u8_t *keys, size_t n, weir_operator_state_state_error_t *err) {
+    for (size_t i = 0; i < n; i++) {
+        if (keys[i].len == SIZE_MAX) {
+            return backend_error(err, "malformed packed list: an absent key");
+        }
+    }
+    return true;
+}
+
+/* As the host: a value-get per key, in order. */
+bool weir_operator_state_value_get_many(weir_operator_state_state_id_t state, weir_operator_state_packed_t *keys,
+                                        weir_operator_state_packed_t *ret, weir_operator_state_state_error_t *err) {
+    batched_state_calls++;
+    if (batched_failure != NULL) {
+        return backend_error(err, batched_failure);
+    }
+    operator_list_u8_t *k = unpack(keys, err);
+    if (k == NULL) {
+        return false;
+    }
+    if (!check_kind(state, WEIR_STATE_VALUE, err) || !all_present(k, keys->lens.len, err)) {
+        free(k);
+        return false;
+    }
+    size_t n = keys->lens.len, total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t c = cell_find(0, state, &k[i], NULL);
+        total += c < num_cells ? cells[c].value.len : 0;
+    }
+    /* Owned by the SDK, which frees non-empty lists (as post-return would). */
+    ret->lens.len = n;
+    ret->lens.ptr = n != 0 ? xmalloc(n * sizeof(int32_t)) : NULL;
+    ret->data.len = total;
+    ret->data.ptr = total != 0 ? xmalloc(total) : NULL;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t c = cell_find(0, state, &k[i], NULL);
+        if (c == num_cells) {
+            ret->lens.ptr[i] = -1;
+            continue;
+        }
+        ret->lens.ptr[i] = (int32_t)cells[c].value.len;
+        if (cells[c].value.len != 0) {
+            memcpy(ret->data.ptr + at, cells[c].value.ptr, cells[c].value.len);
+        }
+        at += cells[c].value.len;
+    }
+    free(k);
+    return true;
+}
+
+/* As the host: every key checked first (a refused call changes nothing),
+ * then a value-set (or, for an absent value, a clear) per key, in order. */
+bool weir_operator_state_value_set_many(weir_operator_state_state_id_t state, weir_operator_state_packed_t *keys,
+                                        weir_operator_state_packed_t *values,
+                                        weir_operator_state_state_error_t *err) {
+    batched_state_calls++;
+    if (batched_failure != NULL) {
+        return backend_error(err, batched_failure);
+    }
+    operator_list_u8_t *k = unpack(keys, err);
+    if (k == NULL) {
+        return false;
+    }
+    operator_list_u8_t *v = unpack(values, err);
+    if (v == NULL) {
+        free(k);
+        return false;
+    }
+    bool ok = true;
+    if (keys->lens.len != values->lens.len) {
+        char message[96];
+        snprintf(message, sizeof(message), "malformed packed list: %zu keys but %zu values", keys->lens.len,
+                 values->lens.len);
+        ok = backend_error(err, message);
+    } else {
+        ok = all_present(k, keys->lens.len, err) && check_kind(state, WEIR_STATE_VALUE, err);
+    }
+    for (size_t i = 0; ok && i < keys->lens.len; i++) {
+        if (v[i].len == SIZE_MAX) {
+            size_t c = cell_find(0, state, &k[i], NULL);
+            if (c < num_cells) {
+                cell_remove(c);
+            }
+        } else {
+            value_store(state, &k[i], &v[i]);
+        }
+    }
+    free(k);
+    free(v);
+    return ok;
+}
+
+uint64_t weir_test_state_calls(void) { return state_calls; }
+
+uint64_t weir_test_batched_state_calls(void) { return batched_state_calls; }
+
+void weir_test_fail_batched_state_calls(const char *message) {
+    free(batched_failure);
+    batched_failure = NULL;
+    if (message != NULL) {
+        batched_failure = xmalloc(strlen(message) + 1);
+        strcpy(batched_failure, message);
+    }
+}
+
+/* Defined in weir.c: the test-only switch of the batch cache. */
+extern bool weir_batch_cache_off;
+
+void weir_test_set_batch_cache(bool enabled) { weir_batch_cache_off = !enabled; }
 
 /* --------------------------------------------------------------- timers */
 
@@ -516,6 +698,9 @@ static void take_emitted(weir_operator_types_emitted_t *e, weir_test_output_t *o
 
 bool weir_test_open(const char *const *config) {
     state_reset();
+    state_calls = batched_state_calls = 0;
+    weir_test_fail_batched_state_calls(NULL);
+    weir_test_set_batch_cache(true);
     while (num_timers > 0) {
         timer_remove(num_timers - 1);
     }

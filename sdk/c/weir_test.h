@@ -100,6 +100,26 @@ bool weir_test_migrate_stored_state(const char *from_version);
 /* How many timers are registered and not yet fired. */
 size_t weir_test_timer_count(void);
 
+/* ------------------------------------------------ batched value state */
+
+/* Host calls the operator made since weir_test_open: single-key state calls
+ * (value-get, value-set, list-*, map-*, clear), and batched value-state
+ * calls (value-get-many, value-set-many, contract 0.1.3): what a keyed
+ * operator with value state makes instead, one of each per state and batch
+ * (the SDK's batch cache, README "Keyed state"). */
+uint64_t weir_test_state_calls(void);
+uint64_t weir_test_batched_state_calls(void);
+
+/* While `message` is not NULL, value-get-many and value-set-many fail with
+ * the state error backend(message), to test the error paths. */
+void weir_test_fail_batched_state_calls(const char *message);
+
+/* false: every value-state access is a single host call (the SDK's path
+ * without the batch cache), to check that the cache changes nothing but
+ * the number of calls. weir_test_open restores both switches (cache on, no
+ * failure). */
+void weir_test_set_batch_cache(bool enabled);
+
 /* ------------------------------------------------------------ two inputs */
 
 /* Processes `records` as one batch on input `input` (0: left, 1: right)
