@@ -13,20 +13,40 @@
 //! updates of the records before it, also for its own key. Keys outside
 //! the batch (an explicit key) and every other state kind go to the host
 //! directly.
+//!
+//! The per-record path costs no hashing and no allocation: the adapter
+//! says which record runs ([`at_record`]), and a state call for that
+//! record's own key (the same bytes of the batch, compared by address)
+//! finds the key's entry by the record's index. Values the host returned
+//! stay in its answer; values the batch writes go to one buffer per state,
+//! a new value taking the place of the key's previous one when it fits.
+//! Only a key the record does not own (an explicit key) is looked up by
+//! hash.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 
 use crate::backend::{self, HostResult};
 use crate::bindings::weir::operator::state::{Packed, StateError};
 
+/// Where one key's value of one state is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Value {
+    /// None (never set, or cleared).
+    Absent,
+    /// `fetched.data[at..at + len]`: as the host returned it.
+    Fetched { at: u32, len: u32 },
+    /// `written[at..at + len]`, with room for `room` bytes there.
+    Written { at: u32, len: u32, room: u32 },
+}
+
 /// What is known of one key's value.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
     /// Not read yet.
     Unknown,
-    /// The value (`None`: none), and whether it changed.
-    Known(Option<Vec<u8>>, bool),
+    /// The value, and whether the batch changed it.
+    Known(Value, bool),
 }
 
 /// One value state's entries, by key index.
@@ -34,52 +54,187 @@ enum Slot {
 struct StateCache {
     id: u32,
     slots: Vec<Slot>,
+    /// The host's answer to `value-get-many` (empty until fetched).
+    fetched: Vec<u8>,
+    /// The values this batch wrote, back to back.
+    written: Vec<u8>,
     /// Whether the batch's keys have been read.
-    fetched: bool,
+    fetched_all: bool,
 }
 
-/// The current batch's keys and cached states.
+impl StateCache {
+    fn value(&self, value: Value) -> Option<&[u8]> {
+        match value {
+            Value::Absent => None,
+            Value::Fetched { at, len } => Some(&self.fetched[at as usize..(at + len) as usize]),
+            Value::Written { at, len, .. } => Some(&self.written[at as usize..(at + len) as usize]),
+        }
+    }
+
+    /// Stores `new` as key `i`'s value, in place of the value the batch
+    /// wrote before if it fits.
+    fn write(&mut self, i: usize, new: Option<&[u8]>) {
+        let Some(bytes) = new else {
+            self.slots[i] = Slot::Known(Value::Absent, true);
+            return;
+        };
+        let len = bytes.len() as u32;
+        let value = match self.slots[i] {
+            Slot::Known(Value::Written { at, room, .. }, _) if len <= room => {
+                self.written[at as usize..(at + len) as usize].copy_from_slice(bytes);
+                Value::Written { at, len, room }
+            }
+            _ => {
+                let at = self.written.len() as u32;
+                self.written.extend_from_slice(bytes);
+                Value::Written { at, len, room: len }
+            }
+        };
+        self.slots[i] = Slot::Known(value, true);
+    }
+}
+
+/// No key: a record without one, or an empty slot of the table.
+const NONE: u32 = u32::MAX;
+
+/// The current batch's keys and cached states, kept from batch to batch
+/// for their allocations.
 #[derive(Debug)]
 struct BatchCache {
-    /// The distinct keys, packed (the wire form of `value-get-many`).
+    open: bool,
+    /// The distinct keys, packed (the wire form of `value-get-many`), and
+    /// where each starts in `keys.data`.
     keys: Packed,
-    /// Key → index.
-    index: HashMap<Vec<u8>, usize>,
+    starts: Vec<u32>,
+    /// Open addressing over the keys: a key index, or [`NONE`]; its length
+    /// is a power of two at least twice the keys.
+    table: Vec<u32>,
+    hasher: RandomState,
+    /// Per record of the batch: its key's address and length in the batch,
+    /// and the key's index ([`NONE`]: no key).
+    records: Vec<(usize, usize, u32)>,
+    /// The record being processed ([`at_record`]).
+    current: usize,
     states: Vec<StateCache>,
 }
 
-thread_local! {
-    static CACHE: RefCell<Option<BatchCache>> = const { RefCell::new(None) };
-}
+impl BatchCache {
+    fn key(&self, i: usize) -> &[u8] {
+        let at = self.starts[i] as usize;
+        &self.keys.data[at..at + self.keys.lens[i] as usize]
+    }
 
-/// Opens the cache for a batch with `keys` (any order, repeats allowed).
-pub(crate) fn begin<'a>(keys: impl IntoIterator<Item = &'a [u8]>) {
-    let mut cache = BatchCache {
-        keys: Packed {
-            lens: Vec::new(),
-            data: Vec::new(),
-        },
-        index: HashMap::new(),
-        states: Vec::new(),
-    };
-    for key in keys {
-        if !cache.index.contains_key(key) {
-            cache.index.insert(key.to_vec(), cache.keys.lens.len());
-            cache.keys.lens.push(key.len() as i32);
-            cache.keys.data.extend_from_slice(key);
+    /// `key`'s index among the batch's keys: by the current record when it
+    /// is that record's key, else by hash.
+    fn index(&self, key: &[u8]) -> Option<usize> {
+        if let Some(&(address, len, i)) = self.records.get(self.current)
+            && address == key.as_ptr() as usize
+            && len == key.len()
+            && i != NONE
+        {
+            return Some(i as usize);
+        }
+        self.probe(key).1
+    }
+
+    /// The table slot where `key` is or would go, and its index if there.
+    fn probe(&self, key: &[u8]) -> (usize, Option<usize>) {
+        let mask = self.table.len() - 1;
+        let mut slot = self.hasher.hash_one(key) as usize & mask;
+        loop {
+            match self.table[slot] {
+                NONE => return (slot, None),
+                i if self.key(i as usize) == key => return (slot, Some(i as usize)),
+                _ => slot = (slot + 1) & mask,
+            }
         }
     }
-    CACHE.with(|c| *c.borrow_mut() = Some(cache));
+
+    fn state_index(&mut self, id: u32) -> usize {
+        match self.states.iter().position(|s| s.id == id) {
+            Some(at) => at,
+            None => {
+                self.states.push(StateCache {
+                    id,
+                    slots: vec![Slot::Unknown; self.keys.lens.len()],
+                    fetched: Vec::new(),
+                    written: Vec::new(),
+                    fetched_all: false,
+                });
+                self.states.len() - 1
+            }
+        }
+    }
+}
+
+thread_local! {
+    static CACHE: RefCell<BatchCache> = RefCell::new(BatchCache {
+        open: false,
+        keys: Packed { lens: Vec::new(), data: Vec::new() },
+        starts: Vec::new(),
+        table: Vec::new(),
+        hasher: RandomState::new(),
+        records: Vec::new(),
+        current: usize::MAX,
+        states: Vec::new(),
+    });
+}
+
+/// Opens the cache for a batch of `records` records whose keys are `keys`
+/// (`None`: a record without a key), in record order.
+pub(crate) fn begin<'a>(records: usize, keys: impl Iterator<Item = Option<&'a [u8]>>) {
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        let cache = &mut *c;
+        cache.open = true;
+        cache.current = usize::MAX;
+        cache.states.clear();
+        cache.keys.lens.clear();
+        cache.keys.data.clear();
+        cache.starts.clear();
+        cache.records.clear();
+        let size = (records * 2).next_power_of_two().max(16);
+        cache.table.clear();
+        cache.table.resize(size, NONE);
+        for key in keys {
+            let Some(key) = key else {
+                cache.records.push((0, 0, NONE));
+                continue;
+            };
+            let index = match cache.probe(key) {
+                (_, Some(i)) => i as u32,
+                (slot, None) => {
+                    let i = cache.keys.lens.len() as u32;
+                    cache.table[slot] = i;
+                    cache.starts.push(cache.keys.data.len() as u32);
+                    cache.keys.lens.push(key.len() as i32);
+                    cache.keys.data.extend_from_slice(key);
+                    i
+                }
+            };
+            cache
+                .records
+                .push((key.as_ptr() as usize, key.len(), index));
+        }
+    });
+}
+
+/// Record `i` of the batch runs next: a state call with its key finds the
+/// key's entry without hashing.
+pub(crate) fn at_record(i: usize) {
+    CACHE.with(|c| c.borrow_mut().current = i);
 }
 
 /// Writes every changed entry back and closes the cache. Returns the first
 /// failure (with the state's id).
 pub(crate) fn end() -> Result<(), (u32, StateError)> {
-    let Some(cache) = CACHE.with(|c| c.borrow_mut().take()) else {
-        return Ok(());
-    };
-    let keys = unpacked(&cache.keys);
-    for state in cache.states {
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if !std::mem::replace(&mut c.open, false) {
+            return Ok(());
+        }
+        c.current = usize::MAX;
+        let cache = &*c;
         let mut changed_keys = Packed {
             lens: Vec::new(),
             data: Vec::new(),
@@ -88,42 +243,62 @@ pub(crate) fn end() -> Result<(), (u32, StateError)> {
             lens: Vec::new(),
             data: Vec::new(),
         };
-        for (i, slot) in state.slots.into_iter().enumerate() {
-            if let Slot::Known(value, true) = slot {
-                changed_keys.lens.push(keys[i].len() as i32);
-                changed_keys.data.extend_from_slice(keys[i]);
-                match value {
-                    Some(v) => {
-                        values.lens.push(v.len() as i32);
-                        values.data.extend_from_slice(&v);
+        for state in &cache.states {
+            changed_keys.lens.clear();
+            changed_keys.data.clear();
+            values.lens.clear();
+            values.data.clear();
+            for (i, slot) in state.slots.iter().enumerate() {
+                if let Slot::Known(value, true) = *slot {
+                    let key = cache.key(i);
+                    changed_keys.lens.push(key.len() as i32);
+                    changed_keys.data.extend_from_slice(key);
+                    match state.value(value) {
+                        Some(v) => {
+                            values.lens.push(v.len() as i32);
+                            values.data.extend_from_slice(v);
+                        }
+                        None => values.lens.push(-1),
                     }
-                    None => values.lens.push(-1),
                 }
             }
+            if !changed_keys.lens.is_empty() {
+                backend::value_set_many(state.id, &changed_keys, &values)
+                    .map_err(|e| (state.id, e))?;
+            }
         }
-        if !changed_keys.lens.is_empty() {
-            backend::value_set_many(state.id, &changed_keys, &values).map_err(|e| (state.id, e))?;
-        }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
-/// The value of state `id` for `key`, from the cache if the key is the
-/// batch's; `None` if there is no cache or the key is not the batch's.
-pub(crate) fn get(id: u32, key: &[u8]) -> Option<HostResult<Option<Vec<u8>>>> {
+/// `f` of the value of state `id` for `key`, from the cache if the key is
+/// the batch's; `None` if there is no cache or the key is not the batch's.
+/// (`f` runs with the cache borrowed: it must not touch state.)
+pub(crate) fn get_with<R>(
+    id: u32,
+    key: &[u8],
+    f: impl FnOnce(Option<&[u8]>) -> R,
+) -> Option<HostResult<R>> {
     CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        let cache = c.as_mut()?;
-        let &i = cache.index.get(key)?;
-        let n = cache.keys.lens.len();
-        let at = state_index(cache, id, n);
-        if let Slot::Unknown = cache.states[at].slots[i]
-            && let Err(e) = fetch(&cache.keys, &mut cache.states[at])
-        {
-            return Some(Err(e));
+        let Ok(mut c) = c.try_borrow_mut() else {
+            return Some(Err(StateError::Backend(
+                "value state read while the batch cache was in use (from a state codec?)".into(),
+            )));
+        };
+        if !c.open {
+            return None;
         }
-        match &cache.states[at].slots[i] {
-            Slot::Known(value, _) => Some(Ok(value.clone())),
+        let i = c.index(key)?;
+        let at = c.state_index(id);
+        if let Slot::Unknown = c.states[at].slots[i] {
+            let cache = &mut *c;
+            if let Err(e) = fetch(&cache.keys, &mut cache.states[at]) {
+                return Some(Err(e));
+            }
+        }
+        let state = &c.states[at];
+        match state.slots[i] {
+            Slot::Known(value, _) => Some(Ok(f(state.value(value)))),
             Slot::Unknown => unreachable!("fetched above"),
         }
     })
@@ -134,15 +309,14 @@ pub(crate) fn get(id: u32, key: &[u8]) -> Option<HostResult<Option<Vec<u8>>>> {
 pub(crate) fn set(id: u32, key: &[u8], value: Option<&[u8]>) -> bool {
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        let Some(cache) = c.as_mut() else {
+        if !c.open {
+            return false;
+        }
+        let Some(i) = c.index(key) else {
             return false;
         };
-        let Some(&i) = cache.index.get(key) else {
-            return false;
-        };
-        let n = cache.keys.lens.len();
-        let at = state_index(cache, id, n);
-        cache.states[at].slots[i] = Slot::Known(value.map(<[u8]>::to_vec), true);
+        let at = c.state_index(id);
+        c.states[at].write(i, value);
         true
     })
 }
@@ -153,15 +327,15 @@ pub(crate) fn set(id: u32, key: &[u8], value: Option<&[u8]>) -> bool {
 pub(crate) fn clear(id: u32, key: &[u8]) -> bool {
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        let Some(cache) = c.as_mut() else {
+        if !c.open {
+            return false;
+        }
+        let Some(i) = c.index(key) else {
             return false;
         };
-        let Some(&i) = cache.index.get(key) else {
-            return false;
-        };
-        match cache.states.iter_mut().find(|s| s.id == id) {
+        match c.states.iter_mut().find(|s| s.id == id) {
             Some(state) => {
-                state.slots[i] = Slot::Known(None, true);
+                state.write(i, None);
                 true
             }
             None => false,
@@ -169,57 +343,39 @@ pub(crate) fn clear(id: u32, key: &[u8]) -> bool {
     })
 }
 
-/// The index of state `id` in the cache, added if new.
-fn state_index(cache: &mut BatchCache, id: u32, keys: usize) -> usize {
-    match cache.states.iter().position(|s| s.id == id) {
-        Some(at) => at,
-        None => {
-            cache.states.push(StateCache {
-                id,
-                slots: vec![Slot::Unknown; keys],
-                fetched: false,
-            });
-            cache.states.len() - 1
-        }
-    }
-}
-
 /// Reads state `state` for every key of the batch in one call; entries
 /// already set in this batch keep their new values.
 fn fetch(keys: &Packed, state: &mut StateCache) -> HostResult<()> {
-    debug_assert!(!state.fetched);
+    debug_assert!(!state.fetched_all);
     let values = backend::value_get_many(state.id, keys)?;
-    let values = unpacked_optional(&values)
-        .ok_or_else(|| StateError::Backend("the host returned a malformed packed list".into()))?;
-    if values.len() != state.slots.len() {
+    if values.lens.len() != state.slots.len() {
         return Err(StateError::Backend(format!(
             "the host returned {} values for {} keys",
-            values.len(),
+            values.lens.len(),
             state.slots.len()
         )));
     }
-    for (slot, value) in state.slots.iter_mut().zip(values) {
+    let malformed = || StateError::Backend("the host returned a malformed packed list".into());
+    let mut at = 0u32;
+    for (slot, &len) in state.slots.iter_mut().zip(&values.lens) {
+        let value = if len == -1 {
+            Value::Absent
+        } else {
+            let len = u32::try_from(len).map_err(|_| malformed())?;
+            let value = Value::Fetched { at, len };
+            at = at.checked_add(len).ok_or_else(malformed)?;
+            value
+        };
         if let Slot::Unknown = slot {
-            *slot = Slot::Known(value.map(<[u8]>::to_vec), false);
+            *slot = Slot::Known(value, false);
         }
     }
-    state.fetched = true;
+    if at as usize != values.data.len() {
+        return Err(malformed());
+    }
+    state.fetched = values.data;
+    state.fetched_all = true;
     Ok(())
-}
-
-/// The entries of a packed list without absent ones (the batch's keys).
-fn unpacked(packed: &Packed) -> Vec<&[u8]> {
-    let mut at = 0;
-    packed
-        .lens
-        .iter()
-        .map(|&len| {
-            let len = len.max(0) as usize;
-            let entry = &packed.data[at..at + len];
-            at += len;
-            entry
-        })
-        .collect()
 }
 
 /// The entries of a packed list (`None`: absent), if it is well formed.

@@ -606,6 +606,7 @@ impl<T: KeyedProcessFunction> Keyed<T> {
                     "record {i} of the batch has no key, but this operator runs on a keyed stream"
                 );
             };
+            crate::cache::at_record(i);
             let mut ctx = KeyedContext {
                 key,
                 timestamp: record.timestamp,
@@ -631,6 +632,7 @@ impl<T: KeyedCoProcessFunction> KeyedCo<T> {
                     "record {i} of input {input} has no key, but this operator runs on keyed streams"
                 );
             };
+            crate::cache::at_record(i);
             let mut ctx = KeyedContext {
                 key,
                 timestamp: record.timestamp,
@@ -659,7 +661,7 @@ fn with_batch_cache(
     if !states.iter().any(|s| s.kind == StateKind::Value) {
         return f();
     }
-    crate::cache::begin(batch.records()?.filter_map(|r| r.key));
+    crate::cache::begin(batch.len(), batch.records()?.map(|r| r.key));
     let done = f();
     let written = crate::cache::end().map_err(|(id, e)| {
         let name = states.get(id as usize).map_or("?", |s| s.name);

@@ -257,14 +257,14 @@ impl<T: StateCodec> ValueState<T> {
     /// The current key's value, if set.
     pub fn get(&self, scope: &impl KeyScope) -> Result<Option<T>, Error> {
         let key = scope.current_key();
-        let value = match crate::cache::get(self.id, key) {
-            Some(cached) => cached,
-            None => backend::value_get(self.id, key),
-        };
-        match value {
-            Ok(Some(bytes)) => decode(self.name, &bytes).map(Some),
-            Ok(None) => Ok(None),
-            Err(e) => Err(state_error(self.name, e)),
+        let decoded = |bytes: Option<&[u8]>| bytes.map(|b| decode(self.name, b)).transpose();
+        match crate::cache::get_with(self.id, key, decoded) {
+            Some(Ok(value)) => value,
+            Some(Err(e)) => Err(state_error(self.name, e)),
+            None => match backend::value_get(self.id, key) {
+                Ok(bytes) => decoded(bytes.as_deref()),
+                Err(e) => Err(state_error(self.name, e)),
+            },
         }
     }
 

@@ -988,4 +988,104 @@ mod tests {
         assert_eq!(h.value_state::<u64>("count", "a")?, None);
         Ok(())
     }
+
+    /// Appends each record's value to its key's text, or to another key's
+    /// (`to:<key>:<text>`, through an explicit key), or clears it
+    /// (`clear`), and emits what it holds after.
+    struct Appender {
+        text: ValueState<String>,
+    }
+
+    impl KeyedProcessFunction for Appender {
+        const STATES: &'static [StateDescriptor] = &[StateDescriptor::value("text")];
+
+        fn open(ctx: &OpenContext) -> Result<Self, Error> {
+            Ok(Appender {
+                text: ctx.value_state("text")?,
+            })
+        }
+
+        fn process_element(
+            &mut self,
+            record: Record<'_>,
+            ctx: &mut KeyedContext<'_>,
+        ) -> Result<(), Error> {
+            let value = std::str::from_utf8(record.value).expect("UTF-8 test input");
+            if value == "clear" {
+                self.text.clear(ctx)?;
+                ctx.collect(Record::keyed(ctx.key(), "", 0));
+                return Ok(());
+            }
+            let (key, text) = match value.strip_prefix("to:") {
+                Some(rest) => rest.split_once(':').expect("to:<key>:<text>"),
+                None => (std::str::from_utf8(ctx.key()).expect("UTF-8 key"), value),
+            };
+            let scope = crate::ExplicitKey(key.as_bytes());
+            let mut held = self.text.get(&scope)?.unwrap_or_default();
+            held.push_str(text);
+            self.text.set(&scope, &held)?;
+            ctx.collect(Record::keyed(ctx.key(), &held, 0));
+            Ok(())
+        }
+    }
+
+    /// Random batches of appends (values growing and shrinking), clears
+    /// and writes to other keys of the same batch or outside it: every
+    /// output and the state afterwards equal a plain map's.
+    #[test]
+    fn the_batch_cache_equals_a_map_under_random_batches() -> Result<(), Error> {
+        let mut h = Harness::<Keyed<Appender>>::open(&[])?;
+        let mut model: std::collections::HashMap<String, String> = Default::default();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let keys = ["a", "b", "c", "d", "e", "f", "g", "outside-1", "outside-2"];
+        for _ in 0..200 {
+            let len = 1 + next(40) as usize;
+            let mut records = Vec::new();
+            let mut expected = Vec::new();
+            for _ in 0..len {
+                // The first seven keys come as records; all nine as targets.
+                let key = keys[next(7) as usize];
+                let value = match next(10) {
+                    0 => "clear".to_owned(),
+                    1..=3 => format!("to:{}:{}", keys[next(9) as usize], next(1000)),
+                    _ => "x".repeat(1 + next(3) as usize),
+                };
+                if value == "clear" {
+                    model.remove(key);
+                    expected.push(String::new());
+                } else {
+                    let (target, text) = match value.strip_prefix("to:") {
+                        Some(rest) => rest.split_once(':').unwrap(),
+                        None => (key, value.as_str()),
+                    };
+                    let held = model.entry(target.to_owned()).or_default();
+                    held.push_str(text);
+                    expected.push(held.clone());
+                }
+                records.push((key, value));
+            }
+            let out = h.process(records.iter().map(|(k, v)| Record::keyed(k, v, 0)))?;
+            assert_eq!(out.values(), expected, "batch {records:?}");
+            // Shorten the texts now and then, so that writes shrink too.
+            if next(4) == 0 {
+                model.clear();
+                let clears = keys.iter().map(|k| Record::keyed(k, "clear", 0));
+                h.process(clears)?;
+            }
+        }
+        for key in keys {
+            assert_eq!(
+                h.value_state::<String>("text", key)?,
+                model.get(key).cloned(),
+                "state of {key}"
+            );
+        }
+        Ok(())
+    }
 }

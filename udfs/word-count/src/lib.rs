@@ -6,8 +6,6 @@
 //! input); `"updates"` emits the new count on every record. Output: key = the
 //! word, value = `"{word}\t{count}"`.
 
-use std::io::Write;
-
 use weir_sdk::{
     Error, KeyedContext, KeyedProcessFunction, OpenContext, Record, StateDescriptor, ValueState,
 };
@@ -62,8 +60,8 @@ fn emit(ctx: &mut KeyedContext<'_>, count: u64, timestamp: i64) {
     let word = ctx.key();
     ctx.collect_with(Some(word), timestamp, |value| {
         value.extend_from_slice(word);
-        // Writing to a Vec cannot fail.
-        let _ = write!(value, "\t{count}");
+        value.push(b'\t');
+        value.extend_from_slice(itoa::Buffer::new().format(count).as_bytes());
     });
 }
 
