@@ -6,7 +6,8 @@
 #
 # 1. installs Flink 2.3.0 from the PyPI wheels (`apache-flink-libraries`:
 #    lib/ with the runtime and connectors; `apache-flink`: bin/ and conf/)
-#    into ${WEIR_TOOLS_DIR:-~/.cache/weir/tools}/flink-2.3.0, once;
+#    into ${WEIR_TOOLS_DIR:-~/.cache/weir/tools}/flink-2.3.0, once
+#    (benches/flink-install.sh, shared with benches/flink-wordcount);
 # 2. compiles benches/nexmark/flink/NexmarkSql.java against its lib/;
 # 3. builds Weir and the Nexmark operators (release);
 # 4. runs the harness `target/release/nexmark` (benches/src/bin/nexmark.rs)
@@ -20,33 +21,11 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 here=$root/benches/nexmark
-tools=${WEIR_TOOLS_DIR:-$HOME/.cache/weir/tools}
-flink=$tools/flink-2.3.0
 target=${CARGO_TARGET_DIR:-$root/target}
 
-if [ ! -f "$flink/.installed" ]; then
-    echo "run.sh: installing Flink 2.3.0 into $flink" >&2
-    mkdir -p "$flink/wheels"
-    # apache-flink's wheel is per CPython version; only bin/ and conf/
-    # are used from it, so any one of them does.
-    python3 -m pip download --quiet --no-deps --only-binary=:all: \
-        --python-version 3.11 --platform manylinux2014_x86_64 \
-        -d "$flink/wheels" apache-flink-libraries==2.3.0 apache-flink==2.3.0
-    for wheel in "$flink"/wheels/*.whl; do
-        python3 -m zipfile -e "$wheel" "$flink/unpacked"
-    done
-    rm -rf "$flink/home"
-    mv "$flink/unpacked/pyflink" "$flink/home"
-    rm -rf "$flink/unpacked"
-    chmod +x "$flink/home/bin/"* 2>/dev/null || true
-    touch "$flink/.installed"
-fi
-export FLINK_HOME=$flink/home
-
-# The JVM flags Flink's own launcher passes (conf/config.yaml,
-# env.java.opts.all): the --add-opens/--add-exports Java 17 needs.
-opens=$(sed -n 's/^ *all: \(--add-.*\)$/\1/p' "$FLINK_HOME/conf/config.yaml" | head -n 1)
-[ -n "$opens" ] || { echo "run.sh: no env.java.opts.all in $FLINK_HOME/conf/config.yaml" >&2; exit 1; }
+# Installs Flink once (shared with benches/flink-wordcount/run.sh); sets
+# FLINK_HOME and opens.
+. "$root/benches/flink-install.sh"
 
 classes=$target/nexmark-flink
 mkdir -p "$classes"
