@@ -13,7 +13,8 @@
 #
 # Sets: tools, flink (the install folder), FLINK_HOME (exported, its home/)
 # and opens (the JVM's --add-opens/--add-exports flags, as Flink's own
-# launcher passes them from conf/config.yaml, env.java.opts.all).
+# launcher passes them from conf/config.yaml, env.java.opts.all); defines
+# flink_launcher (below).
 
 tools=${WEIR_TOOLS_DIR:-$HOME/.cache/weir/tools}
 flink=$tools/flink-2.3.0
@@ -41,3 +42,21 @@ export FLINK_HOME=$flink/home
 # env.java.opts.all): the --add-opens/--add-exports Java 17 needs.
 opens=$(sed -n 's/^ *all: \(--add-.*\)$/\1/p' "$FLINK_HOME/conf/config.yaml" | head -n 1)
 [ -n "$opens" ] || { echo "$(basename "$0"): no env.java.opts.all in $FLINK_HOME/conf/config.yaml" >&2; exit 1; }
+
+# flink_launcher SOURCE.java DIR NAME: compiles SOURCE against Flink's lib/
+# into DIR (again only when SOURCE is newer than its class) and writes
+# DIR/NAME, a script that runs SOURCE's main class with arguments as given.
+flink_launcher() {
+    local source=$1 dir=$2 name=$3 class
+    class=$(basename "$source" .java)
+    mkdir -p "$dir"
+    if [ ! -f "$dir/$class.class" ] || [ "$source" -nt "$dir/$class.class" ]; then
+        javac -nowarn -cp "$FLINK_HOME/lib/*" -d "$dir" "$source"
+    fi
+    cat > "$dir/$name" <<LAUNCH
+#!/usr/bin/env bash
+# $class ARGS..., compiled from $source.
+exec java $opens -cp "$dir:$FLINK_HOME/lib/*" $class "\$@"
+LAUNCH
+    chmod +x "$dir/$name"
+}

@@ -6,7 +6,7 @@ WordCount.java, writes the Flink launcher and builds Weir; it can also be
 run directly:
 
     python3 benches/flink-wordcount/harness.py --weir target/release/weir \\
-        --flink target/flink-wordcount/flink-wordcount --work target/flink-wordcount \\
+        --flink target/flink-wordcount/classes/flink-wordcount --work target/flink-wordcount \\
         [--rounds 3] [--workloads words,keys] [--backends rocksdb,heap] [--parallelism 1,2] \\
         [--check-only] [--no-check] [--csv FILE]
 

@@ -11,7 +11,7 @@
 #    ${WEIR_TOOLS_DIR:-~/.cache/weir/tools}/flink-2.3.0, once
 #    (benches/flink-install.sh, shared with benches/nexmark/run.sh);
 # 2. compiles benches/flink-wordcount/WordCount.java against its lib/ and
-#    writes the launcher $target/flink-wordcount/flink-wordcount;
+#    writes the launcher $target/flink-wordcount/classes/flink-wordcount;
 # 3. builds `weir` and the example operators, `tokenize` and `word-count`
 #    among them (release, as cli/demo.sh does; skipped with --no-build, then
 #    they must exist);
@@ -50,18 +50,8 @@ fi
 . "$root/benches/flink-install.sh"
 
 work=$target/flink-wordcount
-classes=$work/classes
-mkdir -p "$classes"
-if [ ! -f "$classes/WordCount.class" ] || [ "$here/WordCount.java" -nt "$classes/WordCount.class" ]; then
-    javac -nowarn -cp "$FLINK_HOME/lib/*" -d "$classes" "$here/WordCount.java"
-fi
-launcher=$work/flink-wordcount
-cat > "$launcher" <<LAUNCH
-#!/usr/bin/env bash
-# WordCount words|keys INPUT [--backend hashmap|rocksdb] [--parallelism N] [--out FILE], as run.sh built it.
-exec java $opens -cp "$classes:$FLINK_HOME/lib/*" WordCount "\$@"
-LAUNCH
-chmod +x "$launcher"
+flink_launcher "$here/WordCount.java" "$work/classes" flink-wordcount
+launcher=$work/classes/flink-wordcount
 
 cd "$root"
 if [ "$build" = 1 ]; then

@@ -27,18 +27,8 @@ target=${CARGO_TARGET_DIR:-$root/target}
 # FLINK_HOME and opens.
 . "$root/benches/flink-install.sh"
 
-classes=$target/nexmark-flink
-mkdir -p "$classes"
-if [ ! -f "$classes/NexmarkSql.class" ] || [ "$here/flink/NexmarkSql.java" -nt "$classes/NexmarkSql.class" ]; then
-    javac -nowarn -cp "$FLINK_HOME/lib/*" -d "$classes" "$here/flink/NexmarkSql.java"
-fi
-launcher=$classes/flink-nexmark
-cat > "$launcher" <<LAUNCH
-#!/usr/bin/env bash
-# NexmarkSql QUERY EVENTS.jsonl [--backend B] [--count], as run.sh built it.
-exec java $opens -cp "$classes:$FLINK_HOME/lib/*" NexmarkSql "\$@"
-LAUNCH
-chmod +x "$launcher"
+flink_launcher "$here/flink/NexmarkSql.java" "$target/nexmark-flink" flink-nexmark
+launcher=$target/nexmark-flink/flink-nexmark
 
 cd "$root"
 cargo build --release --workspace --features weir-benches/chart
