@@ -58,8 +58,6 @@ struct StateCache {
     fetched: Vec<u8>,
     /// The values this batch wrote, back to back.
     written: Vec<u8>,
-    /// Whether the batch's keys have been read.
-    fetched_all: bool,
 }
 
 impl StateCache {
@@ -159,7 +157,6 @@ impl BatchCache {
                     slots: vec![Slot::Unknown; self.keys.lens.len()],
                     fetched: Vec::new(),
                     written: Vec::new(),
-                    fetched_all: false,
                 });
                 self.states.len() - 1
             }
@@ -346,7 +343,6 @@ pub(crate) fn clear(id: u32, key: &[u8]) -> bool {
 /// Reads state `state` for every key of the batch in one call; entries
 /// already set in this batch keep their new values.
 fn fetch(keys: &Packed, state: &mut StateCache) -> HostResult<()> {
-    debug_assert!(!state.fetched_all);
     let values = backend::value_get_many(state.id, keys)?;
     if values.lens.len() != state.slots.len() {
         return Err(StateError::Backend(format!(
@@ -374,7 +370,6 @@ fn fetch(keys: &Packed, state: &mut StateCache) -> HostResult<()> {
         return Err(malformed());
     }
     state.fetched = values.data;
-    state.fetched_all = true;
     Ok(())
 }
 
