@@ -176,15 +176,26 @@ fn assert_outputs(
     client: &KafkaClient,
     total: u64,
 ) {
-    wait_for(&format!("{total} committed count updates"), || {
+    let expected = expected_updates(total);
+    let deadline = std::time::Instant::now() + super::harness::READY_TIMEOUT;
+    loop {
         let (_, job) = cluster.get(&format!("/v1/jobs/{id}"));
         assert_ne!(job["state"], "failed", "the job failed: {job}");
-        (file_output(out).len() as u64 >= total).then_some(())
-    });
+        let got = file_output(out);
+        if got.len() as u64 >= total {
+            break;
+        }
+        // What is missing says whether records were lost or are slow.
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {total} committed count updates: {}; the job: {job}",
+            differences(&got, &expected)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let cancel = cluster.weir(&["cancel", id]);
     assert!(cancel.status.success(), "{}", describe(&cancel));
     cluster.wait_job(id, |s| s == "canceled" || s == "failed");
-    let expected = expected_updates(total);
     let got = file_output(out);
     assert!(
         got == expected,
