@@ -4,8 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/setup.sh
-echo "weir: building the example operators (udfs/, wasm32-wasip2)..." >&2
-cargo build --release --target wasm32-wasip2 --manifest-path udfs/Cargo.toml --target-dir udfs/target
+echo "weir: building the demo's operators (udfs/tokenize, udfs/word-count; wasm32-wasip2)..." >&2
+# Only the two the job uses: the test suite builds the other examples.
+cargo build --release --target wasm32-wasip2 --manifest-path udfs/Cargo.toml --target-dir udfs/target \
+    -p tokenize -p word-count
 echo "weir: building weir..." >&2
 # With --workspace (not -p weir-cli) wasmtime and RocksDB get the same
 # features as in the test suite's build (tests/run.sh): built once for both.
