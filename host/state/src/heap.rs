@@ -423,6 +423,27 @@ impl KeyedStateBackend for HeapBackend {
         Ok(value)
     }
 
+    fn value_get_into(
+        &mut self,
+        state: u32,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<bool, StateError> {
+        let (kg, meta) = self.schema.check(state, Some(StateKind::Value), key)?;
+        let now = self.schema.now(meta);
+        let table = table!(self, state, Value).table(kg);
+        let Some(stored) = table.get(key) else {
+            return Ok(false);
+        };
+        if let Some(value) = ttl::decode(stored, now)? {
+            out.extend_from_slice(value);
+            return Ok(true);
+        }
+        self.bytes -= (key.len() + stored.len()) as u64;
+        table.remove(key);
+        Ok(false)
+    }
+
     fn value_set(&mut self, state: u32, key: &[u8], value: &[u8]) -> Result<(), StateError> {
         let (kg, meta) = self.schema.check(state, Some(StateKind::Value), key)?;
         let expiry = self.schema.expiry(meta);

@@ -190,6 +190,24 @@ pub type MapEntries = Vec<(Vec<u8>, Vec<u8>)>;
 pub trait KeyedStateBackend: Send {
     /// The value for `key`, if any.
     fn value_get(&mut self, state: u32, key: &[u8]) -> Result<Option<Vec<u8>>, StateError>;
+    /// [`value_get`](Self::value_get) without a `Vec` of its own: appends
+    /// the value for `key`, if any, to `out` and says whether there was
+    /// one. The batched read (`value-get-many`) packs every value of a
+    /// batch into one buffer with it.
+    fn value_get_into(
+        &mut self,
+        state: u32,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<bool, StateError> {
+        Ok(match self.value_get(state, key)? {
+            Some(value) => {
+                out.extend_from_slice(&value);
+                true
+            }
+            None => false,
+        })
+    }
     /// Sets the value for `key`.
     fn value_set(&mut self, state: u32, key: &[u8], value: &[u8]) -> Result<(), StateError>;
     /// All elements of the list for `key`, oldest first (empty if none).

@@ -22,7 +22,8 @@
 //! database) or *clean* (a copy of the database's entry, or the fact that
 //! it has none). Every access consults it first, so a subtask reads its own
 //! writes; `clear` and `map_remove` are tombstones in it.
-//! * [`KeyedStateBackend::flush`], called by the driver after each batch,
+//! * [`KeyedStateBackend::flush`], called by the driver before each
+//!   snapshot and at the end of input (and by the buffer itself, below),
 //!   writes all dirty slots as one `WriteBatch` and marks them clean. The
 //!   batch is sorted by key: memtable inserts in key order walk memory the
 //!   previous insert brought into CPU cache, which makes them markedly
@@ -36,11 +37,12 @@
 //!   value exists only in the database.
 //! * Before any iteration (`map_entries`, `clear` of a map) the buffer is
 //!   flushed, so iterators see a complete database.
-//! * Bounds: the buffer flushes itself when more than
-//!   [`WRITE_BACK_LIMIT_BYTES`] were written since the last flush, and drops
-//!   all (clean) slots after a flush when it holds more than
-//!   [`BUFFER_LIMIT_BYTES`]: crude, free to track, and right for the common
-//!   case of a hot set that fits. It never grows without bound.
+//! * Bounds: the buffer flushes itself when its dirty slots hold more than
+//!   [`WRITE_BACK_LIMIT_BYTES`] (a slot written many times counts once: a
+//!   hot set that fits reaches the database only at checkpoints and at the
+//!   end), and drops all (clean) slots after a flush when it holds more
+//!   than [`BUFFER_LIMIT_BYTES`]: crude, free to track, and right for the
+//!   common case of a hot set that fits. It never grows without bound.
 //! * If a flush fails, the buffer is emptied and its writes are lost; the
 //!   error fails the task, which restarts from the last checkpoint.
 //!
@@ -383,34 +385,47 @@ impl RocksDbBackend {
     /// first, then the database (caching what it finds). An expired entry
     /// reads as absent and is deleted.
     fn read_point(&mut self, state: u32, now: Option<u64>) -> Result<Option<Vec<u8>>, StateError> {
+        let mut out = Vec::new();
+        Ok(self.read_point_into(state, now, &mut out)?.then_some(out))
+    }
+
+    /// [`Self::read_point`], appending the value to `out`; whether there
+    /// was one.
+    fn read_point_into(
+        &mut self,
+        state: u32,
+        now: Option<u64>,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, StateError> {
         let state = state as usize;
         let key = &self.key_buf[..];
-        let live = match self.buffer.get(state, key) {
-            Some(Slot::Put(stored) | Slot::Clean(Some(stored))) => {
-                ttl::decode(stored, now)?.map(<[u8]>::to_vec)
-            }
-            Some(Slot::Delete | Slot::Clean(None)) => return Ok(None),
+        let found = match self.buffer.get(state, key) {
+            Some(Slot::Put(stored) | Slot::Clean(Some(stored))) => ttl::decode(stored, now)?
+                .map(|value| out.extend_from_slice(value))
+                .is_some(),
+            Some(Slot::Delete | Slot::Clean(None)) => return Ok(false),
             Some(Slot::List { .. }) => return Err(mixed_slot()),
             None => {
                 let stored = self.store.get(state, key)?.map(|s| s.to_vec());
-                let live = match &stored {
-                    Some(stored) => ttl::decode(stored, now)?.map(<[u8]>::to_vec),
-                    None => None,
+                let found = match &stored {
+                    Some(stored) => ttl::decode(stored, now)?
+                        .map(|value| out.extend_from_slice(value))
+                        .is_some(),
+                    None => {
+                        self.buffer.insert_clean(state, key, None);
+                        self.enforce_limits()?;
+                        return Ok(false);
+                    }
                 };
-                let absent = stored.is_none();
                 self.buffer.insert_clean(state, key, stored);
-                if absent {
-                    self.enforce_limits()?;
-                    return Ok(None);
-                }
-                live
+                found
             }
         };
-        if live.is_none() {
+        if !found {
             self.buffer.set_dirty(state, key, Slot::Delete);
         }
         self.enforce_limits()?;
-        Ok(live)
+        Ok(found)
     }
 
     /// Flushes (and so, when it is too large, empties) the buffer once it
@@ -430,6 +445,17 @@ impl KeyedStateBackend for RocksDbBackend {
         let (kg, meta) = self.schema.check(state, Some(StateKind::Value), key)?;
         layout::encode_key(&mut self.key_buf, kg, key)?;
         self.read_point(state, self.schema.now(meta))
+    }
+
+    fn value_get_into(
+        &mut self,
+        state: u32,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<bool, StateError> {
+        let (kg, meta) = self.schema.check(state, Some(StateKind::Value), key)?;
+        layout::encode_key(&mut self.key_buf, kg, key)?;
+        self.read_point_into(state, self.schema.now(meta), out)
     }
 
     fn value_set(&mut self, state: u32, key: &[u8], value: &[u8]) -> Result<(), StateError> {

@@ -548,6 +548,9 @@ fn ttl_value_expires(h: Harness) {
     assert_eq!(b.value_get(0, b"k").unwrap(), v(b"1"));
     // A read does not extend the TTL; a write does.
     h.advance_ms(1);
+    let mut out = Vec::new();
+    assert!(!b.value_get_into(0, b"k", &mut out).unwrap(), "expired");
+    assert!(out.is_empty());
     assert_eq!(b.value_get(0, b"k").unwrap(), None);
     assert_eq!(
         b.value_get(1, b"k").unwrap(),
@@ -667,10 +670,23 @@ fn matches_a_model_under_random_operations(h: Harness) {
                 .value_set(0, k, &val)
                 .map(|_| values.insert(k.to_vec(), val.to_vec()))
                 .map(drop),
-            1 => {
+            1 if step % 2 == 0 => {
                 assert_eq!(
                     b.value_get(0, k).unwrap(),
                     values.get(k).cloned(),
+                    "step {step}"
+                );
+                Ok(())
+            }
+            1 => {
+                // The batched read's form: appended after what is there.
+                let mut out = b"before".to_vec();
+                let found = b.value_get_into(0, k, &mut out).unwrap();
+                let mut expected = b"before".to_vec();
+                expected.extend(values.get(k).into_iter().flatten());
+                assert_eq!(
+                    (found, out),
+                    (values.contains_key(k), expected),
                     "step {step}"
                 );
                 Ok(())

@@ -218,13 +218,16 @@ impl state::Host for InstanceState {
         };
         for key in keys {
             let key = key.ok_or_else(|| bad_packed("an absent key"))?;
-            match backend.value_get(state, key).map_err(to_wit)? {
-                Some(value) => {
-                    out.lens.push(packed_len(value.len())?);
-                    out.data.extend_from_slice(&value);
-                }
-                None => out.lens.push(-1),
-            }
+            let start = out.data.len();
+            let len = if backend
+                .value_get_into(state, key, &mut out.data)
+                .map_err(to_wit)?
+            {
+                packed_len(out.data.len() - start)?
+            } else {
+                -1
+            };
+            out.lens.push(len);
         }
         Ok(out)
     }
