@@ -16,6 +16,10 @@
 // value-set-many) are emulated as the host does them (one get / set / clear
 // per entry) and counted: `batchedStateCalls()`, `stateCalls()` for the
 // single-key ones; `Harness.open(op, { batchedState: false })` leaves them out.
+// `h.snapshot()` takes a checkpoint of the fake host (every state's entries,
+// the timers, the processing-time clock, the watermark) and
+// `Harness.open(op, { restore: snapshot })` opens a new instance on it, as a
+// task restarting from a checkpoint.
 //
 //   import { Harness } from '../../../sdk/js/testing.js';
 //   const h = Harness.open(operator, { config: { emit: 'updates' } });
@@ -289,10 +293,43 @@ class FakeHost {
   }
   /** Registered timers as [time, key], in firing order. */
   sortedTimers() {
-    return [...this.timerSet.values()].sort((a, b) =>
-      a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : compareBytes(a[1], b[1]),
-    );
+    return sortTimers([...this.timerSet.values()]);
   }
+}
+
+/** Timers [time, key] in firing order: by time, then key bytes. */
+function sortTimers(timers) {
+  return timers.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : compareBytes(a[1], b[1])));
+}
+
+/** A deep copy of one state's store (see FakeHost.stores). */
+function copyStore(kind, store) {
+  const entries = [...store.entries()];
+  if (kind === 'value') return new Map(entries.map(([k, v]) => [k, v.slice()]));
+  if (kind === 'list') return new Map(entries.map(([k, es]) => [k, es.map((e) => e.slice())]));
+  return new Map(entries.map(([k, m]) => [k, new Map([...m.entries()].map(([uk, v]) => [uk, v.slice()]))]));
+}
+
+/** Makes `host` (of the operator described by `info`) hold what `snapshot` holds. */
+function restore(host, info, snapshot) {
+  if (snapshot === null || typeof snapshot !== 'object' || typeof snapshot.states !== 'object') {
+    throw new TypeError('restore takes a snapshot (what Harness.snapshot() returns)');
+  }
+  for (const [name, { kind, entries }] of Object.entries(snapshot.states)) {
+    const id = info.states.findIndex((s) => s.name === name && s.kind === kind);
+    if (id < 0) {
+      const declared = info.states.map((s) => `${s.name} (${s.kind})`).join(', ');
+      throw new Error(
+        `restore: the snapshot's ${kind} state \`${name}\` is not declared by ${info.name} (declared: ${declared})`,
+      );
+    }
+    host.stores[id] = copyStore(kind, entries);
+  }
+  const timerMap = (timers) => new Map(timers.map(([t, k]) => [`${t}|${hex(k)}`, [t, k.slice()]]));
+  host.timerSet = timerMap(snapshot.timers);
+  host.processingTimers = timerMap(snapshot.processingTimers);
+  host.processingTime = snapshot.processingTime;
+  host.watermark = snapshot.watermark;
 }
 
 /** Packs records `{ key?, value, timestamp? }` (strings or bytes) into the contract's batch. */
@@ -365,8 +402,13 @@ export class Harness {
    * `parallelism`, `maxParallelism`; `batchedState: false` leaves out the
    * batched value-state calls (`value-get-many`, `value-set-many`), as a
    * host before contract 0.1.3: then every state access is its own call
-   * (to compare both paths). Throws (an Error with the guest's message) if
-   * `open` fails.
+   * (to compare both paths). `restore`: a snapshot (`h.snapshot()`) the
+   * host holds before `open`, as when a task restarts from a checkpoint:
+   * states matched by name (one the snapshot lacks starts empty), timers,
+   * the processing-time clock and the watermark. `op` is opened afresh (a
+   * new instance): nothing of the guest survives but what the host kept;
+   * a harness opened earlier on the same `op` is done. Throws (an Error
+   * with the guest's message) if `open` fails.
    */
   static open(op, options = {}) {
     const bootstrap = new FakeHost([]);
@@ -377,6 +419,7 @@ export class Harness {
       delete host.state.valueGetMany;
       delete host.state.valueSetMany;
     }
+    if (options.restore !== undefined) restore(host, info, options.restore);
     const h = new Harness(op, host, info);
     h._bind();
     const cfg = options.config || {};
@@ -642,6 +685,33 @@ export class Harness {
     const h = Harness.open(fn, options);
     h._expectKind('process-window');
     return h.windowProcess(key, window, records);
+  }
+
+  /**
+   * A checkpoint of what the host keeps for this operator, deep-copied:
+   * `{ states: { [name]: { kind, entries } }, timers, processingTimers,
+   * processingTime, watermark }`, entries as the host keeps them (a Map
+   * from the key's hex to the value, the list of elements, or a Map from
+   * the user key's hex to the value), timers as [time, key] in firing
+   * order. Taken between calls, as the host takes one at a barrier between
+   * batches (the SDK has written every batch's state back by then); two
+   * snapshots are `assert.deepEqual` when they hold the same bytes. Continue
+   * from it with `Harness.open(op, { restore: snapshot })`.
+   */
+  snapshot() {
+    const host = this.host;
+    const states = {};
+    this.info.states.forEach((s, id) => {
+      states[s.name] = { kind: s.kind, entries: copyStore(s.kind, host.stores[id]) };
+    });
+    const copyTimers = (timers) => timers.map(([t, k]) => [t, k.slice()]);
+    return {
+      states,
+      timers: copyTimers(host.sortedTimers()),
+      processingTimers: copyTimers(sortTimers([...host.processingTimers.values()])),
+      processingTime: host.processingTime,
+      watermark: host.watermark,
+    };
   }
 
   /** The current watermark. */

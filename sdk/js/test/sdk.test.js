@@ -177,6 +177,40 @@ test('list, map and value state are scoped to the current key; timers fire in or
   assert.deepEqual(h.finish().values(), ['a@13:  | x=2,y=1'], 'the list was cleared, the map was not');
 });
 
+test('a snapshot restores state, timers and the watermark on a new instance, which goes on as the old one', () => {
+  const first = keyed(Sessions);
+  const h = Harness.open(first);
+  const rec = (key, value, timestamp) => ({ key, value, timestamp });
+  h.process([rec('a', 'x', 1n), rec('b', 'y', 2n), rec('a', 'x', 3n)]);
+  h.advanceWatermark(11n); // fires a's timer at 11
+  const checkpoint = h.snapshot();
+  assert.equal(checkpoint.watermark, 11n);
+  assert.deepEqual(
+    checkpoint.timers.map(([t, k]) => [t, utf8.decode(k)]),
+    [[12n, 'b'], [13n, 'a']],
+  );
+  assert.deepEqual(checkpoint.states.total.entries.get('61'), codecs.u64.encode(2n)); // key 'a' as hex
+
+  const goOn = (harness) => {
+    const out = harness.process([rec('a', 'z', 20n), rec('c', 'late', 21n)]);
+    out.extend(harness.finish());
+    return { out: [out.values(), out.side('late').map((r) => r.valueString())], state: harness.snapshot() };
+  };
+  const restored = Harness.open(keyed(Sessions), { restore: checkpoint });
+  assert.deepEqual(restored.snapshot(), checkpoint);
+  assert.deepEqual(goOn(restored), goOn(h));
+  assert.deepEqual(restored.listState('seen', 'c', codecs.string), []);
+  // A deep copy: going on changed nothing in it.
+  assert.deepEqual(checkpoint.states.seen.entries.get('62'), [utf8.encode('y')]);
+  assert.equal(checkpoint.states['per-value'].entries.get('61').size, 1);
+
+  const other = keyed({ states: [state.list('total')], processElement() {} });
+  assert.throws(() => Harness.open(other, { restore: checkpoint }), {
+    message: /^restore: the snapshot's list state `seen` is not declared by .* \(declared: total \(list\)\)$/,
+  });
+  assert.throws(() => Harness.open(first, { restore: { total: 1 } }), TypeError);
+});
+
 test('a thrown exception fails the call with its message; records without a key fail keyed operators', () => {
   const h = Harness.open(
     keyed({

@@ -756,6 +756,82 @@ class TwoInputsAndProcessingTimeTest(unittest.TestCase):
         self.assertTrue(h.advance_processing_time(10_000).is_empty())
 
 
+class Everything(KeyedProcessFunction):
+    """A value, a list and a map state, and both kinds of timers."""
+
+    count = ValueState("count", U64)
+    seen = ListState("seen", STR)
+    by = MapState("by", STR, U64)
+
+    def process_element(self, record, ctx):
+        v = record.value_str()
+        self.count.set(ctx, self.count.get(ctx, 0) + 1)
+        self.seen.add(ctx, v)
+        self.by.put(ctx, v, self.by.get(ctx, v, 0) + 1)
+        ctx.register_event_time_timer(record.timestamp + 10)
+        ctx.register_processing_time_timer(ctx.current_processing_time() + 100)
+
+    def on_timer(self, time, ctx):
+        ctx.emit(ctx.key, f"{time}:{self.count.get(ctx)}:{self.seen.get(ctx)}", time)
+
+    def on_processing_timer(self, time, ctx):
+        ctx.emit(ctx.key, f"p{time}:{self.by.entries(ctx)}", time)
+
+
+class HarnessCheckpointTest(unittest.TestCase):
+    """Harness.snapshot and Harness(restore=...), a checkpoint of the fake
+    host; Harness(batched_state=False), the per-call path."""
+
+    def test_a_restored_instance_goes_on_as_the_snapshotted_one_would(self):
+        h = Harness(Everything)
+        h.process([("a", "x", 1), ("b", "y", 2), ("a", "x", 3)])
+        h.advance_watermark(11)  # fires a's timer at 11
+        h.advance_processing_time(50)
+        checkpoint = h.snapshot()
+        self.assertEqual(checkpoint.watermark, 11)
+        self.assertEqual(checkpoint.timers, [(12, b"b"), (13, b"a")])
+        self.assertEqual(checkpoint.processing_timers, [(100, b"a"), (100, b"b")])
+        self.assertEqual(checkpoint.states["count"], ("value", {b"a": U64.encode(2), b"b": U64.encode(1)}))
+
+        def go_on(h):
+            out = h.process([("a", "z", 20), ("c", "x", 21)])
+            out.extend(h.advance_processing_time(60))
+            out.extend(h.finish())
+            return [(r.key, r.value, r.timestamp) for r in out.main], h.snapshot()
+
+        restored = Harness(Everything, restore=checkpoint)
+        self.assertEqual(restored.snapshot(), checkpoint)
+        self.assertEqual(go_on(restored), go_on(h))
+        self.assertEqual(h.snapshot(), restored.snapshot())
+        self.assertEqual(restored.list_state("seen", "a"), ["x", "x", "z"])
+        # A deep copy: going on changed nothing in it.
+        self.assertEqual(checkpoint.states["seen"][1][b"a"], [b"x", b"x"])
+        self.assertEqual(checkpoint.states["by"][1][b"a"], {b"x": U64.encode(2)})
+
+    def test_a_snapshot_restores_only_where_its_states_are_declared(self):
+        checkpoint = Harness(Counter).snapshot()
+        with self.assertRaises(ValueError) as bad:
+            Harness(Everything, restore=Harness(IdleAlert).snapshot())
+        self.assertIn("value state `deadline` is not declared by everything", str(bad.exception))
+        with self.assertRaises(TypeError):
+            Harness(Counter, restore={"count": {}})
+        # States the snapshot lacks start empty.
+        h = Harness(Everything, restore=checkpoint)
+        self.assertEqual(h.list_state("seen", "a"), [])
+
+    def test_the_per_call_path_makes_no_batched_calls(self):
+        batched, per_call = Harness(Counter), Harness(Counter, batched_state=False)
+        records = [("a", "", 1), ("a", "", 2), ("b", "reset", 3), ("b", "", 4)]
+        self.assertEqual(batched.process(records).values(), per_call.process(records).values())
+        self.assertEqual(batched.snapshot(), per_call.snapshot())
+        self.assertEqual((batched.batched_state_calls, batched.state_calls), (2, 0))
+        self.assertEqual(per_call.batched_state_calls, 0)
+        self.assertEqual(per_call.state_call_counts["value_get"], 6)
+        # Only that harness's calls: the other still batches.
+        batched.process(records)
+        self.assertEqual(batched.batched_state_calls, 4)
+
+
 # ---------------------------------------------------------------------------
 # Window functions (contract 0.1.3)
 

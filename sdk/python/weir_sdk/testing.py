@@ -8,10 +8,12 @@ for everything stored, as ``weir upgrade`` does), and the window-function
 calls (``add``, ``merge``, ``get_result``, ``process_window``, and the
 host's whole round trips ``aggregate`` and ``merged_aggregate``), against an
 in-memory host (keyed state, timers, log, metrics); :class:`Output`, what
-each call emitted; and :class:`OperatorFailed`, what a failed call raises,
-carrying the message the host would report. The module-level
-:func:`aggregate`, :func:`merged_aggregate` and :func:`process_window` open
-a harness and make one such round trip.
+each call emitted; :class:`Snapshot`, a checkpoint of that host
+(:meth:`Harness.snapshot`) that a fresh instance starts from
+(``Harness(fn, restore=snapshot)``); and :class:`OperatorFailed`, what a
+failed call raises, carrying the message the host would report. The
+module-level :func:`aggregate`, :func:`merged_aggregate` and
+:func:`process_window` open a harness and make one such round trip.
 
 Semantics kept from the host: state is scoped by the key passed with each
 access; undeclared state ids and wrong kinds are errors; a timer fires once,
@@ -29,15 +31,24 @@ Example::
     assert h.value_state("count", "a") == 1
     new_bytes = h.migrate_state("count", "1.0.0", old_bytes)  # as `weir upgrade` would
 
+    # A checkpoint, then a failure: a new instance restored from it.
+    checkpoint = h.snapshot()
+    h = Harness(WordCount, config={"emit": "updates"}, restore=checkpoint)
+
+    # Every state access its own host call (no value-get-many), to compare.
+    per_call = Harness(WordCount, config={"emit": "updates"}, batched_state=False)
+
     # Window functions: the host's calls for one window of key "a", [0, 10).
     assert aggregate(WindowStats, "a", (0, 10), ["3", "4"], chunk=2) == b'{"key":"a",...}'
     out = process_window(WindowTop, "a", (0, 10), [("a", "3", 1), ("a", "4", 2)])
     assert out.main[0].timestamp == 9  # end - 1, as the host sets it
 """
 
+import copy
 import json
 
 from . import _host
+from . import operator as _runtime
 from .operator import MAX_TIMESTAMP, MIN_TIMESTAMP, Record, Window, _Buffer, export
 
 
@@ -77,6 +88,46 @@ class Output:
 
     def __repr__(self):
         return f"Output(main={self.main!r}, side={self.side!r})"
+
+
+class Snapshot:
+    """A checkpoint of the in-memory host, as :meth:`Harness.snapshot` takes
+    it between two calls: ``states``, every declared state's stored entries
+    by state name (``name -> (kind, store)``; a value store maps key bytes to
+    value bytes, a list store to a list of elements, a map store to a dict
+    of user key bytes to value bytes); the registered event-time and
+    processing-time ``timers`` and ``processing_timers`` (sorted ``(time,
+    key)`` pairs); the ``processing_time`` clock; and the ``watermark``.
+
+    A deep copy: what the harness does afterwards changes nothing here.
+    Snapshots compare equal when they hold the same bytes, so a test can
+    compare two runs' whole state and timers at once."""
+
+    __slots__ = ("states", "timers", "processing_timers", "processing_time", "watermark")
+
+    def __init__(self, states, timers, processing_timers, processing_time, watermark):
+        self.states = states
+        self.timers = timers
+        self.processing_timers = processing_timers
+        self.processing_time = processing_time
+        self.watermark = watermark
+
+    def __eq__(self, other):
+        return isinstance(other, Snapshot) and all(
+            getattr(self, a) == getattr(other, a) for a in self.__slots__
+        )
+
+    __hash__ = None
+
+    def __repr__(self):
+        fields = ", ".join(f"{a}={getattr(self, a)!r}" for a in self.__slots__)
+        return f"Snapshot({fields})"
+
+
+def _no_batch_cache(states, batch):
+    """``weir_sdk.operator.open_batch`` for ``batched_state=False``: never
+    opens the batch cache, so every state access is its own host call."""
+    return False
 
 
 def _decode_batch(batch, what):
@@ -305,6 +356,18 @@ class Harness:
     host does) and the given ``operator_id``, ``subtask_index``,
     ``parallelism`` and ``max_parallelism``.
 
+    ``restore``: a :class:`Snapshot` (:meth:`snapshot`) the host holds
+    before ``open``, as when a task restarts from a checkpoint: the stored
+    state (matched by state name; a state the snapshot lacks starts empty),
+    the timers, the processing-time clock and the watermark. The operator
+    is a new instance: nothing of the snapshotted harness's guest survives
+    but what the host kept.
+
+    ``batched_state=False``: the runtime never opens the batch cache of
+    value states, so every state access is its own host call (``value-get``,
+    ``value-set``, ``clear``), as before contract 0.1.3; to compare both
+    paths (:attr:`batched_state_calls` stays 0).
+
     Raises :class:`OperatorFailed` if ``open`` fails."""
 
     def __init__(
@@ -315,13 +378,18 @@ class Harness:
         subtask_index=0,
         parallelism=1,
         max_parallelism=128,
+        restore=None,
+        batched_state=True,
     ):
         self._function = function
+        self._batched_state = batched_state
         self._operator = export(function)()
         runtime = type(self._operator).runtime_
         self.info = self._operator.describe()
         self._states = {s.name: s for s in runtime.states}
         self.host = _FakeHost([s.kind for s in runtime.states])
+        if restore is not None:
+            self._restore(restore)
         ctx = _OpenContextRecord(
             operator_id,
             subtask_index,
@@ -398,6 +466,43 @@ class Harness:
         out = self.advance_watermark(MAX_TIMESTAMP)
         out.extend(self.close())
         return out
+
+    # -- checkpoints -----------------------------------------------------------
+
+    def snapshot(self):
+        """A checkpoint of what the host keeps for this operator: every
+        state's entries, the timers, the processing-time clock and the
+        watermark (a :class:`Snapshot`, deep-copied). Taken between calls, as
+        the host takes one at a barrier between batches: the SDK has written
+        every batch's state back by then. Continue from it on a fresh
+        instance with ``Harness(function, restore=snapshot)``."""
+        host = self.host
+        return Snapshot(
+            {s.name: (s.kind, copy.deepcopy(host.stores[s.id])) for s in self._states.values()},
+            sorted(host.timers),
+            sorted(host.processing_timers),
+            host.processing_time,
+            host.watermark,
+        )
+
+    def _restore(self, snapshot):
+        """Makes the host hold what ``snapshot`` holds (before ``open``)."""
+        if not isinstance(snapshot, Snapshot):
+            raise TypeError(f"restore takes a Snapshot (Harness.snapshot()), not {snapshot!r}")
+        host = self.host
+        for name, (kind, store) in snapshot.states.items():
+            state = self._states.get(name)
+            if state is None or state.kind != kind:
+                raise ValueError(
+                    f"restore: the snapshot's {kind} state `{name}` is not declared by "
+                    f"{self.info.name} (declared: "
+                    f"{[(s.name, s.kind) for s in self._states.values()]})"
+                )
+            host.stores[state.id] = copy.deepcopy(store)
+        host.timers = set(snapshot.timers)
+        host.processing_timers = set(snapshot.processing_timers)
+        host.processing_time = snapshot.processing_time
+        host.watermark = snapshot.watermark
 
     # -- migrating state (weir upgrade) ---------------------------------------
 
@@ -622,10 +727,16 @@ class Harness:
 
     def _call_on(self, operator, method, *args):
         _host.install(self.host)
+        per_call = not self._batched_state
+        if per_call:
+            batch_cache, _runtime.open_batch = _runtime.open_batch, _no_batch_cache
         try:
             return getattr(operator, method)(*args)
         except _host.HostError as e:
             raise OperatorFailed(method.replace("_", "-"), e.value) from None
+        finally:
+            if per_call:
+                _runtime.open_batch = batch_cache
 
     def _emitted(self, call, emitted):
         out = Output()
