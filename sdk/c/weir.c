@@ -343,6 +343,31 @@ static size_t utf8_sequence(const uint8_t *s, size_t n, size_t *bad) {
     return len;
 }
 
+void weir_builder_append_utf8_lossy(weir_batch_builder_t *b, weir_bytes_t s) {
+    weir_builder_reserve(b, 0, s.len);
+    size_t i = 0;
+    while (i < s.len) {
+        size_t ascii = i;
+        while (ascii < s.len && s.ptr[ascii] < 0x80) {
+            ascii++;
+        }
+        append_raw(b, s.ptr + i, ascii - i);
+        i = ascii;
+        if (i == s.len) {
+            break;
+        }
+        size_t bad = 0;
+        size_t len = utf8_sequence(s.ptr + i, s.len - i, &bad);
+        if (len != 0) {
+            append_raw(b, s.ptr + i, len);
+            i += len;
+        } else {
+            append_raw(b, (const uint8_t *)"\xEF\xBF\xBD", 3); /* U+FFFD */
+            i += bad;
+        }
+    }
+}
+
 void weir_builder_append_json_string(weir_batch_builder_t *b, weir_bytes_t s) {
     static const char hex[] = "0123456789abcdef";
     weir_builder_reserve(b, 0, s.len + 2);

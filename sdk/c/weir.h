@@ -25,7 +25,8 @@
  *   - weir_batch_builder_t: build an output batch in bulk;
  *   - state, timer, log and metric helpers scoped by the context's key;
  *   - window functions: weir_aggregate_t, weir_process_window_fn;
- *   - weir_builder_append_json_string(), weir_parse_i64(): small text helpers;
+ *   - weir_builder_append_json_string(), weir_builder_append_utf8_lossy(),
+ *     weir_parse_i64(): small text helpers;
  *   - weir_migrate_fn: how a state's stored bytes change on an upgrade;
  *   - the state value encoding shared by every SDK (wit/README.md, "State
  *     value encoding"): fixed-width little-endian integers and floats, one
@@ -191,6 +192,9 @@ uint8_t *weir_builder_extend(weir_batch_builder_t *b, size_t n);
  * they are; invalid UTF-8 is replaced by U+FFFD, one per maximal invalid
  * subsequence (as Rust's String::from_utf8_lossy, then serde_json). */
 void weir_builder_append_json_string(weir_batch_builder_t *b, weir_bytes_t s);
+/* Appends `s` as text, as Rust's String::from_utf8_lossy makes it: valid
+ * UTF-8 as it is, each maximal invalid subsequence replaced by U+FFFD. */
+void weir_builder_append_utf8_lossy(weir_batch_builder_t *b, weir_bytes_t s);
 /* Ends the open record. */
 void weir_builder_end(weir_batch_builder_t *b);
 /* Frees the builder's buffers and resets it. */

@@ -624,6 +624,8 @@ static char *last_error;
 
 const char *weir_test_error(void) { return last_error != NULL ? last_error : ""; }
 
+static bool harness_failed(const char *message);
+
 static bool failed(operator_string_t *err) {
     free(last_error);
     last_error = xmalloc(err->len + 1);
@@ -696,7 +698,9 @@ static void take_emitted(weir_operator_types_emitted_t *e, weir_test_output_t *o
     }
 }
 
-bool weir_test_open(const char *const *config) {
+/* Empties the host: no state, no timers, the clocks at their start, the
+ * counts at 0 and both switches reset (cache on, no failure). */
+static void host_reset(void) {
     state_reset();
     state_calls = batched_state_calls = 0;
     weir_test_fail_batched_state_calls(NULL);
@@ -709,7 +713,10 @@ bool weir_test_open(const char *const *config) {
     }
     watermark = INT64_MIN;
     processing_time = 0;
+}
 
+/* `describe`, then `open` with `config`, as the host starts an instance. */
+static bool open_operator(const char *const *config) {
     /* describe, as the host calls it first; its result is freed as post-return would. */
     weir_operator_types_operator_info_t info;
     exports_weir_operator_operator_describe(&info);
@@ -747,6 +754,331 @@ bool weir_test_open(const char *const *config) {
         return failed(&err);
     }
     return true;
+}
+
+bool weir_test_open(const char *const *config) {
+    host_reset();
+    return open_operator(config);
+}
+
+/* ------------------------------------------------ checkpoint and restore */
+
+struct weir_test_snapshot {
+    cell_t *cells;
+    size_t num_cells;
+    timer_t_ *timers, *ptimers;
+    size_t num_timers, num_ptimers;
+    int64_t watermark, processing_time;
+};
+
+static timer_t_ *copy_timers(const timer_t_ *from, size_t n) {
+    timer_t_ *to = xmalloc(n * sizeof(timer_t_));
+    for (size_t i = 0; i < n; i++) {
+        to[i].key = copy_bytes(from[i].key.ptr, from[i].key.len);
+        to[i].time = from[i].time;
+    }
+    return to;
+}
+
+weir_test_snapshot_t *weir_test_snapshot(void) {
+    weir_test_snapshot_t *s = xmalloc(sizeof(weir_test_snapshot_t));
+    s->cells = xmalloc(num_cells * sizeof(cell_t));
+    for (size_t i = 0; i < num_cells; i++) {
+        s->cells[i].state = cells[i].state;
+        s->cells[i].key = copy_bytes(cells[i].key.ptr, cells[i].key.len);
+        s->cells[i].user_key = copy_bytes(cells[i].user_key.ptr, cells[i].user_key.len);
+        s->cells[i].value = copy_bytes(cells[i].value.ptr, cells[i].value.len);
+    }
+    s->num_cells = num_cells;
+    s->timers = copy_timers(timers, num_timers);
+    s->num_timers = num_timers;
+    s->ptimers = copy_timers(ptimers, num_ptimers);
+    s->num_ptimers = num_ptimers;
+    s->watermark = watermark;
+    s->processing_time = processing_time;
+    return s;
+}
+
+void weir_test_snapshot_free(weir_test_snapshot_t *s) {
+    if (s == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < s->num_cells; i++) {
+        cell_free(&s->cells[i]);
+    }
+    for (size_t i = 0; i < s->num_timers; i++) {
+        free(s->timers[i].key.ptr);
+    }
+    for (size_t i = 0; i < s->num_ptimers; i++) {
+        free(s->ptimers[i].key.ptr);
+    }
+    free(s->cells);
+    free(s->timers);
+    free(s->ptimers);
+    free(s);
+}
+
+bool weir_test_restore(const weir_test_snapshot_t *s, const char *const *config) {
+    host_reset();
+    /* In the snapshot's order: a list's elements, and timers of one time
+     * (which fire in registration order), stay in theirs. */
+    for (size_t i = 0; i < s->num_cells; i++) {
+        const cell_t *c = &s->cells[i];
+        cell_push(c->state, &c->key, &c->user_key, &c->value);
+    }
+    for (size_t i = 0; i < s->num_timers; i++) {
+        weir_operator_timers_state_error_t err;
+        operator_list_u8_t key = s->timers[i].key;
+        weir_operator_timers_register_event_timer(&key, s->timers[i].time, &err);
+    }
+    for (size_t i = 0; i < s->num_ptimers; i++) {
+        weir_operator_timers_state_error_t err;
+        operator_list_u8_t key = s->ptimers[i].key;
+        weir_operator_timers_register_processing_timer(&key, s->ptimers[i].time, &err);
+    }
+    watermark = s->watermark;
+    processing_time = s->processing_time;
+    return open_operator(config);
+}
+
+/* ------------------------------------------------------------ transcripts */
+
+void weir_test_text_append(weir_test_text_t *t, const char *s) {
+    size_t n = strlen(s);
+    if (t->len + n + 1 > t->cap) {
+        t->cap = (t->len + n + 1) * 2;
+        t->ptr = realloc(t->ptr, t->cap);
+        if (t->ptr == NULL) {
+            abort();
+        }
+    }
+    memcpy(t->ptr + t->len, s, n + 1);
+    t->len += n;
+}
+
+/* `bytes` in double quotes, printable ASCII as it is but for `"` and `\`,
+ * every other byte as \xNN. */
+static void text_bytes(weir_test_text_t *t, const uint8_t *bytes, size_t len) {
+    char piece[5];
+    weir_test_text_append(t, "\"");
+    for (size_t i = 0; i < len; i++) {
+        uint8_t c = bytes[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+            piece[0] = (char)c;
+            piece[1] = '\0';
+        } else {
+            snprintf(piece, sizeof(piece), "\\x%02x", c);
+        }
+        weir_test_text_append(t, piece);
+    }
+    weir_test_text_append(t, "\"");
+}
+
+static void text_i64(weir_test_text_t *t, const char *before, int64_t n) {
+    char number[48];
+    snprintf(number, sizeof(number), "%s%lld", before, (long long)n);
+    weir_test_text_append(t, number);
+}
+
+void weir_test_text_record(weir_test_text_t *t, const char *tag, const weir_bytes_t *key, weir_bytes_t value,
+                           int64_t timestamp) {
+    if (tag == NULL) {
+        weir_test_text_append(t, "main ");
+    } else {
+        weir_test_text_append(t, "side ");
+        text_bytes(t, (const uint8_t *)tag, strlen(tag));
+        weir_test_text_append(t, " ");
+    }
+    if (key != NULL) {
+        text_bytes(t, key->ptr, key->len);
+    } else {
+        weir_test_text_append(t, "-");
+    }
+    weir_test_text_append(t, " ");
+    text_bytes(t, value.ptr, value.len);
+    text_i64(t, " @", timestamp);
+    weir_test_text_append(t, "\n");
+}
+
+void weir_test_text_output(weir_test_text_t *t, const weir_test_output_t *out) {
+    for (size_t i = 0; i < out->len; i++) {
+        const weir_test_record_t *r = &out->records[i];
+        weir_bytes_t key = weir_buf_bytes(&r->key);
+        weir_test_text_record(t, r->tag, r->has_key ? &key : NULL, weir_buf_bytes(&r->value), r->timestamp);
+    }
+}
+
+static int compare_bytes(const operator_list_u8_t *a, const operator_list_u8_t *b) {
+    size_t n = a->len < b->len ? a->len : b->len;
+    int c = n == 0 ? 0 : memcmp(a->ptr, b->ptr, n);
+    return c != 0 ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+/* The cells of the snapshot being printed, for compare_cells. */
+static const cell_t *sorting;
+
+/* By state, key and (maps) user key; list elements stay in their order. */
+static int compare_cells(const void *a, const void *b) {
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    const cell_t *x = &sorting[i], *y = &sorting[j];
+    int c = (x->state > y->state) - (x->state < y->state);
+    c = c != 0 ? c : compare_bytes(&x->key, &y->key);
+    c = c != 0 ? c : compare_bytes(&x->user_key, &y->user_key);
+    return c != 0 ? c : (i > j) - (i < j);
+}
+
+/* The timers of the snapshot being printed, for compare_timers. */
+static const timer_t_ *sorting_timers;
+
+/* In firing order: by time, then in registration order. */
+static int compare_timers(const void *a, const void *b) {
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    int64_t x = sorting_timers[i].time, y = sorting_timers[j].time;
+    int c = (x > y) - (x < y);
+    return c != 0 ? c : (i > j) - (i < j);
+}
+
+static void text_timers(weir_test_text_t *t, const char *kind, const timer_t_ *list, size_t n) {
+    size_t *order = xmalloc(n * sizeof(size_t));
+    for (size_t i = 0; i < n; i++) {
+        order[i] = i;
+    }
+    sorting_timers = list;
+    qsort(order, n, sizeof(size_t), compare_timers);
+    for (size_t i = 0; i < n; i++) {
+        weir_test_text_append(t, kind);
+        text_i64(t, " @", list[order[i]].time);
+        weir_test_text_append(t, " ");
+        text_bytes(t, list[order[i]].key.ptr, list[order[i]].key.len);
+        weir_test_text_append(t, "\n");
+    }
+    free(order);
+}
+
+void weir_test_text_snapshot(weir_test_text_t *t, const weir_test_snapshot_t *s) {
+    static const char *const kinds[] = {"value", "list", "map"};
+    size_t *order = xmalloc(s->num_cells * sizeof(size_t));
+    for (size_t i = 0; i < s->num_cells; i++) {
+        order[i] = i;
+    }
+    sorting = s->cells;
+    qsort(order, s->num_cells, sizeof(size_t), compare_cells);
+    for (size_t i = 0; i < s->num_cells; i++) {
+        const cell_t *c = &s->cells[order[i]];
+        const weir_state_descriptor_t *state = &weir_operator.states[c->state];
+        weir_test_text_append(t, kinds[state->kind]);
+        weir_test_text_append(t, " ");
+        weir_test_text_append(t, state->name);
+        weir_test_text_append(t, " ");
+        text_bytes(t, c->key.ptr, c->key.len);
+        if (state->kind == WEIR_STATE_MAP) {
+            weir_test_text_append(t, " ");
+            text_bytes(t, c->user_key.ptr, c->user_key.len);
+        }
+        weir_test_text_append(t, " = ");
+        text_bytes(t, c->value.ptr, c->value.len);
+        weir_test_text_append(t, "\n");
+    }
+    free(order);
+    text_timers(t, "timer", s->timers, s->num_timers);
+    text_timers(t, "processing-time timer", s->ptimers, s->num_ptimers);
+    text_i64(t, "watermark ", s->watermark);
+    text_i64(t, "\nprocessing time ", s->processing_time);
+    weir_test_text_append(t, "\n");
+}
+
+bool weir_test_text_same(const char *what, const weir_test_text_t *a, const weir_test_text_t *b) {
+    if (a->len == b->len && (a->len == 0 || memcmp(a->ptr, b->ptr, a->len) == 0)) {
+        return true;
+    }
+    const char *x = a->ptr != NULL ? a->ptr : "", *y = b->ptr != NULL ? b->ptr : "";
+    size_t line = 1, at = 0;
+    for (size_t i = 0; x[i] == y[i]; i++) {
+        if (x[i] == '\n') {
+            line++;
+            at = i + 1;
+        }
+    }
+    int n = (int)(strchr(x + at, '\n') != NULL ? strchr(x + at, '\n') - (x + at) : (ptrdiff_t)strlen(x + at));
+    int m = (int)(strchr(y + at, '\n') != NULL ? strchr(y + at, '\n') - (y + at) : (ptrdiff_t)strlen(y + at));
+    fprintf(stderr, "  %s: line %zu differs:\n    %.*s\n    %.*s\n", what, line, n, x + at, m, y + at);
+    return false;
+}
+
+void weir_test_text_free(weir_test_text_t *t) {
+    free(t->ptr);
+    t->ptr = NULL;
+    t->len = t->cap = 0;
+}
+
+/* ------------------------------------------------------ scripted recovery */
+
+/* Opens (snapshot NULL) or restores the instance and sets the batch cache. */
+static bool start_instance(const weir_test_snapshot_t *snapshot, const char *const *config, bool batched) {
+    bool ok = snapshot == NULL ? weir_test_open(config) : weir_test_restore(snapshot, config);
+    weir_test_set_batch_cache(batched);
+    return ok;
+}
+
+/* Runs `steps` on the open instance, appending what they emitted to `t`. */
+static bool run_steps(const weir_test_step_t *steps, size_t n, weir_test_text_t *t) {
+    for (size_t i = 0; i < n; i++) {
+        weir_test_output_t out = {0};
+        bool ok = weir_test_process(steps[i].records, steps[i].len, &out);
+        if (ok && steps[i].advance) {
+            ok = weir_test_watermark(steps[i].watermark, &out);
+        }
+        weir_test_text_output(t, &out);
+        weir_test_output_free(&out);
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Appends the host's state now to `t`. */
+static void text_now(weir_test_text_t *t) {
+    weir_test_snapshot_t *now = weir_test_snapshot();
+    weir_test_text_snapshot(t, now);
+    weir_test_snapshot_free(now);
+}
+
+bool weir_test_run_with_failure(const char *const *config, bool batched, const weir_test_step_t *steps, size_t n,
+                                size_t checkpoint, size_t failure, weir_test_failure_run_t *run) {
+    weir_test_failure_run_t empty = {WEIR_TEST_TEXT_INIT, WEIR_TEST_TEXT_INIT, WEIR_TEST_TEXT_INIT,
+                                     WEIR_TEST_TEXT_INIT, 0};
+    *run = empty;
+    if (checkpoint > failure || failure > n) {
+        return harness_failed("weir_test_run_with_failure: the checkpoint, the failure and the steps are out of order");
+    }
+    if (!start_instance(NULL, config, batched) || !run_steps(steps, checkpoint, &run->committed)) {
+        return false;
+    }
+    weir_test_snapshot_t *snapshot = weir_test_snapshot();
+    bool ok = run_steps(steps + checkpoint, failure - checkpoint, &run->lost);
+    run->batched_state_calls = weir_test_batched_state_calls();
+    ok = ok && start_instance(snapshot, config, batched);
+    weir_test_snapshot_free(snapshot);
+    ok = ok && run_steps(steps + checkpoint, n - checkpoint, &run->committed);
+    if (!ok) {
+        return false;
+    }
+    text_now(&run->before_end);
+    weir_test_output_t out = {0};
+    ok = weir_test_finish(&out);
+    weir_test_text_output(&run->committed, &out);
+    weir_test_output_free(&out);
+    text_now(&run->at_end);
+    run->batched_state_calls += weir_test_batched_state_calls();
+    return ok;
+}
+
+void weir_test_failure_run_free(weir_test_failure_run_t *run) {
+    weir_test_text_free(&run->committed);
+    weir_test_text_free(&run->lost);
+    weir_test_text_free(&run->before_end);
+    weir_test_text_free(&run->at_end);
 }
 
 weir_record_t weir_test_record(const char *key, const char *value, int64_t timestamp) {

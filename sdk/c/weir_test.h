@@ -15,7 +15,10 @@
  *
  * (sdk/c/test.sh PROJECT_DIR does exactly that.) Like the Rust SDK's
  * testing harness it does not emulate key-group ownership or state TTL.
- * One operator per test binary; weir_test_open() starts afresh.
+ * One operator per test binary; weir_test_open() starts afresh, and
+ * weir_test_restore() afresh from a weir_test_snapshot(), as after a
+ * failure. Transcripts (weir_test_text_t) and weir_test_run_with_failure()
+ * compare whole runs byte for byte, e.g. with the batch cache on and off.
  */
 #ifndef WEIR_TEST_H
 #define WEIR_TEST_H
@@ -119,6 +122,109 @@ void weir_test_fail_batched_state_calls(const char *message);
  * the number of calls. weir_test_open restores both switches (cache on, no
  * failure). */
 void weir_test_set_batch_cache(bool enabled);
+
+/* ------------------------------------------------ checkpoint and restore */
+
+/* What a checkpoint of the operator instance holds: every value, list
+ * element and map entry of every key of every state, the registered
+ * event-time and processing-time timers (in registration order, which is
+ * their firing order among equal times), the watermark and the harness's
+ * processing-time clock. Not in it: the counts of host calls. */
+typedef struct weir_test_snapshot weir_test_snapshot_t;
+
+/* A copy of what the host holds now; free it with weir_test_snapshot_free. */
+weir_test_snapshot_t *weir_test_snapshot(void);
+void weir_test_snapshot_free(weir_test_snapshot_t *snapshot);
+
+/* Opens the operator afresh on what `snapshot` holds, as the host restores
+ * a checkpoint into a new instance after a failure: weir_test_open (the
+ * counts start at 0, the switches are reset: set the batch cache again
+ * after it), but with the snapshot's state, timers, watermark and clock.
+ * The process is the same, so statics of the SDK and the operator are
+ * not reset: what `open` does not set survives, which a component
+ * instance (fresh memory) would not let it. */
+bool weir_test_restore(const weir_test_snapshot_t *snapshot, const char *const *config);
+
+/* ------------------------------------------------------------ transcripts */
+
+/* A growable text (NUL-terminated), to compare runs byte for byte and to
+ * print where they differ. */
+typedef struct {
+    char *ptr;
+    size_t len, cap;
+} weir_test_text_t;
+
+#define WEIR_TEST_TEXT_INIT {NULL, 0, 0}
+
+void weir_test_text_append(weir_test_text_t *t, const char *s);
+
+/* Appends one record as one line: `main` or `side "TAG"`, the key in
+ * double quotes (`-` for none), the value in double quotes, `@` and the
+ * timestamp. In quotes, printable ASCII stands as it is but for `"` and
+ * `\`; every other byte is \xNN. */
+void weir_test_text_record(weir_test_text_t *t, const char *tag, const weir_bytes_t *key, weir_bytes_t value,
+                           int64_t timestamp);
+
+/* Appends every record of `out`, in order (weir_test_text_record). */
+void weir_test_text_output(weir_test_text_t *t, const weir_test_output_t *out);
+
+/* Appends everything `snapshot` holds, one line per entry, in an order
+ * that depends only on what it holds (cells by state, key and user key,
+ * list elements in their order; timers in firing order), so two snapshots
+ * holding the same print the same: `value NAME "KEY" = "VALUE"`,
+ * `list NAME "KEY" = "ELEMENT"`, `map NAME "KEY" "USER KEY" = "VALUE"`,
+ * `timer @TIME "KEY"`, `processing-time timer @TIME "KEY"`, then the
+ * watermark and the clock. */
+void weir_test_text_snapshot(weir_test_text_t *t, const weir_test_snapshot_t *snapshot);
+
+/* True if `a` and `b` are the same text; if not, prints `what` and the
+ * first line where they differ (one from each, the end of a text as an
+ * empty line) to stderr. */
+bool weir_test_text_same(const char *what, const weir_test_text_t *a, const weir_test_text_t *b);
+void weir_test_text_free(weir_test_text_t *t);
+
+/* ------------------------------------------------------ scripted recovery */
+
+/* One step of a scripted run: a batch (`len` records, may be 0), then, if
+ * `advance`, the watermark to `watermark` (weir_test_watermark). */
+typedef struct {
+    const weir_record_t *records;
+    size_t len;
+    bool advance;
+    int64_t watermark;
+} weir_test_step_t;
+
+/* What weir_test_run_with_failure saw, as transcripts (free with
+ * weir_test_failure_run_free). */
+typedef struct {
+    /* What an exactly-once sink commits: what the first instance emitted
+     * up to the checkpoint, then everything the restored instance emitted
+     * (the replay, the steps after it, and the end: weir_test_finish). */
+    weir_test_text_t committed;
+    /* What the first instance emitted after the checkpoint, before it
+     * failed: discarded by the sink, emitted again by the replay. */
+    weir_test_text_t lost;
+    /* The restored instance's state (weir_test_text_snapshot) after the
+     * last step, and after the end of input. */
+    weir_test_text_t before_end, at_end;
+    /* value-get-many and value-set-many calls of both instances. */
+    uint64_t batched_state_calls;
+} weir_test_failure_run_t;
+
+/* Runs `steps` (n of them) as a job that checkpoints after `checkpoint`
+ * steps and fails after `failure` (checkpoint <= failure <= n), with the
+ * batch cache on or off (`batched`, weir_test_set_batch_cache): one
+ * instance opened with `config` runs the steps up to the failure, taking a
+ * snapshot at the checkpoint; a new one restored from it replays the steps
+ * from the checkpoint on, then ends the input. The host's recovery, for
+ * tests that an operator or the SDK survives one: compare two runs (cache
+ * on and off) with weir_test_text_same, or `committed` with a transcript of
+ * what the input should give. Afterwards the host holds the restored
+ * instance's state (weir_test_state_value and friends). False (see
+ * weir_test_error) if a call failed; `*run` holds what came before. */
+bool weir_test_run_with_failure(const char *const *config, bool batched, const weir_test_step_t *steps, size_t n,
+                                size_t checkpoint, size_t failure, weir_test_failure_run_t *run);
+void weir_test_failure_run_free(weir_test_failure_run_t *run);
 
 /* ------------------------------------------------------------ two inputs */
 

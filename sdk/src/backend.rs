@@ -10,7 +10,10 @@
 //! The in-memory backend follows the host's contract: an undeclared state id
 //! is `unknown-state`, a state used as the wrong kind is `wrong-kind`, map
 //! entries come back ordered by user-key bytes, and registering the same
-//! timer twice is a no-op.
+//! timer twice is a no-op. It also carries the harness's switch of the
+//! batch cache ([`batch_cache_enabled`]), and its stored part (state,
+//! timers, watermark) can be taken out and put into a fresh backend: the
+//! harness's checkpoint and restore.
 
 pub(crate) use crate::bindings::weir::operator::log::Level;
 #[cfg(not(target_arch = "wasm32"))]
@@ -62,6 +65,11 @@ mod imp {
         values: &state::Packed,
     ) -> HostResult<()> {
         state::value_set_many(id, keys, values)
+    }
+    /// Always: only the native harness runs keyed functions without it.
+    #[inline(always)]
+    pub(crate) fn batch_cache_enabled() -> bool {
+        true
     }
     pub(crate) fn register_event_timer(key: &[u8], time: i64) -> HostResult<()> {
         timers::register_event_timer(key, time)
@@ -203,6 +211,11 @@ mod imp {
             Ok(())
         })
     }
+    /// False when the installed harness runs the operator on the per-call
+    /// path (`HarnessBuilder::batched_state(false)`); true outside one.
+    pub(crate) fn batch_cache_enabled() -> bool {
+        with(|b| Ok(b.batched_state)).unwrap_or(true)
+    }
     pub(crate) fn register_event_timer(key: &[u8], time: i64) -> HostResult<()> {
         with(|b| {
             b.timers.insert((time, key.to_vec()));
@@ -272,7 +285,7 @@ fn level_name(level: Level) -> &'static str {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-pub(crate) use memory::MemoryBackend;
+pub(crate) use memory::{MemoryBackend, Stored};
 
 #[cfg(not(target_arch = "wasm32"))]
 mod memory {
@@ -285,6 +298,21 @@ mod memory {
 
     /// Where a state lives: (state id, key).
     type Slot = (u32, Vec<u8>);
+
+    /// What a checkpoint of one operator instance holds: every value, list
+    /// and map of every key, the registered timers of both kinds, the
+    /// watermark, and the harness's processing-time clock. Ordered
+    /// collections, so two are equal exactly when they hold the same.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct Stored {
+        pub(crate) values: BTreeMap<Slot, Vec<u8>>,
+        pub(crate) lists: BTreeMap<Slot, Vec<Vec<u8>>>,
+        pub(crate) maps: BTreeMap<Slot, BTreeMap<Vec<u8>, Vec<u8>>>,
+        pub(crate) timers: BTreeSet<(i64, Vec<u8>)>,
+        pub(crate) watermark: i64,
+        pub(crate) processing_timers: BTreeSet<(i64, Vec<u8>)>,
+        pub(crate) processing_time: i64,
+    }
 
     /// What the host would hold for one operator instance.
     #[derive(Debug, Default)]
@@ -306,6 +334,10 @@ mod memory {
         pub(crate) gauges: BTreeMap<String, f64>,
         /// Calls of `value-get-many` and `value-set-many` (the batch cache's).
         pub(crate) batched_calls: u64,
+        /// False: keyed functions run without the batch cache, every
+        /// value-state access a single call (the guest's switch, kept here
+        /// because the harness installs this for every call).
+        pub(crate) batched_state: bool,
     }
 
     impl MemoryBackend {
@@ -313,7 +345,38 @@ mod memory {
             Self {
                 kinds: states.iter().map(|s| s.kind).collect(),
                 watermark: i64::MIN,
+                batched_state: true,
                 ..Self::default()
+            }
+        }
+
+        /// A backend holding what `stored` holds, as after a restore.
+        pub(crate) fn restored(states: &[StateDescriptor], stored: Stored) -> Self {
+            Self {
+                values: stored.values.into_iter().collect(),
+                lists: stored.lists.into_iter().collect(),
+                maps: stored.maps.into_iter().collect(),
+                timers: stored.timers,
+                watermark: stored.watermark,
+                processing_timers: stored.processing_timers,
+                processing_time: stored.processing_time,
+                ..Self::new(states)
+            }
+        }
+
+        /// A copy of everything a checkpoint would hold.
+        pub(crate) fn stored(&self) -> Stored {
+            fn sorted<T: Clone>(map: &HashMap<Slot, T>) -> BTreeMap<Slot, T> {
+                map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+            }
+            Stored {
+                values: sorted(&self.values),
+                lists: sorted(&self.lists),
+                maps: sorted(&self.maps),
+                timers: self.timers.clone(),
+                watermark: self.watermark,
+                processing_timers: self.processing_timers.clone(),
+                processing_time: self.processing_time,
             }
         }
 

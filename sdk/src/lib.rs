@@ -114,7 +114,7 @@
 //! - [`state`]: [`StateDescriptor`] and the typed state handles.
 //! - [`codec`]: [`StateCodec`], the byte encoding of state.
 //! - [`log`] and [`metrics`]: wrappers over the host's log and metrics.
-//! - [`testing`]: the native [`Harness`](testing::Harness).
+//! - [`testing`]: the native [`Harness`](testing::Harness), with checkpoint and restore ([`Snapshot`](testing::Snapshot)) and the per-call path of value state.
 //! - `window`: [`AggregateFunction`], [`ProcessWindowFunction`], their adapters [`Aggregate`] and [`ProcessWindow`], and [`Window`].
 //! - `export`: the export macros.
 //! - [`bindings`]: the code `wit-bindgen` generates from the WIT contract.

@@ -652,13 +652,15 @@ impl<T: KeyedCoProcessFunction> KeyedCo<T> {
 
 /// Runs `f` (the records of `batch`) with the batch cache of value states
 /// open (`crate::cache`) if the operator declares any, then writes back
-/// what changed, also when `f` failed (as single calls would have).
+/// what changed, also when `f` failed (as single calls would have). In the
+/// native harness a test may switch the cache off (the per-call path);
+/// in a component the switch is a constant and costs nothing.
 fn with_batch_cache(
     states: &[StateDescriptor],
     batch: &Batch,
     f: impl FnOnce() -> Result<(), Error>,
 ) -> Result<(), Error> {
-    if !states.iter().any(|s| s.kind == StateKind::Value) {
+    if !states.iter().any(|s| s.kind == StateKind::Value) || !backend::batch_cache_enabled() {
         return f();
     }
     crate::cache::begin(batch.len(), batch.records()?.map(|r| r.key));

@@ -16,6 +16,57 @@
 //! them. Not emulated: key-group ownership (`key-out-of-range`), state TTL,
 //! and resource limits.
 //!
+//! Two tools for testing the SDK's own machinery with an operator:
+//!
+//! - **The per-call path.** Keyed process functions read and write value
+//!   state through a batch cache (one `value-get-many` and one
+//!   `value-set-many` per state and batch; [`Harness::batched_state_calls`]
+//!   counts them). [`HarnessBuilder::batched_state`]`(false)` runs the
+//!   operator without it, every access its own host call, as before
+//!   contract 0.1.3: the same operator on the same input must give the
+//!   same output, state and timers either way. The switch exists only
+//!   natively; a component always uses the cache.
+//! - **Checkpoint and restore.** [`Harness::snapshot`] copies what a
+//!   checkpoint holds — every value, list and map state of every key, the
+//!   registered event-time and processing-time timers, the watermark (and
+//!   the harness's processing-time clock) — and
+//!   [`HarnessBuilder::restore`] opens a fresh instance of the operator
+//!   on it, as the host does after a failure. Snapshots compare equal
+//!   exactly when they hold the same, so `assert_eq!` on two snapshots
+//!   compares every key of every state and every timer.
+//!   [`HarnessBuilder::run_with_failure`] scripts the whole recovery: a
+//!   list of [`Step`]s (a batch, then maybe a watermark), a checkpoint
+//!   after one step, a failure after a later one, the replay from the
+//!   checkpoint in a restored instance, and the end of input; it returns
+//!   what was committed, what was lost and the state before and after
+//!   the end ([`FailureRun`]).
+//!
+//! ```
+//! # use weir_sdk::{Error, KeyedContext, KeyedProcessFunction, OpenContext, Record, StateDescriptor, ValueState};
+//! # struct CountPerKey { count: ValueState<u64> }
+//! # impl KeyedProcessFunction for CountPerKey {
+//! #     const STATES: &'static [StateDescriptor] = &[StateDescriptor::value("count")];
+//! #     fn open(ctx: &OpenContext) -> Result<Self, Error> {
+//! #         Ok(CountPerKey { count: ctx.value_state("count")? })
+//! #     }
+//! #     fn process_element(&mut self, _r: Record<'_>, ctx: &mut KeyedContext<'_>) -> Result<(), Error> {
+//! #         let n = self.count.get(ctx)?.unwrap_or(0);
+//! #         self.count.set(ctx, &(n + 1))
+//! #     }
+//! # }
+//! use weir_sdk::{Keyed, testing::Harness};
+//!
+//! let mut h = Harness::<Keyed<CountPerKey>>::builder().batched_state(false).open()?;
+//! h.process([Record::keyed("a", "x", 1), Record::keyed("a", "y", 2)])?;
+//! assert_eq!(h.batched_state_calls(), 0);
+//! let checkpoint = h.snapshot();
+//! h.process([Record::keyed("a", "z", 3)])?; // lost in the failure
+//! let h = Harness::<Keyed<CountPerKey>>::builder().restore(&checkpoint).open()?;
+//! assert_eq!(h.value_state::<u64>("count", "a")?, Some(2));
+//! assert_eq!(h.snapshot(), checkpoint);
+//! # Ok::<(), Error>(())
+//! ```
+//!
 //! Natively only: on `wasm32` this module is empty.
 //!
 //! ```
@@ -44,7 +95,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::Error;
-use crate::backend::{self, MemoryBackend};
+use crate::backend::{self, MemoryBackend, Stored};
 use crate::bindings::exports::weir::operator::window_function::Accumulated;
 use crate::bindings::weir::operator::types::{Batch, Emitted, OperatorInfo};
 use crate::codec::StateCodec;
@@ -53,7 +104,7 @@ use crate::export;
 use crate::log::Level;
 use crate::operator::Operator;
 use crate::record::{OwnedRecord, Record};
-use crate::state::check_declared;
+use crate::state::{StateDescriptor, StateKind, check_declared};
 use crate::window::Window;
 
 /// What one call of an operator emitted, decoded into owned records.
@@ -116,15 +167,130 @@ impl Output {
     }
 }
 
+/// What a checkpoint of one operator instance holds, taken by
+/// [`Harness::snapshot`] and opened again by [`HarnessBuilder::restore`]:
+/// every value, list and map state of every key, the registered event-time
+/// and processing-time timers, the watermark and the harness's
+/// processing-time clock. Not in it: logs, metrics and the counts of host
+/// calls, which a restored harness starts afresh.
+///
+/// Two snapshots are equal exactly when they hold the same; `Debug` prints
+/// every entry, with the state's name and the bytes escaped.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The operator's declared states (name, kind), by id.
+    states: Vec<(&'static str, StateKind)>,
+    stored: Stored,
+}
+
+impl Snapshot {
+    /// The registered event-time timers as `(time, key)`, in firing order.
+    pub fn timers(&self) -> Vec<(i64, Vec<u8>)> {
+        self.stored.timers.iter().cloned().collect()
+    }
+
+    /// The watermark when the snapshot was taken.
+    pub fn watermark(&self) -> i64 {
+        self.stored.watermark
+    }
+
+    fn state_name(&self, id: u32) -> &'static str {
+        self.states.get(id as usize).map_or("?", |(name, _)| *name)
+    }
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bytes = |b: &[u8]| b.escape_ascii().to_string();
+        let mut list = f.debug_list();
+        for ((id, key), value) in &self.stored.values {
+            let name = self.state_name(*id);
+            list.entry(&format_args!("{name}[{}] = {}", bytes(key), bytes(value)));
+        }
+        for ((id, key), elements) in &self.stored.lists {
+            let elements: Vec<_> = elements.iter().map(|e| bytes(e)).collect();
+            let name = self.state_name(*id);
+            list.entry(&format_args!("{name}[{}] = {elements:?}", bytes(key)));
+        }
+        for ((id, key), map) in &self.stored.maps {
+            let map: Vec<_> = map.iter().map(|(k, v)| (bytes(k), bytes(v))).collect();
+            let name = self.state_name(*id);
+            list.entry(&format_args!("{name}[{}] = {map:?}", bytes(key)));
+        }
+        for (time, key) in &self.stored.timers {
+            list.entry(&format_args!("timer {time} {}", bytes(key)));
+        }
+        for (time, key) in &self.stored.processing_timers {
+            list.entry(&format_args!("processing-time timer {time} {}", bytes(key)));
+        }
+        list.entry(&format_args!("watermark {}", self.stored.watermark));
+        list.entry(&format_args!(
+            "processing time {}",
+            self.stored.processing_time
+        ));
+        list.finish()
+    }
+}
+
+/// One step of a scripted run ([`HarnessBuilder::run_with_failure`]): a
+/// batch to `process`, then, if set, a watermark to advance to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Step {
+    /// The batch (may be empty).
+    pub records: Vec<OwnedRecord>,
+    /// Where the watermark goes after the batch (at or past the current one).
+    pub watermark: Option<i64>,
+}
+
+/// What a run that failed once and recovered saw
+/// ([`HarnessBuilder::run_with_failure`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureRun {
+    /// What an exactly-once sink commits: everything the first instance
+    /// emitted up to the checkpoint, then everything the restored instance
+    /// emitted (the replay, the steps after it, and the end of input: the
+    /// final watermark and `close`).
+    pub committed: Output,
+    /// What the first instance emitted after the checkpoint, before it
+    /// failed: discarded by the sink, and emitted again by the replay.
+    pub lost: Output,
+    /// The restored instance's state, timers and watermark after the last
+    /// step, before the end of input.
+    pub before_end: Snapshot,
+    /// The same after the end of input.
+    pub at_end: Snapshot,
+    /// Batched value-state calls of both instances together
+    /// ([`Harness::batched_state_calls`]).
+    pub batched_state_calls: u64,
+}
+
 /// Settings of the simulated subtask; [`Harness::builder`] makes one.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct HarnessBuilder<O> {
     operator_id: String,
     subtask_index: u32,
     parallelism: u32,
     max_parallelism: u32,
     config: Vec<(String, String)>,
+    batched_state: bool,
+    restore: Option<Snapshot>,
     _operator: std::marker::PhantomData<fn() -> O>,
+}
+
+/// Not derived: that would need `O: Clone`, and the builder holds no `O`.
+impl<O> Clone for HarnessBuilder<O> {
+    fn clone(&self) -> Self {
+        Self {
+            operator_id: self.operator_id.clone(),
+            subtask_index: self.subtask_index,
+            parallelism: self.parallelism,
+            max_parallelism: self.max_parallelism,
+            config: self.config.clone(),
+            batched_state: self.batched_state,
+            restore: self.restore.clone(),
+            _operator: std::marker::PhantomData,
+        }
+    }
 }
 
 impl<O: Operator> HarnessBuilder<O> {
@@ -154,10 +320,82 @@ impl<O: Operator> HarnessBuilder<O> {
         self
     }
 
+    /// Whether a keyed process function reads and writes its value states
+    /// through the batch cache (default true, as in a component). False runs
+    /// it on the per-call path: every access its own host call, and
+    /// [`Harness::batched_state_calls`] stays 0. For tests that the cache
+    /// changes nothing but the number of calls.
+    pub fn batched_state(mut self, batched: bool) -> Self {
+        self.batched_state = batched;
+        self
+    }
+
+    /// Opens the operator on what `snapshot` holds (state, timers,
+    /// watermark), as the host restores a checkpoint into a fresh instance.
+    /// Opening fails if the operator declares other states than the one
+    /// the snapshot was taken of.
+    pub fn restore(mut self, snapshot: &Snapshot) -> Self {
+        self.restore = Some(snapshot.clone());
+        self
+    }
+
+    /// Runs `steps` as a job that checkpoints after `checkpoint` steps and
+    /// fails after `failure` steps (`checkpoint <= failure <= steps.len()`):
+    /// one instance runs the steps up to the failure, taking a
+    /// [`Snapshot`] at the checkpoint; a fresh instance restored from it
+    /// replays the steps from the checkpoint on, then ends the input
+    /// ([`Harness::finish`]). The host's recovery, for tests that an
+    /// operator (or the SDK under it) survives one: compare two runs
+    /// (e.g. with and without [`batched_state`](Self::batched_state)), or
+    /// `committed` with what the input should give.
+    pub fn run_with_failure(
+        self,
+        steps: &[Step],
+        checkpoint: usize,
+        failure: usize,
+    ) -> Result<FailureRun, Error> {
+        if checkpoint > failure || failure > steps.len() {
+            crate::bail!(
+                "a checkpoint after step {checkpoint} and a failure after step {failure} \
+                 do not fit {} steps in this order",
+                steps.len()
+            );
+        }
+        let mut first = self.clone().open()?;
+        let mut committed = first.run(&steps[..checkpoint])?;
+        let snapshot = first.snapshot();
+        let lost = first.run(&steps[checkpoint..failure])?;
+        let mut restored = self.restore(&snapshot).open()?;
+        committed.extend(restored.run(&steps[checkpoint..])?);
+        let before_end = restored.snapshot();
+        committed.extend(restored.finish()?);
+        Ok(FailureRun {
+            committed,
+            lost,
+            before_end,
+            at_end: restored.snapshot(),
+            batched_state_calls: first.batched_state_calls() + restored.batched_state_calls(),
+        })
+    }
+
     /// Opens the operator.
     pub fn open(self) -> Result<Harness<O>, Error> {
         check_declared(O::STATES)?;
-        let backend = Rc::new(RefCell::new(MemoryBackend::new(O::STATES)));
+        let mut backend = match self.restore {
+            None => MemoryBackend::new(O::STATES),
+            Some(snapshot) => {
+                if snapshot.states != declared(O::STATES) {
+                    crate::bail!(
+                        "the snapshot is of an operator with the states {:?}, this one declares {:?}",
+                        snapshot.states,
+                        declared(O::STATES)
+                    );
+                }
+                MemoryBackend::restored(O::STATES, snapshot.stored)
+            }
+        };
+        backend.batched_state = self.batched_state;
+        let backend = Rc::new(RefCell::new(backend));
         let ctx = OpenContext::new(
             self.operator_id,
             self.subtask_index,
@@ -178,6 +416,11 @@ impl<O: Operator> HarnessBuilder<O> {
     }
 }
 
+/// The (name, kind) of each declared state, by id.
+fn declared(states: &[StateDescriptor]) -> Vec<(&'static str, StateKind)> {
+    states.iter().map(|s| (s.name, s.kind)).collect()
+}
+
 /// Runs one operator instance natively; see the [module docs](self).
 pub struct Harness<O> {
     op: O,
@@ -194,6 +437,8 @@ impl<O: Operator> Harness<O> {
             parallelism: 1,
             max_parallelism: 128,
             config: Vec::new(),
+            batched_state: true,
+            restore: None,
             _operator: std::marker::PhantomData,
         }
     }
@@ -338,6 +583,29 @@ impl<O: Operator> Harness<O> {
         self.backend.borrow().timers.iter().cloned().collect()
     }
 
+    /// Runs `steps`: each batch, then its watermark if it has one.
+    /// Returns everything emitted.
+    pub fn run(&mut self, steps: &[Step]) -> Result<Output, Error> {
+        let mut output = Output::default();
+        for step in steps {
+            output.extend(self.process(step.records.iter().map(OwnedRecord::as_record))?);
+            if let Some(watermark) = step.watermark {
+                output.extend(self.advance_watermark(watermark)?);
+            }
+        }
+        Ok(output)
+    }
+
+    /// A checkpoint: a copy of every state, the timers and the watermark,
+    /// to open a fresh instance on ([`HarnessBuilder::restore`]) or to
+    /// compare with another run's.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            states: declared(O::STATES),
+            stored: self.backend.borrow().stored(),
+        }
+    }
+
     /// The value state `name` of `key`, decoded.
     pub fn value_state<T: StateCodec>(
         &self,
@@ -401,8 +669,9 @@ impl<O: Operator> Harness<O> {
     }
 
     /// How many batched value-state calls (`value-get-many`,
-    /// `value-set-many`) the operator made: what keyed process functions
-    /// use instead of one call per record.
+    /// `value-set-many`) the operator made since it was opened: what keyed
+    /// process functions use instead of one call per record (0 with
+    /// [`HarnessBuilder::batched_state`]`(false)`).
     pub fn batched_state_calls(&self) -> u64 {
         self.backend.borrow().batched_calls
     }
@@ -1086,6 +1355,264 @@ mod tests {
                 "state of {key}"
             );
         }
+        Ok(())
+    }
+
+    #[test]
+    fn the_per_call_path_makes_no_batched_calls() -> Result<(), Error> {
+        let input = [
+            Record::keyed("a", "x", 1),
+            Record::keyed("b", "x", 1),
+            Record::keyed("a", "x", 1),
+        ];
+        let mut batched = Harness::<Keyed<Counter>>::open(&[])?;
+        let mut per_call = Harness::<Keyed<Counter>>::builder()
+            .batched_state(false)
+            .open()?;
+        assert_eq!(batched.process(input)?, per_call.process(input)?);
+        assert_eq!(batched.batched_state_calls(), 2);
+        assert_eq!(per_call.batched_state_calls(), 0);
+        assert_eq!(batched.snapshot(), per_call.snapshot());
+        Ok(())
+    }
+
+    #[test]
+    fn a_restored_harness_goes_on_from_the_snapshot() -> Result<(), Error> {
+        let mut h = Harness::<Keyed<Probe>>::open(&[])?;
+        h.process([Record::keyed("a", "x", 1), Record::keyed("b", "y", 5)])?;
+        h.advance_watermark(2)?;
+        let checkpoint = h.snapshot();
+        assert_eq!(checkpoint.watermark(), 2);
+        assert_eq!(
+            checkpoint.timers(),
+            [(11, b"a".to_vec()), (15, b"b".to_vec())]
+        );
+        // After the checkpoint: lost in the failure.
+        h.process([Record::keyed("a", "lost", 3)])?;
+        assert_ne!(h.snapshot(), checkpoint);
+
+        let mut restored = Harness::<Keyed<Probe>>::builder()
+            .restore(&checkpoint)
+            .open()?;
+        assert_eq!(restored.snapshot(), checkpoint);
+        assert_eq!(restored.current_watermark(), 2);
+        assert_eq!(restored.batched_state_calls(), 0, "counted afresh");
+        let out = restored.advance_watermark(11)?;
+        assert_eq!(
+            out.values(),
+            [
+                r#"a@11 wm=11 last=x seen=[1] counts=[("x", 1)]"#,
+                r#"a@-989 wm=11 last=x seen=[1] counts=[("x", 1)]"#,
+                "watermark"
+            ]
+        );
+        // The snapshot is a copy: what the restored instance does leaves it alone.
+        assert_ne!(restored.snapshot(), checkpoint);
+        assert_eq!(checkpoint.timers().len(), 2);
+        let printed = format!("{checkpoint:?}");
+        assert!(printed.contains("last[a] = x"), "{printed}");
+        assert!(printed.contains("timer 15 b"), "{printed}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_snapshot_restores_only_into_an_operator_with_the_same_states() -> Result<(), Error> {
+        let checkpoint = Harness::<Keyed<Counter>>::open(&[])?.snapshot();
+        let err = Harness::<Keyed<Probe>>::builder()
+            .restore(&checkpoint)
+            .open()
+            .err()
+            .unwrap();
+        assert!(
+            err.message()
+                .starts_with("the snapshot is of an operator with the states"),
+            "{err}"
+        );
+        Ok(())
+    }
+
+    /// Counts per key and keeps the last value (two value states); each
+    /// record registers a timer 5 ms later, which emits the count and
+    /// doubles it: timers read what the batches wrote, and the next batch
+    /// reads what the timers wrote.
+    struct Doubler {
+        count: ValueState<u64>,
+        last: ValueState<String>,
+    }
+
+    impl KeyedProcessFunction for Doubler {
+        const STATES: &'static [StateDescriptor] = &[
+            StateDescriptor::value("count"),
+            StateDescriptor::value("last"),
+        ];
+
+        fn open(ctx: &OpenContext) -> Result<Self, Error> {
+            Ok(Doubler {
+                count: ctx.value_state("count")?,
+                last: ctx.value_state("last")?,
+            })
+        }
+
+        fn process_element(
+            &mut self,
+            record: Record<'_>,
+            ctx: &mut KeyedContext<'_>,
+        ) -> Result<(), Error> {
+            let value = record.value_str();
+            if value == "reset" {
+                self.count.clear(ctx)?;
+            } else {
+                let n = self.count.get(ctx)?.unwrap_or(0) + 1;
+                self.count.set(ctx, &n)?;
+                self.last.set(ctx, &value.into_owned())?;
+                ctx.register_event_time_timer(record.timestamp + 5)?;
+            }
+            let n = self.count.get(ctx)?;
+            let last = self.last.get(ctx)?.unwrap_or_default();
+            ctx.collect(Record::keyed(ctx.key(), &format!("{n:?}|{last}"), 0));
+            Ok(())
+        }
+
+        fn on_timer(&mut self, time: i64, ctx: &mut KeyedContext<'_>) -> Result<(), Error> {
+            let n = self.count.get(ctx)?;
+            ctx.collect(Record::keyed(ctx.key(), &format!("t:{n:?}"), time));
+            if let Some(n) = n {
+                self.count.set(ctx, &(n * 2))?;
+            }
+            Ok(())
+        }
+    }
+
+    /// `Doubler` computed directly: counts, last values and timers in maps.
+    #[derive(Default)]
+    struct DoublerModel {
+        count: std::collections::HashMap<String, u64>,
+        last: std::collections::HashMap<String, String>,
+        timers: std::collections::BTreeSet<(i64, String)>,
+    }
+
+    impl DoublerModel {
+        fn process(&mut self, key: &str, value: &str, timestamp: i64) -> String {
+            if value == "reset" {
+                self.count.remove(key);
+            } else {
+                *self.count.entry(key.to_owned()).or_default() += 1;
+                self.last.insert(key.to_owned(), value.to_owned());
+                self.timers.insert((timestamp + 5, key.to_owned()));
+            }
+            let last = self.last.get(key).cloned().unwrap_or_default();
+            format!("{:?}|{last}", self.count.get(key))
+        }
+
+        fn advance(&mut self, watermark: i64) -> Vec<String> {
+            let mut out = Vec::new();
+            while let Some((time, key)) = self.timers.first().cloned() {
+                if time > watermark {
+                    break;
+                }
+                self.timers.pop_first();
+                let n = self.count.get(&key).copied();
+                out.push(format!("t:{n:?}"));
+                if let Some(n) = n {
+                    self.count.insert(key, n * 2);
+                }
+            }
+            out
+        }
+    }
+
+    /// Random batches with several records per key, watermarks between
+    /// batches that fire timers, and a checkpoint, a lost batch and a
+    /// restore in between: the batch cache gives what single calls give,
+    /// and what a plain model gives.
+    #[test]
+    fn the_batch_cache_equals_single_calls_across_timers_and_a_restore() -> Result<(), Error> {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let (mut ts, mut watermark) = (0, i64::MIN);
+        let steps: Vec<Step> = (0..40)
+            .map(|_| {
+                let records = (0..1 + next(12))
+                    .map(|_| {
+                        ts += next(3) as i64;
+                        let key = ["a", "b", "c", "d"][next(4) as usize];
+                        let value = ["x", "y", "reset"][next(3) as usize];
+                        Record::keyed(key, value, ts).to_owned_record()
+                    })
+                    .collect();
+                let advance = next(2) == 0;
+                if advance {
+                    watermark = watermark.max(ts - next(6) as i64);
+                }
+                Step {
+                    records,
+                    watermark: advance.then_some(watermark),
+                }
+            })
+            .collect();
+        let (checkpoint, failure) = (17, 19);
+        let run = |batched| {
+            Harness::<Keyed<Doubler>>::builder()
+                .batched_state(batched)
+                .run_with_failure(&steps, checkpoint, failure)
+        };
+        let (batched, per_call) = (run(true)?, run(false)?);
+        assert!(batched.batched_state_calls > 0, "no batched calls");
+        assert_eq!(
+            per_call.batched_state_calls, 0,
+            "batched calls on the per-call path"
+        );
+        assert_eq!(batched.committed, per_call.committed, "committed output");
+        assert_eq!(batched.lost, per_call.lost, "output lost in the failure");
+        assert_eq!(
+            batched.before_end, per_call.before_end,
+            "state before the end"
+        );
+        assert_eq!(batched.at_end, per_call.at_end, "state at the end");
+
+        // Not vacuous: a batch with a key twice, timers fired mid-stream,
+        // and the output a plain model computes.
+        assert!(steps.iter().any(|step| {
+            let keys = step.records.iter().map(|r| &r.key);
+            keys.clone()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                < keys.count()
+        }));
+        let mut model = DoublerModel::default();
+        let per_step: Vec<Vec<String>> = steps
+            .iter()
+            .map(|step| {
+                let mut out: Vec<String> = step
+                    .records
+                    .iter()
+                    .map(|r| {
+                        let key = r.key_str().unwrap_or_default();
+                        model.process(&key, &r.value_str(), r.timestamp)
+                    })
+                    .collect();
+                out.extend(step.watermark.map_or(Vec::new(), |w| model.advance(w)));
+                out
+            })
+            .collect();
+        let mid_stream = per_step
+            .concat()
+            .iter()
+            .filter(|v| v.starts_with("t:"))
+            .count();
+        assert!(mid_stream > 10, "{mid_stream} timers fired mid-stream");
+        let mut expected = per_step.concat();
+        expected.extend(model.advance(i64::MAX));
+        assert_eq!(batched.committed.values(), expected);
+        assert_eq!(
+            batched.lost.values(),
+            per_step[checkpoint..failure].concat()
+        );
         Ok(())
     }
 }

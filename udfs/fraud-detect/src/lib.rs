@@ -77,8 +77,10 @@ weir_sdk::export_keyed!(FraudDetect);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use weir_sdk::Keyed;
-    use weir_sdk::testing::Harness;
+    use weir_sdk::OwnedRecord;
+    use weir_sdk::testing::{Harness, Step};
 
     fn txn(account: &str, amount: f64) -> String {
         format!(r#"{{"account":"{account}","amount":{amount}}}"#)
@@ -135,6 +137,184 @@ mod tests {
         assert!(
             err.message().starts_with("bad transaction \"not json\""),
             "{err}"
+        );
+        Ok(())
+    }
+
+    /// The accounts of the random input (the record keys), with each as a
+    /// JSON string: few, so that a batch holds several transactions of one.
+    const ACCOUNTS: [(&str, &str); 5] = [
+        ("acct-1", r#""acct-1""#),
+        ("acct-2", r#""acct-2""#),
+        ("acct-3", r#""acct-3""#),
+        (r#"acct "7""#, r#""acct \"7\"""#),
+        ("compte-\u{e9}", "\"compte-\u{e9}\""),
+    ];
+
+    /// Whether an amount is small (< 1.00), large (> 500.00) or neither.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Size {
+        Small,
+        Medium,
+        Large,
+    }
+
+    /// Amounts as the input spells them, with their size and, for the
+    /// large ones, how an alert prints them (Rust's `{}` of the f64).
+    const AMOUNTS: [(&str, Size, &str); 18] = [
+        ("0.5", Size::Small, ""),
+        ("0.99", Size::Small, ""),
+        ("0", Size::Small, ""),
+        ("-3.5", Size::Small, ""),
+        ("1", Size::Medium, ""),
+        ("1.00", Size::Medium, ""),
+        ("500", Size::Medium, ""),
+        ("500.0", Size::Medium, ""),
+        ("600.25", Size::Large, "600.25"),
+        ("501", Size::Large, "501"),
+        ("501.0", Size::Large, "501"),
+        ("500.01", Size::Large, "500.01"),
+        ("1e3", Size::Large, "1000"),
+        ("2.5E+3", Size::Large, "2500"),
+        ("750.125", Size::Large, "750.125"),
+        ("12345678.9", Size::Large, "12345678.9"),
+        ("1234.5678", Size::Large, "1234.5678"),
+        ("1e21", Size::Large, "1000000000000000000000"),
+    ];
+
+    /// A transaction's JSON in one of a few spellings (field order,
+    /// whitespace, fields the detector ignores).
+    fn transaction(account: &str, amount: &str, spelling: u64) -> String {
+        match spelling {
+            0 => format!(r#"{{"account":{account},"amount":{amount}}}"#),
+            1 => format!(r#"{{ "amount" : {amount} , "account" : {account} }}"#),
+            _ => format!(
+                r#"{{"account":{account},"currency":"EUR","amount":{amount},"tags":["a",{{"b":null}}],"ok":true}}"#
+            ),
+        }
+    }
+
+    /// 40 seeded random steps of 0 to 16 transactions, the amounts drawn
+    /// from AMOUNTS, the time moving on by 0 to 2 s or now and then by
+    /// about a minute (around the 60 s window); half the steps end with a
+    /// watermark (the detector has no timers: it must not mind).
+    /// Also returns each record's index into AMOUNTS, in order.
+    fn random_steps(mut seed: u64) -> (Vec<Step>, Vec<usize>) {
+        let mut below = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let (mut ts, mut watermark, mut amounts) = (0i64, i64::MIN, Vec::new());
+        let steps = (0..40)
+            .map(|_| {
+                let records = (0..below(17))
+                    .map(|_| {
+                        ts += match below(10) {
+                            0 => 59_990 + below(20) as i64,
+                            _ => below(2_000) as i64,
+                        };
+                        let (account, json) = ACCOUNTS[below(ACCOUNTS.len() as u64) as usize];
+                        let amount = below(AMOUNTS.len() as u64) as usize;
+                        amounts.push(amount);
+                        let value = transaction(json, AMOUNTS[amount].0, below(3));
+                        Record::keyed(account, &value, ts).to_owned_record()
+                    })
+                    .collect();
+                let advance = below(2) == 0;
+                if advance {
+                    watermark = watermark.max(ts - below(5_000) as i64);
+                }
+                Step {
+                    records,
+                    watermark: advance.then_some(watermark),
+                }
+            })
+            .collect();
+        (steps, amounts)
+    }
+
+    /// Seeded random transactions with a checkpoint, two lost steps and a
+    /// restore: the batch cache (one state call per batch) gives byte for
+    /// byte what a call per record gives — alerts, flags left — and both
+    /// give the alerts computed directly from the input.
+    #[test]
+    fn the_batch_cache_gives_what_single_calls_give() -> Result<(), Error> {
+        let (checkpoint, failure) = (15, 17);
+        let (mut alerts, mut late, mut flags_left) = (0, 0, 0);
+        for seed in [0x2545_f491_4f6c_dd1d, 11, 1 << 33] {
+            let (steps, amounts) = random_steps(seed);
+            let run = |batched| {
+                Harness::<Keyed<FraudDetect>>::builder()
+                    .batched_state(batched)
+                    .run_with_failure(&steps, checkpoint, failure)
+            };
+            let (batched, per_call) = (run(true)?, run(false)?);
+            assert!(batched.batched_state_calls > 0, "no batched calls");
+            assert_eq!(per_call.batched_state_calls, 0);
+            assert_eq!(batched.committed, per_call.committed, "committed");
+            assert_eq!(batched.lost, per_call.lost, "lost");
+            assert_eq!(batched.before_end, per_call.before_end, "before the end");
+            assert_eq!(batched.at_end, per_call.at_end, "at the end");
+
+            // The expectation: the flag per account in a plain map, sizes
+            // and printed amounts from the table, not from parsing.
+            let mut flags: HashMap<&str, i64> = HashMap::new();
+            let mut amounts = amounts.into_iter();
+            let per_step: Vec<Vec<OwnedRecord>> = steps
+                .iter()
+                .map(|step| {
+                    let mut out = Vec::new();
+                    for record in &step.records {
+                        let account = record.key_str().unwrap();
+                        let &(account, json) = ACCOUNTS.iter().find(|a| a.0 == account).unwrap();
+                        let (_, size, printed) = AMOUNTS[amounts.next().unwrap()];
+                        let ts = record.timestamp;
+                        if let Some(small_ts) = flags.remove(account) {
+                            if size == Size::Large && ts - small_ts <= 60_000 {
+                                let alert = format!(
+                                    r#"{{"account":{json},"small_ts":{small_ts},"large_ts":{ts},"amount":{printed}}}"#
+                                );
+                                out.push(Record::keyed(account, &alert, ts).to_owned_record());
+                            } else if size == Size::Large {
+                                late += 1;
+                            }
+                        }
+                        if size == Size::Small {
+                            flags.insert(account, ts);
+                        }
+                    }
+                    out
+                })
+                .collect();
+            assert_eq!(batched.committed.main, per_step.concat());
+            assert!(batched.committed.side.is_empty());
+            assert_eq!(batched.lost.main, per_step[checkpoint..failure].concat());
+            let end = Harness::<Keyed<FraudDetect>>::builder()
+                .restore(&batched.at_end)
+                .open()?;
+            for (account, _) in ACCOUNTS {
+                let flag = flags.get(account).copied();
+                assert_eq!(end.value_state::<i64>("small-ts", account)?, flag);
+            }
+            alerts += per_step.concat().len();
+            flags_left += flags.len();
+            // Not vacuous: batches with several transactions of one account.
+            assert!(steps.iter().any(|step| {
+                let accounts = step.records.iter().map(|r| &r.key);
+                accounts
+                    .clone()
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len()
+                    < accounts.count()
+            }));
+        }
+        // Nor here: alerts, large amounts too late for one, flags left.
+        assert!(alerts > 30, "{alerts} alerts");
+        assert!(
+            late > 0 && flags_left > 0,
+            "{late} too late, {flags_left} flags left"
         );
         Ok(())
     }

@@ -78,3 +78,134 @@ impl KeyedProcessFunction for SequenceCheck {
 }
 
 weir_sdk::export_keyed!(SequenceCheck);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeSet, HashMap};
+    use weir_sdk::testing::{Harness, Step};
+    use weir_sdk::{Keyed, OwnedRecord};
+
+    /// The keys of the random input: the step is 4, so key k's sequence is
+    /// k, k + 4, k + 8, ...; "x" is no number (its first expected value is
+    /// u64::MAX).
+    const KEYS: [&str; 5] = ["0", "1", "2", "3", "x"];
+    const STEP: u64 = 4;
+
+    /// 40 seeded random steps of 0 to 16 records: mostly each key's next
+    /// number, now and then a duplicate, a gap or a number from nowhere,
+    /// some padded with dots; half the steps end with a watermark (the
+    /// checker has no timers: it must not mind).
+    fn random_steps(mut seed: u64) -> Vec<Step> {
+        let mut below = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut next: HashMap<&str, u64> = HashMap::new();
+        let (mut ts, mut watermark) = (0, i64::MIN);
+        (0..40)
+            .map(|_| {
+                let records = (0..below(17))
+                    .map(|_| {
+                        ts += below(3) as i64;
+                        let key = KEYS[below(KEYS.len() as u64) as usize];
+                        let next = next.entry(key).or_insert(key.parse().unwrap_or(1_000));
+                        let n = match below(20) {
+                            0 => next.saturating_sub(STEP), // a duplicate
+                            1 => *next + STEP,              // a gap
+                            2 => below(10_000),             // from nowhere
+                            _ => *next,
+                        };
+                        *next = n + STEP;
+                        let value = format!("{n}{}", ".".repeat(below(3) as usize));
+                        Record::keyed(key, &value, ts).to_owned_record()
+                    })
+                    .collect();
+                let advance = below(2) == 0;
+                if advance {
+                    watermark = watermark.max(ts - below(5) as i64);
+                }
+                Step {
+                    records,
+                    watermark: advance.then_some(watermark),
+                }
+            })
+            .collect()
+    }
+
+    /// Seeded random sequences with a checkpoint, two lost steps and a
+    /// restore: the batch cache (one state call per batch) gives byte for
+    /// byte what a call per record gives — records passed through, alerts,
+    /// last numbers — and both give the alerts computed directly.
+    #[test]
+    fn the_batch_cache_gives_what_single_calls_give() -> Result<(), Error> {
+        let (checkpoint, failure) = (15, 17);
+        let mut total_alerts = 0;
+        for seed in [0x2545_f491_4f6c_dd1d, 5, 1 << 50] {
+            let steps = random_steps(seed);
+            let run = |batched| {
+                Harness::<Keyed<SequenceCheck>>::builder()
+                    .config("step", STEP.to_string())
+                    .batched_state(batched)
+                    .run_with_failure(&steps, checkpoint, failure)
+            };
+            let (batched, per_call) = (run(true)?, run(false)?);
+            assert!(batched.batched_state_calls > 0, "no batched calls");
+            assert_eq!(per_call.batched_state_calls, 0);
+            assert_eq!(batched.committed, per_call.committed, "committed");
+            assert_eq!(batched.lost, per_call.lost, "lost");
+            assert_eq!(batched.before_end, per_call.before_end, "before the end");
+            assert_eq!(batched.at_end, per_call.at_end, "at the end");
+
+            // The expectation: the last number per key in a plain map.
+            let mut last: HashMap<&str, u64> = HashMap::new();
+            let per_step: Vec<Vec<(String, OwnedRecord)>> = steps
+                .iter()
+                .map(|step| {
+                    let mut alerts = Vec::new();
+                    for record in &step.records {
+                        let key = record.key_str().unwrap();
+                        let key = KEYS.iter().find(|k| **k == key).unwrap();
+                        let value = record.value_str();
+                        let n: u64 = value.trim_end_matches('.').parse().unwrap();
+                        let expected = match last.get(key) {
+                            Some(last) => last + STEP,
+                            None => key.parse().unwrap_or(u64::MAX),
+                        };
+                        if n != expected {
+                            let alert = format!("key {key}: expected {expected}, got {n}");
+                            let alert = Record::keyed(key, &alert, record.timestamp);
+                            alerts.push(("alerts".to_owned(), alert.to_owned_record()));
+                        }
+                        last.insert(key, n);
+                    }
+                    alerts
+                })
+                .collect();
+            let records = |steps: &[Step]| -> Vec<OwnedRecord> {
+                steps.iter().flat_map(|s| s.records.clone()).collect()
+            };
+            assert_eq!(batched.committed.main, records(&steps), "passed through");
+            assert_eq!(batched.committed.side, per_step.concat());
+            assert_eq!(batched.lost.main, records(&steps[checkpoint..failure]));
+            assert_eq!(batched.lost.side, per_step[checkpoint..failure].concat());
+            let end = Harness::<Keyed<SequenceCheck>>::builder()
+                .config("step", STEP.to_string())
+                .restore(&batched.at_end)
+                .open()?;
+            for key in KEYS {
+                assert_eq!(end.value_state::<u64>("last", key)?, last.get(key).copied());
+            }
+            total_alerts += per_step.concat().len();
+            // Not vacuous: batches with several records of one key.
+            assert!(steps.iter().any(|step| {
+                let keys = step.records.iter().map(|r| &r.key);
+                keys.clone().collect::<BTreeSet<_>>().len() < keys.count()
+            }));
+        }
+        assert!(total_alerts > 30, "{total_alerts} alerts");
+        Ok(())
+    }
+}

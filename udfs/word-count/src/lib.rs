@@ -70,8 +70,9 @@ weir_sdk::export_keyed!(WordCount);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
     use weir_sdk::Keyed;
-    use weir_sdk::testing::Harness;
+    use weir_sdk::testing::{Harness, Step};
 
     fn words(words: &[&'static str]) -> Vec<Record<'static>> {
         words
@@ -114,5 +115,119 @@ mod tests {
             err.message(),
             "config `emit`: expected `final` or `updates`, got `sometimes`"
         );
+    }
+
+    /// The words of the random input: few, so that a batch holds several
+    /// records of one word; the empty word is a key too.
+    const WORDS: [&str; 7] = ["the", "and", "of", "weir", "\u{e9}t\u{e9}", "a b", ""];
+
+    /// 30 seeded random steps: batches of 0 to 20 words (timestamps rising,
+    /// the word as key and value), half of them followed by a watermark.
+    fn random_steps(mut seed: u64) -> Vec<Step> {
+        let mut below = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let (mut ts, mut watermark) = (0, i64::MIN);
+        (0..30)
+            .map(|_| {
+                let records = (0..below(21))
+                    .map(|_| {
+                        ts += below(3) as i64;
+                        let word = WORDS[below(WORDS.len() as u64) as usize];
+                        Record::keyed(word, word, ts).to_owned_record()
+                    })
+                    .collect();
+                let advance = below(2) == 0;
+                if advance {
+                    watermark = watermark.max(ts - below(5) as i64);
+                }
+                Step {
+                    records,
+                    watermark: advance.then_some(watermark),
+                }
+            })
+            .collect()
+    }
+
+    /// Both emit modes, over seeded random input with a checkpoint, two
+    /// lost steps and a restore: the batch cache (one state call per batch)
+    /// gives byte for byte what a call per record gives — output, state
+    /// and timers — and both give the counts of a plain map.
+    #[test]
+    fn the_batch_cache_gives_what_single_calls_give() -> Result<(), Error> {
+        let (checkpoint, failure) = (12, 14);
+        for seed in [0x2545_f491_4f6c_dd1d, 7, 1 << 40] {
+            let steps = random_steps(seed);
+            for emit in ["final", "updates"] {
+                let run = |batched| {
+                    Harness::<Keyed<WordCount>>::builder()
+                        .config("emit", emit)
+                        .batched_state(batched)
+                        .run_with_failure(&steps, checkpoint, failure)
+                };
+                let (batched, per_call) = (run(true)?, run(false)?);
+                assert!(batched.batched_state_calls > 0, "no batched calls");
+                assert_eq!(per_call.batched_state_calls, 0);
+                assert_eq!(batched.committed, per_call.committed, "{emit}: committed");
+                assert_eq!(batched.lost, per_call.lost, "{emit}: lost");
+                assert_eq!(
+                    batched.before_end, per_call.before_end,
+                    "{emit}: before the end"
+                );
+                assert_eq!(batched.at_end, per_call.at_end, "{emit}: at the end");
+
+                // The expectation, from a plain map over the committed
+                // input: a count per record, or each word's total at the end.
+                let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+                let per_step: Vec<Vec<String>> = steps
+                    .iter()
+                    .map(|step| {
+                        let words = step.records.iter().map(|r| r.key_str().unwrap());
+                        words
+                            .map(|word| {
+                                let word = WORDS.iter().find(|w| **w == word).unwrap();
+                                let n = counts.entry(word).or_default();
+                                *n += 1;
+                                format!("{word}\t{n}")
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let totals: Vec<String> = counts.iter().map(|(w, n)| format!("{w}\t{n}")).collect();
+                if emit == "updates" {
+                    assert_eq!(batched.committed.values(), per_step.concat());
+                    assert_eq!(
+                        batched.lost.values(),
+                        per_step[checkpoint..failure].concat()
+                    );
+                    assert!(batched.before_end.timers().is_empty());
+                } else {
+                    assert_eq!(batched.committed.values(), totals);
+                    assert!(batched.lost.is_empty());
+                    let timers: BTreeSet<_> = batched.before_end.timers().into_iter().collect();
+                    let words: BTreeSet<_> = counts
+                        .keys()
+                        .map(|w| (i64::MAX, w.as_bytes().to_vec()))
+                        .collect();
+                    assert_eq!(timers, words, "one timer per word, at the end of input");
+                }
+                let end = Harness::<Keyed<WordCount>>::builder()
+                    .restore(&batched.at_end)
+                    .open()?;
+                for (word, n) in &counts {
+                    assert_eq!(end.value_state::<u64>("count", word)?, Some(*n), "{word}");
+                }
+                assert_eq!(end.state_keys("count").len(), counts.len());
+            }
+            // Several records of one word in one batch.
+            assert!(steps.iter().any(|step| {
+                let words = step.records.iter().map(|r| &r.key);
+                words.clone().collect::<BTreeSet<_>>().len() < words.count()
+            }));
+        }
+        Ok(())
     }
 }
