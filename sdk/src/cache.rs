@@ -21,10 +21,14 @@
 //! stay in its answer; values the batch writes go to one buffer per state,
 //! a new value taking the place of the key's previous one when it fits.
 //! Only a key the record does not own (an explicit key) is looked up by
-//! hash.
+//! hash. [`begin`] hashes each record's key once to find the batch's
+//! distinct keys, with foldhash (fast on short keys; seeded per instance,
+//! since the keys are the job's data).
 
 use std::cell::RefCell;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
+
+use foldhash::fast::RandomState;
 
 use crate::backend::{self, HostResult};
 use crate::bindings::weir::operator::state::{Packed, StateError};
@@ -170,7 +174,7 @@ thread_local! {
         keys: Packed { lens: Vec::new(), data: Vec::new() },
         starts: Vec::new(),
         table: Vec::new(),
-        hasher: RandomState::new(),
+        hasher: RandomState::default(),
         records: Vec::new(),
         current: usize::MAX,
         states: Vec::new(),
@@ -374,6 +378,8 @@ fn fetch(keys: &Packed, state: &mut StateCache) -> HostResult<()> {
 }
 
 /// The entries of a packed list (`None`: absent), if it is well formed.
+/// For the native harness's host side.
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn unpacked_optional(packed: &Packed) -> Option<Vec<Option<&[u8]>>> {
     let mut at = 0usize;
     let mut out = Vec::with_capacity(packed.lens.len());
