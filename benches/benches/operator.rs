@@ -14,10 +14,11 @@
 //!   buffer flushes itself only when its dirty entries pass a size limit:
 //!   these 100 000 counters fit, so RocksDB is written only at a flush);
 //!   `native_*` is the same work in Rust against the same backend.
-//!   `*_rocksdb_flush100` flushes the state every [`FLUSH_EVERY`] batches,
-//!   about once per write of each key: what a checkpoint costs at the
-//!   worst, with no update coalesced (at 2 M records/s that is a
-//!   checkpoint every 50 ms).
+//!   `*_rocksdb_flushN` flushes the state every N batches ([`FLUSH_EVERY`])
+//!   as a checkpoint does: every 100 batches is about once per write of
+//!   each key, the worst case, with no update coalesced (a checkpoint
+//!   every 50 ms at 2 M records/s); every 2000 batches is about a
+//!   checkpoint per second at that rate.
 //!   The raw RocksDB `get` + `put` floor is `benches/state.rs`
 //!   (`state_get_put/raw_rocksdb`); run both in one session to compare.
 //!
@@ -128,8 +129,8 @@ fn native_count(backend: &mut dyn KeyedStateBackend, input: &Batch) -> Batch {
     out
 }
 
-/// Batches between two state flushes in the `*_flush100` variants.
-const FLUSH_EVERY: usize = 100;
+/// Batches between two state flushes in the `*_flushN` variants.
+const FLUSH_EVERY: [usize; 2] = [100, 2000];
 
 fn keyed_count(c: &mut Criterion) {
     let runtime = runtime();
@@ -140,7 +141,8 @@ fn keyed_count(c: &mut Criterion) {
 
     let variants = [
         (BackendKind::RocksDb, None),
-        (BackendKind::RocksDb, Some(FLUSH_EVERY)),
+        (BackendKind::RocksDb, Some(FLUSH_EVERY[0])),
+        (BackendKind::RocksDb, Some(FLUSH_EVERY[1])),
         (BackendKind::Heap, None),
     ];
     for (kind, flush_every) in variants {
