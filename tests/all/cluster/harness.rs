@@ -146,6 +146,35 @@ fn allow_paths(dir: &Path) -> Vec<String> {
     ]
 }
 
+/// Lines of each daemon's stderr a failed test prints.
+const FAILURE_LOG_LINES: usize = 60;
+
+/// A test that fails on a cluster prints the end of every daemon's stderr
+/// (the folder that holds them goes with the cluster), so a failure on CI
+/// says what the JobManager and the TaskManagers did.
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for (name, daemon) in std::iter::once(("jobmanager".to_owned(), &self.jm)).chain(
+            self.tms
+                .iter()
+                .enumerate()
+                .map(|(i, tm)| (format!("taskmanager {i}"), tm)),
+        ) {
+            let text = daemon.stderr_text();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(FAILURE_LOG_LINES)..];
+            eprintln!(
+                "--- the last {} stderr lines of the {name}:\n{}",
+                tail.len(),
+                tail.join("\n")
+            );
+        }
+    }
+}
+
 /// A JobManager with TaskManagers, each a process.
 pub struct Cluster {
     /// Holds certificates, data dirs, stderr files and job outputs.
