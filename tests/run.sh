@@ -17,6 +17,7 @@ cargo test --release --workspace "$@"
 cargo clippy --release --workspace --all-targets -- -D warnings
 # The example operators' own unit tests (native, through weir-sdk's harness).
 cargo test --release --manifest-path udfs/Cargo.toml --target-dir udfs/target "$@"
+cargo clippy --release --manifest-path udfs/Cargo.toml --target-dir udfs/target --all-targets -- -D warnings
 # The other SDKs' own unit tests and their examples' (plain python3, node
 # and cc: no Wasm toolchain needed).
 python3 -m unittest discover -s sdk/python/tests

@@ -42,7 +42,7 @@ impl StateCodec for Highest {
         }
     }
     fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        if bytes.len() < 8 || (bytes.len() - 8) % 24 != 0 {
+        if bytes.len() < 8 || !(bytes.len() - 8).is_multiple_of(24) {
             return Err(DecodeError::new("Highest", "length not 8 + 24n"));
         }
         let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));

@@ -34,7 +34,7 @@ impl StateCodec for Counts {
         }
     }
     fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        if bytes.len() % 16 != 0 {
+        if !bytes.len().is_multiple_of(16) {
             return Err(DecodeError::new("Counts", "length not a multiple of 16"));
         }
         let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));

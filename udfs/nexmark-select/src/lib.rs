@@ -127,6 +127,8 @@ fn push_int(out: &mut Vec<u8>, n: impl itoa::Integer) {
 /// the input had no escape in it, and valid JSON holds no raw `"`, `\` or
 /// control character in a string: it is copied as it is, not escaped
 /// character by character again.
+// The `Cow` itself is the argument: whether it borrows is what matters.
+#[allow(clippy::ptr_arg)]
 fn push_json_str(out: &mut Vec<u8>, text: &Cow<'_, str>) -> Result<(), Error> {
     match text {
         Cow::Borrowed(raw) => {
