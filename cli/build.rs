@@ -174,12 +174,42 @@ fn rust_sdk_manifest(repo: &Path) -> String {
          publish = false\n\
          \n\
          [dependencies]\n\
-         wit-bindgen = {wit_bindgen}\n",
+         {dependencies}",
         description = field(&sdk, "description"),
         version = field(&workspace, "version"),
         edition = field(&workspace, "edition"),
         rust_version = field(&workspace, "rust-version"),
         license = field(&workspace, "license"),
-        wit_bindgen = field(&workspace, "wit-bindgen"),
+        dependencies = sdk_dependencies(&sdk)
+            .into_iter()
+            .map(|name| format!("{name} = {}\n", field(&workspace, &name)))
+            .collect::<String>(),
     )
+}
+
+/// The names of the SDK's dependencies (`name.workspace = true` lines of
+/// its `[dependencies]`): the standalone manifest takes each one's
+/// version and features from the workspace.
+fn sdk_dependencies(sdk: &str) -> Vec<String> {
+    let mut in_dependencies = false;
+    let mut names = Vec::new();
+    for line in sdk.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_dependencies = line == "[dependencies]";
+            continue;
+        }
+        if !in_dependencies || line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.split_once(".workspace") {
+            Some((name, rest)) if rest.trim_start().starts_with('=') => {
+                names.push(name.trim().to_owned());
+            }
+            _ => panic!(
+                "sdk/Cargo.toml: `{line}`: the SDK's dependencies must come from the \
+                 workspace (`name.workspace = true`), so `weir new` can copy them"
+            ),
+        }
+    }
+    names
 }
