@@ -147,7 +147,7 @@ fn keyed_count(c: &mut Criterion) {
     ];
     for (kind, flush_every) in variants {
         let suffix = flush_every.map_or(String::new(), |n| format!("_flush{n}"));
-        let flush_now = move |next: usize| flush_every.is_some_and(|n| next % n == 0);
+        let flush_now = move |next: usize| flush_every.is_some_and(|n| next.is_multiple_of(n));
         let dir = tempfile::tempdir().expect("temp dir");
         let mut instance = word_count_instance(&runtime, kind, dir.path());
         let mut next = 0;
