@@ -40,6 +40,8 @@
 //!   checkpoint in a restored instance, and the end of input; it returns
 //!   what was committed, what was lost and the state before and after
 //!   the end ([`FailureRun`]).
+//!   [`HarnessBuilder::run_with_failure_both_ways`] does it with the batch
+//!   cache and on the per-call path and asserts that both saw the same.
 //!
 //! ```
 //! # use weir_sdk::{Error, KeyedContext, KeyedProcessFunction, OpenContext, Record, StateDescriptor, ValueState};
@@ -376,6 +378,43 @@ impl<O: Operator> HarnessBuilder<O> {
             at_end: restored.snapshot(),
             batched_state_calls: first.batched_state_calls() + restored.batched_state_calls(),
         })
+    }
+
+    /// [`run_with_failure`](Self::run_with_failure) twice, with the batch
+    /// cache and on the per-call path ([`batched_state`](Self::batched_state)),
+    /// for tests that the cache changes nothing but the number of host
+    /// calls. Returns the batched run.
+    ///
+    /// # Panics
+    /// If the batched run made no batched calls or the per-call run made
+    /// some, or the two runs differ in what they committed, lost, or held
+    /// before and after the end of input (the assertion names which).
+    pub fn run_with_failure_both_ways(
+        self,
+        steps: &[Step],
+        checkpoint: usize,
+        failure: usize,
+    ) -> Result<FailureRun, Error> {
+        let per_call = self
+            .clone()
+            .batched_state(false)
+            .run_with_failure(steps, checkpoint, failure)?;
+        let batched = self
+            .batched_state(true)
+            .run_with_failure(steps, checkpoint, failure)?;
+        assert!(batched.batched_state_calls > 0, "no batched calls");
+        assert_eq!(
+            per_call.batched_state_calls, 0,
+            "batched calls on the per-call path"
+        );
+        assert_eq!(batched.committed, per_call.committed, "committed output");
+        assert_eq!(batched.lost, per_call.lost, "output lost in the failure");
+        assert_eq!(
+            batched.before_end, per_call.before_end,
+            "state before the end"
+        );
+        assert_eq!(batched.at_end, per_call.at_end, "state at the end");
+        Ok(batched)
     }
 
     /// Opens the operator.
@@ -1556,24 +1595,8 @@ mod tests {
             })
             .collect();
         let (checkpoint, failure) = (17, 19);
-        let run = |batched| {
-            Harness::<Keyed<Doubler>>::builder()
-                .batched_state(batched)
-                .run_with_failure(&steps, checkpoint, failure)
-        };
-        let (batched, per_call) = (run(true)?, run(false)?);
-        assert!(batched.batched_state_calls > 0, "no batched calls");
-        assert_eq!(
-            per_call.batched_state_calls, 0,
-            "batched calls on the per-call path"
-        );
-        assert_eq!(batched.committed, per_call.committed, "committed output");
-        assert_eq!(batched.lost, per_call.lost, "output lost in the failure");
-        assert_eq!(
-            batched.before_end, per_call.before_end,
-            "state before the end"
-        );
-        assert_eq!(batched.at_end, per_call.at_end, "state at the end");
+        let batched = Harness::<Keyed<Doubler>>::builder()
+            .run_with_failure_both_ways(&steps, checkpoint, failure)?;
 
         // Not vacuous: a batch with a key twice, timers fired mid-stream,
         // and the output a plain model computes.
