@@ -16,6 +16,7 @@
  */
 #include "weir_test.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1079,6 +1080,34 @@ void weir_test_failure_run_free(weir_test_failure_run_t *run) {
     weir_test_text_free(&run->lost);
     weir_test_text_free(&run->before_end);
     weir_test_text_free(&run->at_end);
+}
+
+bool weir_test_same_runs(const weir_test_failure_run_t *batched, const weir_test_failure_run_t *per_call) {
+    if (batched->batched_state_calls == 0 || per_call->batched_state_calls != 0) {
+        fprintf(stderr, "  batched calls: %" PRIu64 " with the cache (want some), %" PRIu64 " without (want none)\n",
+                batched->batched_state_calls, per_call->batched_state_calls);
+        return false;
+    }
+    /* Each comparison runs, so every difference is printed. */
+    bool same = weir_test_text_same("committed", &batched->committed, &per_call->committed);
+    same &= weir_test_text_same("lost", &batched->lost, &per_call->lost);
+    same &= weir_test_text_same("before the end", &batched->before_end, &per_call->before_end);
+    same &= weir_test_text_same("at the end", &batched->at_end, &per_call->at_end);
+    return same;
+}
+
+bool weir_test_steps_repeat_a_key(const weir_test_step_t *steps, size_t n) {
+    for (size_t s = 0; s < n; s++) {
+        const weir_record_t *r = steps[s].records;
+        for (size_t i = 0; i < steps[s].len; i++) {
+            for (size_t j = 0; j < i; j++) {
+                if (r[i].has_key && r[j].has_key && weir_bytes_eq(r[i].key, r[j].key)) {
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
 }
 
 weir_record_t weir_test_record(const char *key, const char *value, int64_t timestamp) {

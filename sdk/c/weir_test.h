@@ -226,6 +226,18 @@ bool weir_test_run_with_failure(const char *const *config, bool batched, const w
                                 size_t checkpoint, size_t failure, weir_test_failure_run_t *run);
 void weir_test_failure_run_free(weir_test_failure_run_t *run);
 
+/* True if two weir_test_run_with_failure runs of the same steps, one with
+ * the batch cache (`batched`) and one without (`per_call`), saw the same:
+ * the first made batched calls, the second none, and both committed, lost
+ * and held the same before and after the end (what differs is printed, as
+ * weir_test_text_same does). For tests that the cache changes nothing but
+ * the number of host calls. */
+bool weir_test_same_runs(const weir_test_failure_run_t *batched, const weir_test_failure_run_t *per_call);
+
+/* True if one of the `n` steps holds two records with the same key: the
+ * case a batch cache must get right, which a random input should show. */
+bool weir_test_steps_repeat_a_key(const weir_test_step_t *steps, size_t n);
+
 /* ------------------------------------------------------------ two inputs */
 
 /* Processes `records` as one batch on input `input` (0: left, 1: right)

@@ -280,20 +280,6 @@ static void random_input(uint64_t seed, input_t *in) {
     }
 }
 
-/* True if a step holds several transactions of one account. */
-static bool repeats_an_account(const input_t *in) {
-    for (size_t s = 0; s < STEPS; s++) {
-        for (size_t i = 0; i < in->steps[s].len; i++) {
-            for (size_t j = 0; j < i; j++) {
-                if (in->account[s][i] == in->account[s][j]) {
-                    return true;
-                }
-            }
-        }
-    }
-    return false;
-}
-
 /* The alerts computed directly (the flags in a plain array, sizes and
  * printed amounts from the table, not from parsing): every step's into
  * `committed`, those of the lost steps also into `lost`; the flags left in
@@ -338,17 +324,12 @@ static void the_batch_cache_gives_what_single_calls_give(void) {
     int alerts = 0, late = 0, flags_left = 0;
     for (size_t k = 0; k < sizeof(seeds) / sizeof(seeds[0]); k++) {
         random_input(seeds[k], &in);
-        WEIR_CHECK(repeats_an_account(&in));
+        WEIR_CHECK(weir_test_steps_repeat_a_key(in.steps, STEPS));
         weir_test_failure_run_t per_call, batched;
         WEIR_CHECK(weir_test_run_with_failure(NULL, false, in.steps, STEPS, CHECKPOINT, FAILURE, &per_call));
         /* The batched run last: the host keeps its state for the checks below. */
         WEIR_CHECK(weir_test_run_with_failure(NULL, true, in.steps, STEPS, CHECKPOINT, FAILURE, &batched));
-        WEIR_CHECK(batched.batched_state_calls > 0);
-        WEIR_CHECK(per_call.batched_state_calls == 0);
-        WEIR_CHECK(weir_test_text_same("committed", &batched.committed, &per_call.committed));
-        WEIR_CHECK(weir_test_text_same("lost", &batched.lost, &per_call.lost));
-        WEIR_CHECK(weir_test_text_same("before the end", &batched.before_end, &per_call.before_end));
-        WEIR_CHECK(weir_test_text_same("at the end", &batched.at_end, &per_call.at_end));
+        WEIR_CHECK(weir_test_same_runs(&batched, &per_call));
 
         weir_test_text_t committed = WEIR_TEST_TEXT_INIT, lost = WEIR_TEST_TEXT_INIT;
         int64_t flag[NUM_ACCOUNTS];

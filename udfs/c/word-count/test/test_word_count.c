@@ -150,19 +150,6 @@ static void random_input(uint64_t seed, input_t *in) {
     }
 }
 
-static bool repeats_a_word(const input_t *in) {
-    for (size_t s = 0; s < STEPS; s++) {
-        for (size_t i = 0; i < in->steps[s].len; i++) {
-            for (size_t j = 0; j < i; j++) {
-                if (in->word[s][i] == in->word[s][j]) {
-                    return true;
-                }
-            }
-        }
-    }
-    return false;
-}
-
 /* Appends "{word}\t{count}" keyed by the word at `ts` to `t`. */
 static void count_line(weir_test_text_t *t, size_t word, uint64_t count, int64_t ts) {
     char value[64];
@@ -222,19 +209,14 @@ static void the_batch_cache_gives_what_single_calls_give(void) {
     static const char *const modes[][3] = {{"emit", "final", NULL}, {"emit", "updates", NULL}};
     for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
         random_input(seeds[i], &in);
-        WEIR_CHECK(repeats_a_word(&in));
+        WEIR_CHECK(weir_test_steps_repeat_a_key(in.steps, STEPS));
         for (size_t m = 0; m < 2; m++) {
             bool updates = m == 1;
             weir_test_failure_run_t per_call, batched;
             WEIR_CHECK(weir_test_run_with_failure(modes[m], false, in.steps, STEPS, CHECKPOINT, FAILURE, &per_call));
             /* The batched run last: the host keeps its state for the checks below. */
             WEIR_CHECK(weir_test_run_with_failure(modes[m], true, in.steps, STEPS, CHECKPOINT, FAILURE, &batched));
-            WEIR_CHECK(batched.batched_state_calls > 0);
-            WEIR_CHECK(per_call.batched_state_calls == 0);
-            WEIR_CHECK(weir_test_text_same("committed", &batched.committed, &per_call.committed));
-            WEIR_CHECK(weir_test_text_same("lost", &batched.lost, &per_call.lost));
-            WEIR_CHECK(weir_test_text_same("before the end", &batched.before_end, &per_call.before_end));
-            WEIR_CHECK(weir_test_text_same("at the end", &batched.at_end, &per_call.at_end));
+            WEIR_CHECK(weir_test_same_runs(&batched, &per_call));
 
             weir_test_text_t committed = WEIR_TEST_TEXT_INIT, lost = WEIR_TEST_TEXT_INIT;
             uint64_t counts[NUM_WORDS];
