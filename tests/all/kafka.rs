@@ -99,6 +99,26 @@ impl KafkaBroker {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// Freezes the broker (SIGSTOP): it keeps its connections and its
+    /// data but answers nothing, as a broker that hangs or is cut off.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen broker go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("the broker runs").id();
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} {pid}: {status}");
+    }
+
     /// What the broker printed.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("tansu.log")).unwrap_or_default()
@@ -115,6 +135,7 @@ impl KafkaBroker {
 impl Drop for KafkaBroker {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // A frozen broker dies of SIGKILL as well.
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -218,6 +239,68 @@ impl KafkaClient {
         producer
             .flush(Duration::from_secs(60))
             .expect("every record acknowledged");
+    }
+
+    /// The offset consumer group `group` committed for each partition of
+    /// `topic` (-1: none).
+    pub fn group_offsets(&self, group: &str, topic: &str) -> std::collections::BTreeMap<i32, i64> {
+        let consumer: BaseConsumer = client(&self.servers)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let m = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .expect("metadata");
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for p in m.topics()[0].partitions() {
+            tpl.add_partition(topic, p.id());
+        }
+        let committed = consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .expect("committed offsets");
+        committed
+            .elements()
+            .iter()
+            .map(|e| match e.offset() {
+                rdkafka::Offset::Offset(n) => (e.partition(), n),
+                _ => (e.partition(), -1),
+            })
+            .collect()
+    }
+
+    /// Produces one message to `topic` with `headers` (in order; a `None`
+    /// value is a null header) and timestamp `timestamp`, acknowledged.
+    pub fn produce_with_headers(
+        &self,
+        topic: &str,
+        key: &[u8],
+        value: &[u8],
+        timestamp: i64,
+        headers: &[(&str, Option<&[u8]>)],
+    ) {
+        use rdkafka::message::{Header, OwnedHeaders};
+        let producer: BaseProducer = client(&self.servers).create().expect("producer");
+        let mut owned = OwnedHeaders::new();
+        for (name, value) in headers {
+            owned = owned.insert(Header {
+                key: name,
+                value: *value,
+            });
+        }
+        producer
+            .send(
+                BaseRecord::to(topic)
+                    .key(key)
+                    .payload(value)
+                    .timestamp(timestamp)
+                    .headers(owned),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap_or_else(|e| panic!("produce to {topic}: {e}"));
+        producer
+            .flush(Duration::from_secs(60))
+            .expect("the record acknowledged");
     }
 
     /// Every record of `topic` a consumer sees from the beginning with
@@ -528,4 +611,156 @@ fn exactly_once_is_refused_where_transactions_cannot_complete() {
         "delivery = \"exactly-once\"",
     ));
     assert!(out.status.success(), "{}", describe(&out));
+}
+
+/// A source with a `group_id` commits its checkpointed offsets to that
+/// consumer group (as Flink's does): after a bounded `weir run` with
+/// checkpoints the group stands at the end of every partition, and a
+/// second job with `start = "committed"` in that group reads only what
+/// was produced since. Without the commits the group has no offsets and
+/// the second job reads everything again.
+#[test]
+fn a_source_commits_its_offsets_to_its_consumer_group() {
+    let broker = KafkaBroker::start();
+    let client = broker.client();
+    client.create_topic("in", 4);
+    client.create_topic("out", 1);
+    let first: Vec<(String, String)> = (0..1500)
+        .map(|i| (format!("k{}", i % 13), format!("first {i}")))
+        .collect();
+    client.produce("in", &first);
+    let spec = |start: &str| {
+        kafka_job(
+            &broker.servers(),
+            &format!("bounded = true\nparallelism = 2\ngroup_id = \"monitor\"\n{start}"),
+            "",
+        )
+        .replace(
+            "[job]\nname = \"kafka-copy\"",
+            "[job]\nname = \"kafka-copy\"\n\n[job.checkpoints]\ninterval_ms = 100",
+        )
+    };
+    // Where each partition ends: the number of records read from it (no
+    // transactions, so offsets run 0, 1, … without gaps). tansu 0.6's
+    // high watermarks are not reliable enough to compare with.
+    let ends = |total: usize| {
+        let mut ends: std::collections::BTreeMap<i32, i64> = (0..4).map(|p| (p, 0)).collect();
+        for r in client.read_all("in", "read_uncommitted", total) {
+            *ends.entry(r.partition).or_default() += 1;
+        }
+        ends
+    };
+    let out = run_job(&spec(""));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(
+        client.group_offsets("monitor", "in"),
+        ends(first.len()),
+        "the group's offsets are not the end of each partition"
+    );
+
+    let second: Vec<(String, String)> = (0..700)
+        .map(|i| (format!("k{}", i % 13), format!("second {i}")))
+        .collect();
+    client.produce("in", &second);
+    let out = run_job(&spec("start = \"committed\""));
+    assert!(out.status.success(), "{}", describe(&out));
+    let all = first.len() + second.len();
+    let written = client.read_all("out", "read_committed", all);
+    let mut got: Vec<String> = written.iter().map(|r| r.value.clone()).collect();
+    let mut expected: Vec<String> = first
+        .iter()
+        .chain(&second)
+        .map(|(_, v)| v.clone())
+        .collect();
+    got.sort();
+    expected.sort();
+    assert_eq!(got.len(), expected.len(), "records lost or copied twice");
+    assert_eq!(got, expected);
+    assert_eq!(
+        client.group_offsets("monitor", "in"),
+        ends(all),
+        "the group's offsets after the second run"
+    );
+}
+
+/// `envelope = true`: each record's value is a JSON object with the
+/// message's topic, partition, offset, timestamp, key, value and headers
+/// (bytes that are not UTF-8 as base64, null headers as null, repeated
+/// names kept in order). Checked against what the test produced.
+#[test]
+fn an_envelope_source_maps_headers_and_metadata_onto_the_record() {
+    use base64::Engine as _;
+    let broker = KafkaBroker::start();
+    let client = broker.client();
+    client.create_topic("in", 1);
+    client.create_topic("out", 1);
+    let binary: &[u8] = &[0xff, 0x00, 0x41];
+    /// Key, value, timestamp and headers of one message.
+    type Sent<'a> = (String, String, i64, Vec<(&'a str, Option<&'a [u8]>)>);
+    let sent: Vec<Sent> = (0..5)
+        .map(|i| {
+            let headers: Vec<(&str, Option<&[u8]>)> = match i {
+                0 => vec![],
+                1 => vec![("trace", Some(b"t-1".as_slice()))],
+                2 => vec![("raw", Some(binary)), ("empty", None)],
+                _ => vec![
+                    ("trace", Some(b"a".as_slice())),
+                    ("trace", Some(b"b".as_slice())),
+                ],
+            };
+            (
+                format!("k{i}"),
+                format!("{{\"n\":{i}}}"),
+                1_700_000_000_000 + i,
+                headers,
+            )
+        })
+        .collect();
+    for (key, value, ts, headers) in &sent {
+        client.produce_with_headers("in", key.as_bytes(), value.as_bytes(), *ts, headers);
+    }
+    let out = run_job(&kafka_job(
+        &broker.servers(),
+        "bounded = true\nenvelope = true",
+        "",
+    ));
+    assert!(out.status.success(), "{}", describe(&out));
+    let got = client.read_all("out", "read_committed", sent.len());
+    let mut values: Vec<serde_json::Value> = got
+        .iter()
+        .map(|r| serde_json::from_str(&r.value).expect("an envelope is JSON"))
+        .collect();
+    values.sort_by_key(|v| v["offset"].as_i64());
+    let expected: Vec<serde_json::Value> = sent
+        .iter()
+        .enumerate()
+        .map(|(offset, (key, value, ts, headers))| {
+            let headers: Vec<serde_json::Value> = headers
+                .iter()
+                .map(|(name, v)| {
+                    let v = match v {
+                        None => serde_json::Value::Null,
+                        Some(b) => match std::str::from_utf8(b) {
+                            Ok(s) => s.into(),
+                            Err(_) => serde_json::json!({
+                                "base64": base64::engine::general_purpose::STANDARD.encode(b)
+                            }),
+                        },
+                    };
+                    serde_json::json!([name, v])
+                })
+                .collect();
+            serde_json::json!({
+                "topic": "in", "partition": 0, "offset": offset, "timestamp": ts,
+                "key": key, "value": value, "headers": headers,
+            })
+        })
+        .collect();
+    assert_eq!(values, expected);
+    // The record's key is still the message's.
+    let mut keys: Vec<Option<String>> = got.iter().map(|r| r.key.clone()).collect();
+    keys.sort();
+    let mut sent_keys: Vec<Option<String>> = sent.iter().map(|(k, ..)| Some(k.clone())).collect();
+    sent_keys.sort();
+    assert_eq!(keys, sent_keys);
 }

@@ -68,7 +68,8 @@ pub struct KafkaSourceSpec {
     /// `topics` (or `topic`): the topics read, every partition of each.
     pub topics: Vec<String>,
     /// `group_id`: the consumer group whose committed offsets `start =
-    /// "committed"` begins from. Positions live in checkpoints either way.
+    /// "committed"` begins from, and to which the offsets of each completed
+    /// checkpoint are committed. Positions live in checkpoints either way.
     pub group_id: Option<String>,
     /// `start`: where a partition begins when no checkpoint says where.
     pub start: KafkaStart,
@@ -78,6 +79,11 @@ pub struct KafkaSourceSpec {
     /// `partition_discovery_ms`: how often an unbounded source looks for
     /// new partitions (0: never).
     pub partition_discovery_ms: u64,
+    /// `envelope`: each record's value is a JSON object with the message's
+    /// topic, partition, offset, timestamp, key, value and headers, instead
+    /// of the bare payload.
+    #[serde(default)]
+    pub envelope: bool,
 }
 
 /// A Kafka-protocol sink (`type = "kafka"`).

@@ -218,6 +218,7 @@ pub(super) struct SourceTable {
     pub start_timestamp_ms: Option<i64>,
     pub bounded: Option<bool>,
     pub partition_discovery_ms: Option<u64>,
+    pub envelope: Option<bool>,
     // generator
     pub kind: Option<GeneratorKindName>,
     pub count: Option<u64>,

@@ -93,8 +93,11 @@ impl JobCheckpoints {
             // before their effects.
             let commands = tokio::select! {
                 biased;
-                Some(snapshot) = taken.recv() => {
+                Some(mut snapshot) = taken.recv() => {
                     let subtask = (snapshot.task, snapshot.subtask);
+                    if let Some(c) = snapshot.source_commit.take() {
+                        ledger.source_taken(snapshot.checkpoint, c);
+                    }
                     if snapshot.checkpoint == FINISHED {
                         ledger.finished(subtask, snapshot.source, snapshot.sink)
                     } else {
@@ -358,6 +361,7 @@ mod tests {
                     states: Vec::new(),
                     timers: Vec::new(),
                     source: None,
+                    source_commit: None,
                     sink: Some(serde_json::json!({ "parts": [part], "next": round + 1 })),
                     alignment: Duration::ZERO,
                 })

@@ -23,7 +23,7 @@ impl Builder {
     /// The spec of Kafka source `t`.
     pub(super) fn kafka_source(&mut self, label: &str, t: &SourceTable) -> KafkaSourceSpec {
         let what = "for type = \"kafka\" (its fields: bootstrap_servers, topics or topic, \
-                    group_id, start, start_timestamp_ms, bounded, partition_discovery_ms)";
+                    group_id, start, start_timestamp_ms, bounded, partition_discovery_ms, envelope)";
         for (field, set) in [
             ("path", t.path.is_some()),
             ("format", t.format.is_some()),
@@ -164,6 +164,7 @@ impl Builder {
             start,
             bounded,
             partition_discovery_ms: if bounded { 0 } else { partition_discovery_ms },
+            envelope: t.envelope.unwrap_or(false),
         }
     }
 
@@ -221,6 +222,7 @@ impl Builder {
             &t.partition_discovery_ms,
             what,
         );
+        self.not_for(label, "envelope", &t.envelope, what);
     }
 
     /// Refuses the Kafka fields of a sink of another type (a NATS sink

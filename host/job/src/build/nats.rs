@@ -35,6 +35,7 @@ impl Builder {
             ("start_timestamp_ms", t.start_timestamp_ms.is_some()),
             ("bounded", t.bounded.is_some()),
             ("partition_discovery_ms", t.partition_discovery_ms.is_some()),
+            ("envelope", t.envelope.is_some()),
         ] {
             if set {
                 self.problem(

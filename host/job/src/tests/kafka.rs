@@ -32,6 +32,7 @@ fn a_kafka_source_and_sink_build_with_their_defaults() {
     assert_eq!(source.start, KafkaStart::Earliest);
     assert!(!source.bounded);
     assert_eq!(source.partition_discovery_ms, 10_000);
+    assert!(!source.envelope);
     assert_eq!(graph.vertices[0].parallelism, 3);
     let VertexKind::Sink(SinkSpec::Kafka(sink)) = &graph.vertices[1].kind else {
         panic!("{:?}", graph.vertices[1].kind)
@@ -142,6 +143,21 @@ fn kafka_fields_are_refused_on_other_types_and_nats_choices_stay_nats() {
     );
     assert_problem(&body, "source[0] \"src\".topic", &["Kafka-source field"]);
     assert_problem(&body, "sink[0] \"out\".partitioning", &["Kafka-sink field"]);
+    let body = format!("{SRC}envelope = true\n{SINK}{}", edge("src", "out"));
+    assert_problem(&body, "source[0] \"src\".envelope", &["Kafka-source field"]);
+    let body = format!(
+        "[[source]]\nid = \"orders\"\ntype = \"nats\"\nurl = \"nats://h:4222\"\nstream = \"S\"\nenvelope = true\n{SINK}{}",
+        edge("orders", "out")
+    );
+    assert_problem(&body, "source[0] \"orders\".envelope", &["not allowed"]);
+    let graph = valid(&format!(
+        "{KAFKA_SRC}topic = \"orders\"\nenvelope = true\n{KAFKA_SINK}{}",
+        edge("orders", "totals")
+    ));
+    let VertexKind::Source(SourceSpec::Kafka(source)) = &graph.vertices[0].kind else {
+        panic!("{:?}", graph.vertices[0].kind)
+    };
+    assert!(source.envelope);
     // A NATS source has no `committed` start, a NATS sink no `none`.
     let body = format!(
         "[[source]]\nid = \"orders\"\ntype = \"nats\"\nurl = \"nats://h:4222\"\nstream = \"S\"\nstart = \"committed\"\n\

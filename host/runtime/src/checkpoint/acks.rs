@@ -104,7 +104,8 @@ pub enum Command {
         /// Why, for the JobManager's history.
         reason: String,
     },
-    /// Publish a sink's pre-committed output (phase two).
+    /// Publish a sink's pre-committed output (phase two), or a source's
+    /// committable.
     Commit(serde_json::Value),
 }
 
@@ -222,6 +223,27 @@ impl AckLedger {
         }
         self.finished.insert(subtask, part);
         commands
+    }
+
+    /// A source's [`crate::connectors::Source::committable`] taken with
+    /// `checkpoint` (or, for [`crate::taskmanager::FINISHED`], with its
+    /// last position): committed with the sinks' output once the first
+    /// checkpoint `>= checkpoint` (for a finished source: `>=` the newest
+    /// triggered) completes, or the job finishes. Not part of any
+    /// checkpoint: a restore does not commit it again.
+    pub fn source_taken(&mut self, checkpoint: u64, committable: serde_json::Value) {
+        if self.ended {
+            return;
+        }
+        let at = if checkpoint == crate::taskmanager::FINISHED {
+            self.last_trigger
+        } else {
+            checkpoint
+        };
+        self.pending_commits
+            .entry(at)
+            .or_default()
+            .push(committable);
     }
 
     /// The upload of `subtask`'s snapshot for `checkpoint` succeeded:
@@ -495,6 +517,29 @@ mod tests {
         assert_eq!(commits(&l.complete(1)), vec![txn("a-1")]);
         // Once.
         assert!(l.complete(1).is_empty());
+    }
+
+    #[test]
+    fn a_sources_offsets_are_committed_with_their_checkpoint_never_before_nor_after_a_stop() {
+        let mut l = AckLedger::default();
+        l.trigger(1);
+        l.source_taken(1, txn("offsets-1"));
+        take_and_upload(&mut l, 1, A, "a-1");
+        l.trigger(2);
+        l.source_taken(2, txn("offsets-2"));
+        assert_eq!(commits(&l.complete(1)), vec![txn("offsets-1"), txn("a-1")]);
+        // A finished source's last offsets wait for the newest checkpoint
+        // triggered (2), or a later one.
+        l.source_taken(crate::taskmanager::FINISHED, txn("offsets-end"));
+        assert_eq!(
+            commits(&l.complete(2)),
+            vec![txn("offsets-2"), txn("offsets-end")]
+        );
+        l.trigger(3);
+        l.source_taken(3, txn("offsets-3"));
+        l.stop();
+        l.source_taken(4, txn("offsets-4"));
+        assert!(commits(&l.complete(4)).is_empty());
     }
 
     #[test]

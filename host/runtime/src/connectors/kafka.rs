@@ -9,7 +9,10 @@
 //!   evenly and every subtask works out its own share without talking to
 //!   the others. Partitions are *assigned*, not subscribed through a
 //!   consumer group: the offsets in the checkpoint are the truth, as in
-//!   Flink's `KafkaSource`; `group_id` serves only `start = "committed"`.
+//!   Flink's `KafkaSource`. With a `group_id`, the offsets of each
+//!   completed checkpoint are also committed to that consumer group (for
+//!   monitoring and for `start = "committed"`), as Flink does
+//!   ([`commit_group_offsets`]); a failed commit is only logged.
 //!   The position is the next offset of each partition
 //!   (`{"kafka": [[topic, partition, offset], …]}`). Reads are
 //!   `read_committed`: another job's open or aborted transactions are never
@@ -65,9 +68,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{
     BaseProducer, BaseRecord, DeliveryResult, NoCustomPartitioner, Producer, ProducerContext,
 };
@@ -611,7 +614,24 @@ impl Source for KafkaSource {
                     let p = (m.topic().to_owned(), m.partition());
                     self.done.remove(&p);
                     let timestamp = m.timestamp().to_millis().unwrap_or_else(super::now_millis);
-                    batch.push(m.key(), m.payload().unwrap_or_default(), timestamp);
+                    if self.spec.envelope {
+                        let headers: Vec<(&str, Option<&[u8]>)> = m
+                            .headers()
+                            .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
+                            .unwrap_or_default();
+                        let value = envelope(&Envelope {
+                            topic: m.topic(),
+                            partition: m.partition(),
+                            offset: m.offset(),
+                            timestamp: m.timestamp().to_millis(),
+                            key: m.key(),
+                            value: m.payload(),
+                            headers: &headers,
+                        });
+                        batch.push(m.key(), &value, timestamp);
+                    } else {
+                        batch.push(m.key(), m.payload().unwrap_or_default(), timestamp);
+                    }
                     self.positions.insert(p, m.offset() + 1);
                     self.failing = None;
                     None
@@ -647,6 +667,20 @@ impl Source for KafkaSource {
             .map(|((t, p), o)| serde_json::json!([t, p, o]))
             .collect();
         serde_json::json!({ "kafka": at })
+    }
+
+    /// With a `group_id`: the offsets of [`Source::position`], to commit to
+    /// that consumer group once the checkpoint completes
+    /// ([`commit_group_offsets`]).
+    fn committable(&self) -> Option<serde_json::Value> {
+        let group = self.spec.group_id.as_ref()?;
+        let offsets = self.position()["kafka"].take();
+        Some(serde_json::json!({ "kafka_group_offsets": {
+            "who": self.who,
+            "servers": self.spec.bootstrap_servers,
+            "group": group,
+            "offsets": offsets,
+        }}))
     }
 
     fn seek(&mut self, position: &serde_json::Value) -> Result<(), ConnectorError> {
@@ -694,6 +728,55 @@ impl Source for KafkaSource {
     }
 }
 
+/// A message as an `envelope` source shows it.
+struct Envelope<'a> {
+    topic: &'a str,
+    partition: i32,
+    offset: i64,
+    /// Its timestamp (ms), if it has one.
+    timestamp: Option<i64>,
+    key: Option<&'a [u8]>,
+    /// Its payload; `None` for a tombstone.
+    value: Option<&'a [u8]>,
+    /// Its headers in order (names may repeat), each value `None` when null.
+    headers: &'a [(&'a str, Option<&'a [u8]>)],
+}
+
+/// The JSON object an `envelope = true` source makes a message's value:
+/// `{"topic", "partition", "offset", "timestamp", "key", "value",
+/// "headers": [[name, value], …]}`. Keys, values and header values are
+/// strings when they are UTF-8, `{"base64": "…"}` when not, and `null`
+/// when absent; headers keep their order and repeated names.
+fn envelope(m: &Envelope<'_>) -> Vec<u8> {
+    fn bytes(b: Option<&[u8]>) -> serde_json::Value {
+        use base64::Engine as _;
+        match b {
+            None => serde_json::Value::Null,
+            Some(b) => match std::str::from_utf8(b) {
+                Ok(s) => s.into(),
+                Err(_) => serde_json::json!({
+                    "base64": base64::engine::general_purpose::STANDARD.encode(b)
+                }),
+            },
+        }
+    }
+    let headers: Vec<serde_json::Value> = m
+        .headers
+        .iter()
+        .map(|(name, value)| serde_json::json!([name, bytes(*value)]))
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "topic": m.topic,
+        "partition": m.partition,
+        "offset": m.offset,
+        "timestamp": m.timestamp,
+        "key": bytes(m.key),
+        "value": bytes(m.value),
+        "headers": headers,
+    }))
+    .expect("a JSON value serializes")
+}
+
 /// Whether `position` is a Kafka source's.
 pub fn is_position(position: &serde_json::Value) -> bool {
     position.get("kafka").is_some()
@@ -726,6 +809,92 @@ pub fn merge_positions<'a>(
         .map(|((t, p), o)| serde_json::json!([t, p, o]))
         .collect();
     serde_json::json!({ "kafka": list })
+}
+
+// ---- consumer-group offsets ------------------------------------------------
+
+/// Whether `committable` is a source's offsets for its consumer group
+/// ([`Source::committable`]).
+pub fn is_group_offsets(committable: &serde_json::Value) -> bool {
+    committable.get("kafka_group_offsets").is_some()
+}
+
+/// The consumers that commit sources' offsets, by (brokers, group), with
+/// when each was last used: one connection per group, not one per
+/// checkpoint.
+type GroupCommitters = HashMap<(String, String), (Instant, Arc<BaseConsumer>)>;
+
+fn group_committers() -> &'static Mutex<GroupCommitters> {
+    static GROUPS: OnceLock<Mutex<GroupCommitters>> = OnceLock::new();
+    GROUPS.get_or_init(Default::default)
+}
+
+/// Commits a source's offsets to its consumer group (`group_id`), as
+/// Flink's `KafkaSource` does when a checkpoint completes: for monitoring
+/// (consumer lag) and for `start = "committed"` of another job. The
+/// checkpoint stays the truth, so a failure is logged, never fatal, and an
+/// unreadable committable is ignored. Callable from inside an async
+/// runtime.
+pub fn commit_group_offsets(committable: &serde_json::Value) {
+    let c = &committable["kafka_group_offsets"];
+    let (Some(who), Some(servers), Some(group), Some(offsets)) = (
+        c["who"].as_str(),
+        c["servers"].as_str(),
+        c["group"].as_str(),
+        c["offsets"].as_array(),
+    ) else {
+        tracing::warn!("ignoring unreadable Kafka group offsets: {committable}");
+        return;
+    };
+    let mut tpl = TopicPartitionList::new();
+    for e in offsets {
+        if let (Some(t), Some(p), Some(o)) = (e[0].as_str(), e[1].as_i64(), e[2].as_i64())
+            && let Ok(p) = i32::try_from(p)
+        {
+            let _ = tpl.add_partition_offset(t, p, Offset::Offset(o));
+        }
+    }
+    if tpl.count() == 0 {
+        return;
+    }
+    let result = off_runtime(|| {
+        let key = (servers.to_owned(), group.to_owned());
+        let consumer = {
+            let mut all = group_committers().lock().unwrap_or_else(|p| p.into_inner());
+            all.retain(|_, (used, _)| used.elapsed() < COMMITTER_IDLE);
+            match all.get_mut(&key) {
+                Some((used, consumer)) => {
+                    *used = Instant::now();
+                    consumer.clone()
+                }
+                None => {
+                    let consumer: BaseConsumer = client_config(servers)
+                        .set("group.id", group)
+                        .set("enable.auto.commit", "false")
+                        .create()
+                        .map_err(|e| e.to_string())?;
+                    let consumer = Arc::new(consumer);
+                    all.insert(key.clone(), (Instant::now(), consumer.clone()));
+                    consumer
+                }
+            }
+        };
+        let committed = consumer.commit(&tpl, CommitMode::Sync);
+        if committed.is_err() {
+            // The next commit starts from a new connection.
+            group_committers()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&key);
+        }
+        committed.map_err(|e| e.to_string())
+    });
+    if let Err(e) = result {
+        tracing::warn!(
+            "{who}: cannot commit its offsets to consumer group `{group}` at {servers}: {e} \
+             (the checkpoint keeps them; the group's offsets lag behind)"
+        );
+    }
 }
 
 // ---- the sink -------------------------------------------------------------
@@ -1333,6 +1502,48 @@ mod tests {
     }
 
     #[test]
+    fn an_envelope_keeps_every_part_of_a_message_and_bytes_that_are_not_text() {
+        let headers = [
+            ("trace", Some(&b"abc"[..])),
+            ("bin", Some(&[0xff, 0x00, 0x41][..])),
+            ("trace", None),
+        ];
+        let json = envelope(&Envelope {
+            topic: "orders",
+            partition: 3,
+            offset: 41,
+            timestamp: Some(1_700_000_000_123),
+            key: Some(b"k\"1"),
+            value: Some(b"{\"amount\": 5}"),
+            headers: &headers,
+        });
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "topic": "orders", "partition": 3, "offset": 41,
+                "timestamp": 1_700_000_000_123i64,
+                "key": "k\"1", "value": "{\"amount\": 5}",
+                "headers": [["trace", "abc"], ["bin", {"base64": "/wBB"}], ["trace", null]],
+            })
+        );
+        let tombstone = envelope(&Envelope {
+            topic: "t",
+            partition: 0,
+            offset: 0,
+            timestamp: None,
+            key: None,
+            value: None,
+            headers: &[],
+        });
+        let v: serde_json::Value = serde_json::from_slice(&tombstone).unwrap();
+        assert_eq!(v["key"], serde_json::Value::Null);
+        assert_eq!(v["value"], serde_json::Value::Null);
+        assert_eq!(v["timestamp"], serde_json::Value::Null);
+        assert_eq!(v["headers"], serde_json::json!([]));
+    }
+
+    #[test]
     fn unreachable_brokers_are_an_error_naming_the_vertex_and_address() {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -1346,6 +1557,7 @@ mod tests {
             start: KafkaStart::Earliest,
             bounded: true,
             partition_discovery_ms: 0,
+            envelope: false,
         };
         let err = KafkaSource::open("j", "orders", 0, 1, &spec)
             .unwrap_err()

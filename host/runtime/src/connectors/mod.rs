@@ -150,6 +150,14 @@ pub trait Source: Send {
         serde_json::Value::Null
     }
 
+    /// What to publish once the checkpoint taken at the current
+    /// [`Source::position`] completes, through [`commit`]: a Kafka
+    /// source's offsets, committed to its consumer group for monitoring
+    /// (the checkpoint's position stays the truth). `None` by default.
+    fn committable(&self) -> Option<serde_json::Value> {
+        None
+    }
+
     /// Resumes after `position` (an earlier [`Source::position`]).
     fn seek(&mut self, position: &serde_json::Value) -> Result<(), ConnectorError> {
         match position {
@@ -182,7 +190,8 @@ pub trait Sink: Send {
 }
 
 /// Two-phase commit, phase two: publishes what a sink's
-/// [`Sink::pre_commit`] returned, once its checkpoint completed. Idempotent:
+/// [`Sink::pre_commit`] (or a source's [`Source::committable`]) returned,
+/// once its checkpoint completed. Idempotent:
 /// committing twice (after a restore) is harmless. Every part must be
 /// where `roots` allow.
 pub fn commit(committable: &serde_json::Value, roots: &AllowedRoots) -> Result<(), ConnectorError> {
@@ -191,6 +200,10 @@ pub fn commit(committable: &serde_json::Value, roots: &AllowedRoots) -> Result<(
     }
     if kafka::is_committable(committable) {
         return kafka::commit(committable);
+    }
+    if kafka::is_group_offsets(committable) {
+        kafka::commit_group_offsets(committable);
+        return Ok(());
     }
     sink::commit_files(committable, roots)
 }

@@ -620,6 +620,10 @@ pub struct TakenSnapshot {
     pub timers: Vec<(usize, Timers)>,
     /// The head source's position.
     pub source: Option<serde_json::Value>,
+    /// What the head source publishes once this checkpoint completes
+    /// ([`crate::connectors::Source::committable`]); not part of the
+    /// checkpoint.
+    pub source_commit: Option<serde_json::Value>,
     /// The tail sink's pre-committed output.
     pub sink: Option<serde_json::Value>,
     /// From the first barrier of this checkpoint to the last (inputs only).
@@ -766,7 +770,7 @@ impl Subtask {
                     }
                     if requested > barrier {
                         barrier = requested;
-                        let position = Some(source.position());
+                        let position = Some((source.position(), source.committable()));
                         self.checkpoint(barrier, position, Duration::ZERO)?;
                     }
                     if draining {
@@ -822,7 +826,7 @@ impl Subtask {
                         None => {}
                     }
                 }
-                let position = source.position();
+                let position = (source.position(), source.committable());
                 return self.finish(Some(position));
             }
             Head::Finished { rx, channels } => {
@@ -894,11 +898,12 @@ impl Subtask {
     /// Takes the synchronous part of checkpoint `id`: flushes and snapshots
     /// every chained operator's state, records timers, the source position
     /// and the sink's pre-committed output, hands it to the TaskManager, and
-    /// forwards the barrier downstream.
+    /// forwards the barrier downstream. `source`: the head source's position
+    /// and its [`crate::connectors::Source::committable`].
     fn checkpoint(
         &mut self,
         id: u64,
-        source: Option<serde_json::Value>,
+        source: Option<(serde_json::Value, Option<serde_json::Value>)>,
         alignment: Duration,
     ) -> Result<(), TaskError> {
         let Some(c) = &self.checkpointing else {
@@ -938,6 +943,7 @@ impl Subtask {
             checkpoint: id,
         })?;
         if let Some(c) = &self.checkpointing {
+            let (source, source_commit) = source.unzip();
             let _ = c.taken.send(TakenSnapshot {
                 checkpoint: id,
                 task,
@@ -945,6 +951,7 @@ impl Subtask {
                 states,
                 timers,
                 source,
+                source_commit: source_commit.flatten(),
                 sink,
                 alignment,
             });
@@ -954,7 +961,11 @@ impl Subtask {
 
     /// End of input: final watermark, close every operator (its output goes
     /// down the rest of the chain), flush the sink, end every output channel.
-    fn finish(&mut self, source: Option<serde_json::Value>) -> Result<(), TaskError> {
+    /// `source` as for [`Self::checkpoint`].
+    fn finish(
+        &mut self,
+        source: Option<(serde_json::Value, Option<serde_json::Value>)>,
+    ) -> Result<(), TaskError> {
         self.watermark(i64::MAX)?;
         for i in 0..self.operators.len() {
             let emitted = self.operators[i].instance.close()?;
@@ -984,6 +995,7 @@ impl Subtask {
         self.flush_outputs()?;
         self.broadcast(|channel| Message::End { channel })?;
         if let Some(c) = &self.checkpointing {
+            let (source, source_commit) = source.unzip();
             let _ = c.taken.send(TakenSnapshot {
                 checkpoint: FINISHED,
                 task: c.task,
@@ -991,6 +1003,7 @@ impl Subtask {
                 states: Vec::new(),
                 timers: Vec::new(),
                 source,
+                source_commit: source_commit.flatten(),
                 sink,
                 alignment: Duration::ZERO,
             });
