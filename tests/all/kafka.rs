@@ -269,6 +269,35 @@ impl KafkaClient {
             .collect()
     }
 
+    /// Produces `(key, value, timestamp)` records to partition `partition`
+    /// of `topic`, in order, each acknowledged.
+    pub fn produce_to_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[(String, String, i64)],
+    ) {
+        let producer: BaseProducer = client(&self.servers)
+            .set("linger.ms", "5")
+            .create()
+            .expect("producer");
+        for (key, value, ts) in records {
+            let record = BaseRecord::to(topic)
+                .partition(partition)
+                .key(key.as_str())
+                .payload(value.as_str())
+                .timestamp(*ts);
+            producer
+                .send(record)
+                .map_err(|(e, _)| e)
+                .unwrap_or_else(|e| panic!("produce to {topic}/{partition}: {e}"));
+            producer.poll(Duration::ZERO);
+        }
+        producer
+            .flush(Duration::from_secs(60))
+            .expect("every record acknowledged");
+    }
+
     /// Produces one message to `topic` with `headers` (in order; a `None`
     /// value is a null header) and timestamp `timestamp`, acknowledged.
     pub fn produce_with_headers(
@@ -763,4 +792,115 @@ fn an_envelope_source_maps_headers_and_metadata_onto_the_record() {
     let mut sent_keys: Vec<Option<String>> = sent.iter().map(|(k, ..)| Some(k.clone())).collect();
     sent_keys.sort();
     assert_eq!(keys, sent_keys);
+}
+
+/// Per-partition watermarks: partition 0 holds event times a minute ahead
+/// of partition 1's, each partition in order, read by one subtask into a
+/// 1 s tumbling count with no allowed disorder and a watermark after every
+/// batch of 16. A watermark over the subtask's records would pass
+/// partition 1's windows as soon as a batch of partition 0 came, and its
+/// later records would be late; per partition it is the smaller of the
+/// two, so nothing is late and every window holds exactly its records.
+#[test]
+fn per_partition_watermarks_keep_a_lagging_partition_on_time() {
+    let broker = KafkaBroker::start();
+    let client = broker.client();
+    client.create_topic("in", 2);
+    const AHEAD: i64 = 60_000;
+    let records = |partition: i32, base: i64| -> Vec<(String, String, i64)> {
+        (0..2_000)
+            .map(|i| {
+                let ts = base + i * 7;
+                (format!("p{partition}"), format!("{{\"ts\":{ts}}}"), ts)
+            })
+            .collect()
+    };
+    let (ahead, behind) = (
+        records(0, 1_700_000_000_000 + AHEAD),
+        records(1, 1_700_000_000_000),
+    );
+    client.produce_to_partition("in", 0, &ahead);
+    client.produce_to_partition("in", 1, &behind);
+    let dir = tempfile::tempdir().unwrap();
+    let (windows, late) = (
+        dir.path().join("windows.jsonl"),
+        dir.path().join("late.jsonl"),
+    );
+    let spec = format!(
+        r#"
+[job]
+name = "per-partition"
+batch_size = 16
+watermark_interval_ms = 0
+
+[[source]]
+id = "events"
+type = "kafka"
+bootstrap_servers = {servers}
+topic = "in"
+bounded = true
+watermark = {{ max_out_of_orderness_ms = 0 }}
+
+[[operator]]
+id = "w"
+window = {{ type = "tumbling", size_ms = 1000 }}
+aggregate = "count"
+key_by = "key"
+
+[[sink]]
+id = "windows"
+type = "file"
+path = {windows}
+
+[[sink]]
+id = "late"
+type = "file"
+path = {late}
+
+[[edge]]
+from = "events"
+to = "w"
+
+[[edge]]
+from = "w"
+to = "windows"
+
+[[edge]]
+from = "w:late"
+to = "late"
+"#,
+        servers = toml_str(&broker.servers()),
+        windows = crate::util::toml_path(&windows),
+        late = crate::util::toml_path(&late),
+    );
+    let path = dir.path().join("job.toml");
+    std::fs::write(&path, spec).unwrap();
+    let out = run_weir(&dir.path().join("cache"), &["run", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let late = crate::util::read_sink(&late);
+    assert!(
+        late.is_empty(),
+        "{} records late, e.g. {:?}",
+        late.len(),
+        late.first()
+    );
+    let mut expected: std::collections::BTreeMap<(String, i64), u64> = Default::default();
+    for (key, _, ts) in ahead.iter().chain(&behind) {
+        *expected
+            .entry((key.clone(), ts.div_euclid(1000) * 1000))
+            .or_default() += 1;
+    }
+    let mut got: std::collections::BTreeMap<(String, i64), u64> = Default::default();
+    for line in crate::util::read_sink(&windows) {
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let window = (
+            v["key"].as_str().unwrap().to_owned(),
+            v["start"].as_i64().unwrap(),
+        );
+        assert!(
+            got.insert(window, v["count"].as_u64().unwrap()).is_none(),
+            "fired twice: {line}"
+        );
+    }
+    assert_eq!(got, expected);
 }

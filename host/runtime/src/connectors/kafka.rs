@@ -338,6 +338,9 @@ pub struct KafkaSource {
     discovered: Instant,
     /// Since when every poll has failed, if it has.
     failing: Option<(Instant, String)>,
+    /// Per-split watermarks: every partition read (not at its end), by
+    /// [`split_id`], with its largest timestamp in the last batch.
+    split_timestamps: Vec<(u64, Option<i64>)>,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -385,6 +388,7 @@ impl KafkaSource {
             assigned: false,
             discovered: Instant::now(),
             failing: None,
+            split_timestamps: Vec::new(),
         };
         let mine = source.my_partitions(CONNECT_TIMEOUT)?;
         let starts = source.starts(&mine, source.spec.start)?;
@@ -601,6 +605,7 @@ impl Source for KafkaSource {
         }
         self.discover()?;
         let mut batch = Batch::with_capacity(max, max * 64);
+        let mut maxima: HashMap<Partition, i64> = HashMap::new();
         let mut wait = POLL;
         let mut failure = None;
         while batch.len() < max {
@@ -632,6 +637,8 @@ impl Source for KafkaSource {
                     } else {
                         batch.push(m.key(), m.payload().unwrap_or_default(), timestamp);
                     }
+                    let most = maxima.entry(p.clone()).or_insert(timestamp);
+                    *most = (*most).max(timestamp);
                     self.positions.insert(p, m.offset() + 1);
                     self.failing = None;
                     None
@@ -654,6 +661,12 @@ impl Source for KafkaSource {
             Some(why) if batch.is_empty() => self.failed_poll(why)?,
             _ => {}
         }
+        self.split_timestamps = self
+            .positions
+            .keys()
+            .filter(|p| !self.done.contains(*p))
+            .map(|p| (split_id(p), maxima.get(p).copied()))
+            .collect();
         if batch.is_empty() && self.all_done() {
             return Ok(None);
         }
@@ -672,6 +685,10 @@ impl Source for KafkaSource {
     /// With a `group_id`: the offsets of [`Source::position`], to commit to
     /// that consumer group once the checkpoint completes
     /// ([`commit_group_offsets`]).
+    fn split_timestamps(&self) -> Option<&[(u64, Option<i64>)]> {
+        Some(&self.split_timestamps)
+    }
+
     fn committable(&self) -> Option<serde_json::Value> {
         let group = self.spec.group_id.as_ref()?;
         let offsets = self.position()["kafka"].take();
@@ -775,6 +792,11 @@ fn envelope(m: &Envelope<'_>) -> Vec<u8> {
         "headers": headers,
     }))
     .expect("a JSON value serializes")
+}
+
+/// A partition's id among a source's splits (per-split watermarks).
+fn split_id((topic, partition): &Partition) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(topic.as_bytes()).wrapping_add(*partition as u64)
 }
 
 /// Whether `position` is a Kafka source's.

@@ -150,6 +150,15 @@ pub trait Source: Send {
         serde_json::Value::Null
     }
 
+    /// For per-split watermarks, after each batch: every split the source
+    /// reads now (a Kafka source: its partitions not at their end), each
+    /// with the largest timestamp of its records in that batch (`None`:
+    /// none). `None` (the default): the source has no splits, and its
+    /// watermark follows all its records.
+    fn split_timestamps(&self) -> Option<&[(u64, Option<i64>)]> {
+        None
+    }
+
     /// What to publish once the checkpoint taken at the current
     /// [`Source::position`] completes, through [`commit`]: a Kafka
     /// source's offsets, committed to its consumer group for monitoring

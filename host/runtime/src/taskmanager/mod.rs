@@ -795,6 +795,9 @@ impl Subtask {
                             idle: false,
                         })?;
                     }
+                    if let Some(splits) = source.split_timestamps() {
+                        generator.on_splits(splits, now);
+                    }
                     if !batch.is_empty() {
                         self.metrics.vertices[vertex]
                             .records_out

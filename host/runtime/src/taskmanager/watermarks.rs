@@ -19,7 +19,20 @@
 //!   idle (it says so once), and active again with its next record.
 //! - After [`WatermarkGenerator::finish`] (drain or end of input) it emits
 //!   nothing more: the final `i64::MAX` was sent.
+//! - **Per-split watermarks** (Flink's per-partition watermarks of its
+//!   `KafkaSource`): a source that reads several splits (a Kafka source's
+//!   partitions) reports them after every batch
+//!   ([`WatermarkGenerator::on_splits`]). Each split then has its own
+//!   watermark by the rule above, and the subtask's is the smallest of
+//!   its splits that are not idle: a partition that lags behind the others
+//!   holds the watermark back instead of seeing its records turn late. A
+//!   split with no record yet holds it at the start until it has one or
+//!   turns idle (with `idle_timeout`: no record from it for that long). A
+//!   split the source no longer reports (a bounded partition at its end)
+//!   holds nothing back. With no split reported, or none active, the
+//!   subtask's largest timestamp rules, as without splits.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::job::WatermarkStrategy;
@@ -47,6 +60,19 @@ pub struct WatermarkGenerator {
     /// When the last record was read (or the generator made).
     last_data: Instant,
     idle: bool,
+    /// Per-split event time, by split id, for sources that report splits.
+    splits: BTreeMap<u64, Split>,
+}
+
+/// One split's event time (see the module docs).
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    /// Largest timestamp read from it.
+    max_ts: Option<i64>,
+    /// When it last had a record (or was first reported).
+    last_data: Instant,
+    /// No record from it for `idle_timeout` (as of the last poll).
+    idle: bool,
 }
 
 impl WatermarkGenerator {
@@ -62,6 +88,32 @@ impl WatermarkGenerator {
             emitted_at: None,
             last_data: now,
             idle: false,
+            splits: BTreeMap::new(),
+        }
+    }
+
+    /// After a batch ([`Self::on_batch`] first), a source with splits
+    /// reports every split it reads now, each with the largest timestamp
+    /// of its records in that batch (`None`: none). Splits not reported
+    /// any more are forgotten.
+    pub fn on_splits(&mut self, splits: &[(u64, Option<i64>)], now: Instant) {
+        if self.splits.len() != splits.len()
+            || splits.iter().any(|(id, _)| !self.splits.contains_key(id))
+        {
+            self.splits
+                .retain(|id, _| splits.iter().any(|(other, _)| other == id));
+        }
+        for &(id, max_ts) in splits {
+            let split = self.splits.entry(id).or_insert(Split {
+                max_ts: None,
+                last_data: now,
+                idle: false,
+            });
+            if let Some(ts) = max_ts {
+                split.max_ts = Some(split.max_ts.map_or(ts, |m| m.max(ts)));
+                split.last_data = now;
+                split.idle = false;
+            }
         }
     }
 
@@ -94,6 +146,11 @@ impl WatermarkGenerator {
         if self.idle {
             return None;
         }
+        if let Some(timeout) = self.idle_timeout {
+            for split in self.splits.values_mut() {
+                split.idle = now.saturating_duration_since(split.last_data) >= timeout;
+            }
+        }
         let watermark = self.current();
         let due = self
             .emitted_at
@@ -106,9 +163,19 @@ impl WatermarkGenerator {
         None
     }
 
-    /// The watermark the records read so far allow (emitted or not).
+    /// The watermark the records read so far allow (emitted or not): the
+    /// smallest of the active splits', or the subtask's own without any.
     pub fn current(&self) -> i64 {
-        match self.max_ts {
+        self.splits
+            .values()
+            .filter(|s| !s.idle)
+            .map(|s| self.watermark_of(s.max_ts))
+            .min()
+            .unwrap_or_else(|| self.watermark_of(self.max_ts))
+    }
+
+    fn watermark_of(&self, max_ts: Option<i64>) -> i64 {
+        match max_ts {
             None => i64::MIN,
             Some(ts) => ts
                 .saturating_sub(self.out_of_orderness)
@@ -178,6 +245,63 @@ mod tests {
         assert!(g.on_batch(1, Some(30), t0 + ms(501)), "active again first");
         assert_eq!(g.poll(t0 + ms(501)), Some(WatermarkAction::Watermark(29)));
         assert!(!g.on_batch(1, Some(31), t0 + ms(502)));
+    }
+
+    #[test]
+    fn with_splits_the_slowest_active_split_holds_the_watermark() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut g = WatermarkGenerator::new(strategy(10, Some(100)), Duration::ZERO, t0);
+        // Partition 1 has no record yet: it holds the watermark back.
+        g.on_batch(2, Some(5_000), t0);
+        g.on_splits(&[(0, Some(5_000)), (1, None)], t0);
+        assert_eq!(g.poll(t0), None, "split 1 holds it at the start");
+        // Split 1 lags far behind split 0: the watermark follows split 1,
+        // so its records are not late.
+        g.on_batch(1, Some(1_000), t0 + ms(10));
+        g.on_splits(&[(0, None), (1, Some(1_000))], t0 + ms(10));
+        assert_eq!(g.poll(t0 + ms(10)), Some(WatermarkAction::Watermark(989)));
+        g.on_batch(1, Some(2_000), t0 + ms(20));
+        g.on_splits(&[(0, None), (1, Some(2_000))], t0 + ms(20));
+        assert_eq!(g.poll(t0 + ms(20)), Some(WatermarkAction::Watermark(1_989)));
+        // Split 0 goes quiet for the idle timeout: no longer counted, and
+        // since split 1 still reads, the subtask is not idle. Split 0's
+        // timestamps were ahead, so the watermark does not move.
+        g.on_batch(1, Some(2_500), t0 + ms(110));
+        g.on_splits(&[(0, None), (1, Some(2_500))], t0 + ms(110));
+        assert_eq!(
+            g.poll(t0 + ms(110)),
+            Some(WatermarkAction::Watermark(2_489))
+        );
+        // Split 1 ends (not reported any more): split 0, active again,
+        // rules alone.
+        g.on_batch(1, Some(6_000), t0 + ms(120));
+        g.on_splits(&[(0, Some(6_000))], t0 + ms(120));
+        assert_eq!(
+            g.poll(t0 + ms(120)),
+            Some(WatermarkAction::Watermark(5_989))
+        );
+        // A split added later starts at the beginning and holds it again;
+        // the watermark never goes back.
+        g.on_batch(0, None, t0 + ms(130));
+        g.on_splits(&[(0, None), (7, None)], t0 + ms(130));
+        assert_eq!(g.current(), i64::MIN);
+        assert_eq!(g.poll(t0 + ms(130)), None);
+    }
+
+    #[test]
+    fn with_every_split_idle_the_subtask_idles_as_without_splits() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut g = WatermarkGenerator::new(strategy(0, Some(50)), Duration::ZERO, t0);
+        g.on_batch(1, Some(10), t0);
+        g.on_splits(&[(0, Some(10)), (1, None)], t0);
+        assert_eq!(g.poll(t0), None, "split 1 holds it");
+        assert_eq!(g.poll(t0 + ms(50)), Some(WatermarkAction::Idle));
+        assert!(g.on_batch(1, Some(20), t0 + ms(60)), "active again first");
+        g.on_splits(&[(0, Some(20)), (1, None)], t0 + ms(60));
+        // Split 1 is still idle: split 0 alone counts.
+        assert_eq!(g.poll(t0 + ms(60)), Some(WatermarkAction::Watermark(19)));
     }
 
     #[test]
