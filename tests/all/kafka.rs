@@ -904,3 +904,46 @@ to = "late"
     }
     assert_eq!(got, expected);
 }
+
+/// `topic_pattern`: a bounded source at parallelism 2 reads every topic
+/// whose whole name matches (`orders-eu`, `orders-us`), and nothing of a
+/// topic that merely contains the pattern (`old-orders-eu`) or does not
+/// match (`refunds`).
+#[test]
+fn a_topic_pattern_reads_every_matching_topic_and_no_other() {
+    let broker = KafkaBroker::start();
+    let client = broker.client();
+    let topics = [
+        ("orders-eu", 3),
+        ("orders-us", 2),
+        ("old-orders-eu", 1),
+        ("refunds", 1),
+    ];
+    for (topic, partitions) in topics {
+        client.create_topic(topic, partitions);
+    }
+    client.create_topic("out", 2);
+    let mut expected = Vec::new();
+    for (topic, _) in topics {
+        let records: Vec<(String, String)> = (0..300)
+            .map(|i| (format!("k{}", i % 7), format!("{topic} {i}")))
+            .collect();
+        client.produce(topic, &records);
+        if topic.starts_with("orders-") {
+            expected.extend(records.into_iter().map(|(_, v)| v));
+        }
+    }
+    let spec = kafka_job(&broker.servers(), "bounded = true\nparallelism = 2", "")
+        .replace("topic = \"in\"\n", "topic_pattern = \"orders-.*\"\n");
+    assert!(spec.contains("topic_pattern"), "{spec}");
+    let out = run_job(&spec);
+    assert!(out.status.success(), "{}", describe(&out));
+    let mut got: Vec<String> = client
+        .read_all("out", "read_committed", expected.len())
+        .into_iter()
+        .map(|r| r.value)
+        .collect();
+    got.sort();
+    expected.sort();
+    assert_eq!(got, expected);
+}

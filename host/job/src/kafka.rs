@@ -65,8 +65,15 @@ pub enum KafkaPartitioning {
 pub struct KafkaSourceSpec {
     /// `bootstrap_servers`: `host:port[,host:port…]`.
     pub bootstrap_servers: String,
-    /// `topics` (or `topic`): the topics read, every partition of each.
+    /// `topics` (or `topic`): the topics read, every partition of each;
+    /// empty with a `topic_pattern`.
     pub topics: Vec<String>,
+    /// `topic_pattern`: instead of `topics`, every topic whose whole name
+    /// matches this regular expression (Flink's `setTopicPattern`); an
+    /// unbounded source also finds topics created later. Valid: checked
+    /// when the spec is built ([`topic_pattern`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_pattern: Option<String>,
     /// `group_id`: the consumer group whose committed offsets `start =
     /// "committed"` begins from, and to which the offsets of each completed
     /// checkpoint are committed. Positions live in checkpoints either way.
@@ -100,6 +107,26 @@ pub struct KafkaSinkSpec {
     /// `transaction_timeout_ms`: the broker aborts a transaction of this
     /// sink left open longer than this.
     pub transaction_timeout_ms: u64,
+}
+
+/// The longest `topic_pattern` accepted, in bytes.
+pub const MAX_TOPIC_PATTERN_BYTES: usize = 1024;
+
+/// `topic_pattern` compiled to match whole topic names, within a bounded
+/// size (a pattern comes from a job spec: untrusted), or why it is not a
+/// pattern. Internal topics (`__consumer_offsets`, …) are never matched
+/// by the caller, whatever the pattern.
+pub fn topic_pattern(pattern: &str) -> Result<regex::Regex, String> {
+    if pattern.len() > MAX_TOPIC_PATTERN_BYTES {
+        return Err(format!(
+            "is {} bytes, expected at most {MAX_TOPIC_PATTERN_BYTES}",
+            pattern.len()
+        ));
+    }
+    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| format!("is not a regular expression: {e}"))
 }
 
 /// Default of `partition_discovery_ms`.

@@ -214,6 +214,7 @@ pub(super) struct SourceTable {
     pub bootstrap_servers: Option<String>,
     pub topics: Option<Vec<String>>,
     pub topic: Option<String>,
+    pub topic_pattern: Option<String>,
     pub group_id: Option<String>,
     pub start_timestamp_ms: Option<i64>,
     pub bounded: Option<bool>,

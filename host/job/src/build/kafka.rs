@@ -22,7 +22,7 @@ const MAX_PARTITION_DISCOVERY_MS: u64 = 24 * 60 * 60 * 1000;
 impl Builder {
     /// The spec of Kafka source `t`.
     pub(super) fn kafka_source(&mut self, label: &str, t: &SourceTable) -> KafkaSourceSpec {
-        let what = "for type = \"kafka\" (its fields: bootstrap_servers, topics or topic, \
+        let what = "for type = \"kafka\" (its fields: bootstrap_servers, topics or topic or topic_pattern, \
                     group_id, start, start_timestamp_ms, bounded, partition_discovery_ms, envelope)";
         for (field, set) in [
             ("path", t.path.is_some()),
@@ -56,7 +56,28 @@ impl Builder {
             }
         }
         let bootstrap_servers = self.bootstrap_servers(label, &t.bootstrap_servers);
+        let topic_pattern = match (&t.topic_pattern, &t.topics, &t.topic) {
+            (None, ..) => None,
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+                self.problem(
+                    format!("{label}.topic_pattern"),
+                    "set either topic_pattern or topics (or topic), not both",
+                );
+                None
+            }
+            (Some(pattern), None, None) => match crate::kafka::topic_pattern(pattern) {
+                Ok(_) => Some(pattern.clone()),
+                Err(why) => {
+                    self.problem(
+                        format!("{label}.topic_pattern"),
+                        format!("{pattern:?} {why}"),
+                    );
+                    None
+                }
+            },
+        };
         let topics = match (&t.topics, &t.topic) {
+            _ if t.topic_pattern.is_some() => Vec::new(),
             (Some(_), Some(_)) => {
                 self.problem(
                     format!("{label}.topic"),
@@ -76,7 +97,7 @@ impl Builder {
             (None, None) => {
                 self.problem(
                     format!("{label}.topics"),
-                    "missing; expected the topics to read, like topics = [\"orders\"] (or topic = \"orders\")",
+                    "missing; expected the topics to read, like topics = [\"orders\"] (or topic = \"orders\", or topic_pattern = \"orders-.*\")",
                 );
                 Vec::new()
             }
@@ -160,6 +181,7 @@ impl Builder {
         KafkaSourceSpec {
             bootstrap_servers,
             topics,
+            topic_pattern,
             group_id: t.group_id.clone(),
             start,
             bounded,
@@ -213,6 +235,7 @@ impl Builder {
         self.not_for(label, "bootstrap_servers", &t.bootstrap_servers, what);
         self.not_for(label, "topics", &t.topics, what);
         self.not_for(label, "topic", &t.topic, what);
+        self.not_for(label, "topic_pattern", &t.topic_pattern, what);
         self.not_for(label, "group_id", &t.group_id, what);
         self.not_for(label, "start_timestamp_ms", &t.start_timestamp_ms, what);
         self.not_for(label, "bounded", &t.bounded, what);

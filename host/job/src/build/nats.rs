@@ -36,6 +36,7 @@ impl Builder {
             ("bounded", t.bounded.is_some()),
             ("partition_discovery_ms", t.partition_discovery_ms.is_some()),
             ("envelope", t.envelope.is_some()),
+            ("topic_pattern", t.topic_pattern.is_some()),
         ] {
             if set {
                 self.problem(

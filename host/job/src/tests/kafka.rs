@@ -158,6 +158,41 @@ fn kafka_fields_are_refused_on_other_types_and_nats_choices_stay_nats() {
         panic!("{:?}", graph.vertices[0].kind)
     };
     assert!(source.envelope);
+    // A topic pattern, instead of topics; valid and bounded in size.
+    let graph = valid(&format!(
+        "{KAFKA_SRC}topic_pattern = \"orders-(eu|us)\"\n{KAFKA_SINK}{}",
+        edge("orders", "totals")
+    ));
+    let VertexKind::Source(SourceSpec::Kafka(source)) = &graph.vertices[0].kind else {
+        panic!("{:?}", graph.vertices[0].kind)
+    };
+    assert_eq!(source.topic_pattern.as_deref(), Some("orders-(eu|us)"));
+    assert!(source.topics.is_empty());
+    for (fields, needles) in [
+        (
+            "topic_pattern = \"orders-(\"",
+            &["not a regular expression"][..],
+        ),
+        ("topic_pattern = \"o.*\"\ntopic = \"x\"", &["not both"][..]),
+    ] {
+        let body = format!(
+            "{KAFKA_SRC}{fields}\n{KAFKA_SINK}{}",
+            edge("orders", "totals")
+        );
+        assert_problem(&body, "source[0] \"orders\".topic_pattern", needles);
+    }
+    let long = "a".repeat(crate::kafka::MAX_TOPIC_PATTERN_BYTES + 1);
+    let body = format!(
+        "{KAFKA_SRC}topic_pattern = \"{long}\"\n{KAFKA_SINK}{}",
+        edge("orders", "totals")
+    );
+    assert_problem(&body, "source[0] \"orders\".topic_pattern", &["at most"]);
+    let body = format!("{SRC}topic_pattern = \"x\"\n{SINK}{}", edge("src", "out"));
+    assert_problem(
+        &body,
+        "source[0] \"src\".topic_pattern",
+        &["Kafka-source field"],
+    );
     // A NATS source has no `committed` start, a NATS sink no `none`.
     let body = format!(
         "[[source]]\nid = \"orders\"\ntype = \"nats\"\nurl = \"nats://h:4222\"\nstream = \"S\"\nstart = \"committed\"\n\

@@ -143,12 +143,9 @@ fn partitions_of<C: ClientContext>(
     topic: &str,
     timeout: Duration,
 ) -> Result<Vec<i32>, ConnectorError> {
-    let metadata = client.fetch_metadata(Some(topic), timeout).map_err(|e| {
-        kafka_error(format!(
-            "{who}: cannot reach the Kafka brokers at {servers} within {} s: {e}",
-            timeout.as_secs()
-        ))
-    })?;
+    let metadata = client
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| unreachable(who, servers, timeout, e))?;
     let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
         return Err(missing_topic(who, servers, topic));
     };
@@ -172,6 +169,19 @@ fn partitions_of<C: ClientContext>(
     }
     partitions.sort_unstable();
     Ok(partitions)
+}
+
+fn unreachable(who: &str, servers: &str, timeout: Duration, e: KafkaError) -> ConnectorError {
+    kafka_error(format!(
+        "{who}: cannot reach the Kafka brokers at {servers} within {} s: {e}",
+        timeout.as_secs()
+    ))
+}
+
+/// Whether a `topic_pattern` source reads `topic`: its whole name matches,
+/// and it is not one of the brokers' internal topics (`__…`).
+fn matches_pattern(pattern: &regex::Regex, topic: &str) -> bool {
+    !topic.starts_with("__") && pattern.is_match(topic)
 }
 
 fn missing_topic(who: &str, servers: &str, topic: &str) -> ConnectorError {
@@ -231,6 +241,15 @@ pub fn check(connectors: &[(String, KafkaConnector<'_>)]) -> Vec<String> {
                 continue;
             };
             let mut unreachable = false;
+            if let KafkaConnector::Source(s) = connector
+                && s.topic_pattern.is_some()
+                && let Err(e) = client.fetch_metadata(None, CONNECT_TIMEOUT)
+            {
+                // A pattern names no topic that must exist: the brokers
+                // must answer.
+                problems.push(self::unreachable(&who, servers, CONNECT_TIMEOUT, e).to_string());
+                unreachable = true;
+            }
             for topic in &topics {
                 if let Err(e) =
                     partitions_of(&who, servers, client.client(), topic, CONNECT_TIMEOUT)
@@ -338,6 +357,8 @@ pub struct KafkaSource {
     discovered: Instant,
     /// Since when every poll has failed, if it has.
     failing: Option<(Instant, String)>,
+    /// `topic_pattern`, compiled.
+    pattern: Option<regex::Regex>,
     /// Per-split watermarks: every partition read (not at its end), by
     /// [`split_id`], with its largest timestamp in the last batch.
     split_timestamps: Vec<(u64, Option<i64>)>,
@@ -377,6 +398,13 @@ impl KafkaSource {
             .set("auto.offset.reset", "earliest")
             .create()
             .map_err(|e| kafka_error(format!("{who}: cannot create a Kafka consumer: {e}")))?;
+        let pattern = match &spec.topic_pattern {
+            Some(p) => Some(
+                crate::job::kafka::topic_pattern(p)
+                    .map_err(|why| kafka_error(format!("{who}: topic_pattern {p:?} {why}")))?,
+            ),
+            None => None,
+        };
         let mut source = KafkaSource {
             who,
             spec: spec.clone(),
@@ -388,6 +416,7 @@ impl KafkaSource {
             assigned: false,
             discovered: Instant::now(),
             failing: None,
+            pattern,
             split_timestamps: Vec::new(),
         };
         let mine = source.my_partitions(CONNECT_TIMEOUT)?;
@@ -398,8 +427,46 @@ impl KafkaSource {
 
     /// Every partition of the source's topics that is this subtask's.
     fn my_partitions(&self, timeout: Duration) -> Result<Vec<Partition>, ConnectorError> {
+        let Some(pattern) = &self.pattern else {
+            return self.partitions_of_topics(&self.spec.topics, timeout);
+        };
+        let metadata = self
+            .consumer
+            .fetch_metadata(None, timeout)
+            .map_err(|e| unreachable(&self.who, &self.spec.bootstrap_servers, timeout, e))?;
         let mut mine = Vec::new();
-        for topic in &self.spec.topics {
+        for t in metadata.topics() {
+            if t.error().is_some() || !matches_pattern(pattern, t.name()) {
+                continue;
+            }
+            mine.extend(
+                t.partitions()
+                    .iter()
+                    .map(|p| p.id())
+                    .filter(|&p| owner(t.name(), p, self.parallelism) == self.subtask)
+                    .map(|p| (t.name().to_owned(), p)),
+            );
+        }
+        mine.sort();
+        Ok(mine)
+    }
+
+    /// Whether the source reads `topic`.
+    fn reads(&self, topic: &str) -> bool {
+        match &self.pattern {
+            Some(pattern) => matches_pattern(pattern, topic),
+            None => self.spec.topics.iter().any(|t| t == topic),
+        }
+    }
+
+    /// This subtask's partitions of `topics`, each of which must exist.
+    fn partitions_of_topics(
+        &self,
+        topics: &[String],
+        timeout: Duration,
+    ) -> Result<Vec<Partition>, ConnectorError> {
+        let mut mine = Vec::new();
+        for topic in topics {
             let partitions = partitions_of(
                 &self.who,
                 &self.spec.bootstrap_servers,
@@ -732,9 +799,8 @@ impl Source for KafkaSource {
         // Only this subtask's partitions: after a rescale the position is
         // every old subtask's, merged ([`merge_positions`]). A topic the
         // job no longer names is dropped.
-        let mine = |p: &Partition| {
-            self.spec.topics.contains(&p.0) && owner(&p.0, p.1, self.parallelism) == self.subtask
-        };
+        let mine =
+            |p: &Partition| self.reads(&p.0) && owner(&p.0, p.1, self.parallelism) == self.subtask;
         let at: Vec<(Partition, i64)> = at.into_iter().filter(|(p, _)| mine(p)).collect();
         for (p, o) in at {
             self.positions.insert(p, o);
@@ -1580,6 +1646,7 @@ mod tests {
             bounded: true,
             partition_discovery_ms: 0,
             envelope: false,
+            topic_pattern: None,
         };
         let err = KafkaSource::open("j", "orders", 0, 1, &spec)
             .unwrap_err()
