@@ -1,5 +1,6 @@
 //! Kafka → keyed count → file and Kafka on a cluster, through TaskManager
-//! kills, a broker outage and a rescaling savepoint.
+//! kills, a broker outage and a rescaling savepoint; a topic pattern that
+//! finds a topic created while the job runs.
 //!
 //! The input is produced into an 8-partition topic by the test (key and
 //! value `w<i % K>`), read by a Kafka source at parallelism 2 (four
@@ -284,6 +285,58 @@ fn kafka_source_to_count_is_exactly_once_across_a_broker_outage() {
     let total = 6_000;
     client.produce("words", &words(first, total));
     assert_outputs(&cluster, &id, &out, &client, total);
+}
+
+/// An unbounded source with a `topic_pattern` finds a matching topic
+/// created while the job runs (partition discovery every 200 ms) and
+/// copies its records too, each once, from its beginning.
+#[test]
+fn a_running_kafka_source_discovers_a_matching_topic_created_later() {
+    let broker = KafkaBroker::start();
+    let client = broker.client();
+    client.create_topic("orders-a", 2);
+    client.create_topic("out", 1);
+    let values = |topic: &str, n: usize| -> Vec<(String, String)> {
+        (0..n)
+            .map(|i| (format!("k{}", i % 5), format!("{topic} {i}")))
+            .collect()
+    };
+    let first = values("orders-a", 200);
+    client.produce("orders-a", &first);
+    let cluster = Cluster::start(1, 2, &[]);
+    let spec = cluster.dir.path().join("job.toml");
+    std::fs::write(
+        &spec,
+        crate::kafka::kafka_job(
+            &broker.servers(),
+            "parallelism = 2\npartition_discovery_ms = 200",
+            "",
+        )
+        .replace("topic = \"in\"\n", "topic_pattern = \"orders-.*\"\n"),
+    )
+    .unwrap();
+    let id = cluster.submit(&spec);
+    let sorted = |got: Vec<crate::kafka::Received>| {
+        let mut v: Vec<String> = got.into_iter().map(|r| r.value).collect();
+        v.sort();
+        v
+    };
+    let mut expected: Vec<String> = first.iter().map(|(_, v)| v.clone()).collect();
+    expected.sort();
+    let got = sorted(client.read_until("out", "read_committed", |got| got.len() >= expected.len()));
+    assert_eq!(got, expected, "before the new topic");
+
+    client.create_topic("orders-b", 3);
+    let second = values("orders-b", 300);
+    client.produce("orders-b", &second);
+    expected.extend(second.into_iter().map(|(_, v)| v));
+    expected.sort();
+    let got = sorted(client.read_until("out", "read_committed", |got| got.len() >= expected.len()));
+    assert_eq!(got, expected, "the new topic's records, each once");
+    let (_, job) = cluster.get(&format!("/v1/jobs/{id}"));
+    assert_eq!(job["state"], "running", "{job}");
+    let cancel = cluster.weir(&["cancel", &id]);
+    assert!(cancel.status.success(), "{}", describe(&cancel));
 }
 
 /// Brokers nobody listens on: `weir submit` refuses the job at once,
