@@ -704,8 +704,12 @@ impl Source for KafkaSource {
                     } else {
                         batch.push(m.key(), m.payload().unwrap_or_default(), timestamp);
                     }
-                    let most = maxima.entry(p.clone()).or_insert(timestamp);
-                    *most = (*most).max(timestamp);
+                    match maxima.get_mut(&p) {
+                        Some(most) => *most = (*most).max(timestamp),
+                        None => {
+                            maxima.insert(p.clone(), timestamp);
+                        }
+                    }
                     self.positions.insert(p, m.offset() + 1);
                     self.failing = None;
                     None
@@ -749,13 +753,15 @@ impl Source for KafkaSource {
         serde_json::json!({ "kafka": at })
     }
 
-    /// With a `group_id`: the offsets of [`Source::position`], to commit to
-    /// that consumer group once the checkpoint completes
-    /// ([`commit_group_offsets`]).
+    /// Every partition read (not at its end), for per-partition
+    /// watermarks.
     fn split_timestamps(&self) -> Option<&[(u64, Option<i64>)]> {
         Some(&self.split_timestamps)
     }
 
+    /// With a `group_id`: the offsets of [`Source::position`], to commit to
+    /// that consumer group once the checkpoint completes
+    /// ([`commit_group_offsets`]).
     fn committable(&self) -> Option<serde_json::Value> {
         let group = self.spec.group_id.as_ref()?;
         let offsets = self.position()["kafka"].take();
