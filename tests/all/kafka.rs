@@ -161,6 +161,18 @@ pub struct Received {
     pub value: String,
 }
 
+/// One message [`KafkaClient::produce_messages`] sends.
+pub struct Outgoing<'a> {
+    /// Its partition; `None`: the key's (the producer's partitioner).
+    pub partition: Option<i32>,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    /// Its timestamp, ms.
+    pub timestamp: i64,
+    /// Its headers in order; a `None` value is a null header.
+    pub headers: &'a [(&'a str, Option<&'a [u8]>)],
+}
+
 /// A blocking client for tests.
 pub struct KafkaClient {
     servers: String,
@@ -269,67 +281,39 @@ impl KafkaClient {
             .collect()
     }
 
-    /// Produces `(key, value, timestamp)` records to partition `partition`
-    /// of `topic`, in order, each acknowledged.
-    pub fn produce_to_partition(
-        &self,
-        topic: &str,
-        partition: i32,
-        records: &[(String, String, i64)],
-    ) {
+    /// Produces `messages` to `topic`, in order, with one producer, each
+    /// acknowledged.
+    pub fn produce_messages(&self, topic: &str, messages: &[Outgoing<'_>]) {
+        use rdkafka::message::{Header, OwnedHeaders};
         let producer: BaseProducer = client(&self.servers)
             .set("linger.ms", "5")
             .create()
             .expect("producer");
-        for (key, value, ts) in records {
-            let record = BaseRecord::to(topic)
-                .partition(partition)
-                .key(key.as_str())
-                .payload(value.as_str())
-                .timestamp(*ts);
+        for m in messages {
+            let mut headers = OwnedHeaders::new();
+            for (name, value) in m.headers {
+                headers = headers.insert(Header {
+                    key: name,
+                    value: *value,
+                });
+            }
+            let mut record = BaseRecord::to(topic)
+                .key(m.key)
+                .payload(m.value)
+                .timestamp(m.timestamp)
+                .headers(headers);
+            if let Some(p) = m.partition {
+                record = record.partition(p);
+            }
             producer
                 .send(record)
                 .map_err(|(e, _)| e)
-                .unwrap_or_else(|e| panic!("produce to {topic}/{partition}: {e}"));
+                .unwrap_or_else(|e| panic!("produce to {topic}: {e}"));
             producer.poll(Duration::ZERO);
         }
         producer
             .flush(Duration::from_secs(60))
-            .expect("every record acknowledged");
-    }
-
-    /// Produces one message to `topic` with `headers` (in order; a `None`
-    /// value is a null header) and timestamp `timestamp`, acknowledged.
-    pub fn produce_with_headers(
-        &self,
-        topic: &str,
-        key: &[u8],
-        value: &[u8],
-        timestamp: i64,
-        headers: &[(&str, Option<&[u8]>)],
-    ) {
-        use rdkafka::message::{Header, OwnedHeaders};
-        let producer: BaseProducer = client(&self.servers).create().expect("producer");
-        let mut owned = OwnedHeaders::new();
-        for (name, value) in headers {
-            owned = owned.insert(Header {
-                key: name,
-                value: *value,
-            });
-        }
-        producer
-            .send(
-                BaseRecord::to(topic)
-                    .key(key)
-                    .payload(value)
-                    .timestamp(timestamp)
-                    .headers(owned),
-            )
-            .map_err(|(e, _)| e)
-            .unwrap_or_else(|e| panic!("produce to {topic}: {e}"));
-        producer
-            .flush(Duration::from_secs(60))
-            .expect("the record acknowledged");
+            .expect("every message acknowledged");
     }
 
     /// Every record of `topic` a consumer sees from the beginning with
@@ -450,6 +434,16 @@ to = "copies"
         servers = toml_str(servers),
         identity = crate::util::toml_path(std::path::Path::new(weir_tests::artifacts::IDENTITY)),
     )
+}
+
+/// `spec` (from [`kafka_job`]) with a checkpoint every 100 ms.
+fn with_checkpoints(spec: String) -> String {
+    let with = spec.replace(
+        "[job]\nname = \"kafka-copy\"",
+        "[job]\nname = \"kafka-copy\"\n\n[job.checkpoints]\ninterval_ms = 100",
+    );
+    assert_ne!(with, spec, "not a kafka_job spec");
+    with
 }
 
 fn run_job(spec: &str) -> std::process::Output {
@@ -580,15 +574,11 @@ fn weir_run_with_checkpoints_copies_every_record_round_robin() {
         .map(|i| (format!("k{}", i % 11), format!("v{i}")))
         .collect();
     client.produce("in", &input);
-    let spec = kafka_job(
+    let spec = with_checkpoints(kafka_job(
         &broker.servers(),
         "bounded = true",
         "partitioning = \"round-robin\"",
-    )
-    .replace(
-        "[job]\nname = \"kafka-copy\"",
-        "[job]\nname = \"kafka-copy\"\n\n[job.checkpoints]\ninterval_ms = 100",
-    );
+    ));
     let out = run_job(&spec);
     assert!(out.status.success(), "{}", describe(&out));
     let written = client.read_all("out", "read_committed", input.len());
@@ -615,15 +605,11 @@ fn exactly_once_is_refused_where_transactions_cannot_complete() {
     let client = broker.client();
     client.create_topic("in", 1);
     client.create_topic("out", 1);
-    let spec = kafka_job(
+    let spec = with_checkpoints(kafka_job(
         &broker.servers(),
         "bounded = true",
         "delivery = \"exactly-once\"",
-    )
-    .replace(
-        "[job]\nname = \"kafka-copy\"",
-        "[job]\nname = \"kafka-copy\"\n\n[job.checkpoints]\ninterval_ms = 100",
-    );
+    ));
     let out = run_job(&spec);
     assert_failed_naming(
         &out,
@@ -659,15 +645,11 @@ fn a_source_commits_its_offsets_to_its_consumer_group() {
         .collect();
     client.produce("in", &first);
     let spec = |start: &str| {
-        kafka_job(
+        with_checkpoints(kafka_job(
             &broker.servers(),
             &format!("bounded = true\nparallelism = 2\ngroup_id = \"monitor\"\n{start}"),
             "",
-        )
-        .replace(
-            "[job]\nname = \"kafka-copy\"",
-            "[job]\nname = \"kafka-copy\"\n\n[job.checkpoints]\ninterval_ms = 100",
-        )
+        ))
     };
     // Where each partition ends: the number of records read from it (no
     // transactions, so offsets run 0, 1, … without gaps). tansu 0.6's
@@ -745,9 +727,17 @@ fn an_envelope_source_maps_headers_and_metadata_onto_the_record() {
             )
         })
         .collect();
-    for (key, value, ts, headers) in &sent {
-        client.produce_with_headers("in", key.as_bytes(), value.as_bytes(), *ts, headers);
-    }
+    let messages: Vec<Outgoing> = sent
+        .iter()
+        .map(|(key, value, ts, headers)| Outgoing {
+            partition: None,
+            key: key.as_bytes(),
+            value: value.as_bytes(),
+            timestamp: *ts,
+            headers,
+        })
+        .collect();
+    client.produce_messages("in", &messages);
     let out = run_job(&kafka_job(
         &broker.servers(),
         "bounded = true\nenvelope = true",
@@ -819,63 +809,43 @@ fn per_partition_watermarks_keep_a_lagging_partition_on_time() {
         records(0, 1_700_000_000_000 + AHEAD),
         records(1, 1_700_000_000_000),
     );
-    client.produce_to_partition("in", 0, &ahead);
-    client.produce_to_partition("in", 1, &behind);
+    for (partition, records) in [(0, &ahead), (1, &behind)] {
+        let messages: Vec<Outgoing> = records
+            .iter()
+            .map(|(key, value, ts)| Outgoing {
+                partition: Some(partition),
+                key: key.as_bytes(),
+                value: value.as_bytes(),
+                timestamp: *ts,
+                headers: &[],
+            })
+            .collect();
+        client.produce_messages("in", &messages);
+    }
+    // The windows tests' job, its file source swapped for the topic.
     let dir = tempfile::tempdir().unwrap();
-    let (windows, late) = (
-        dir.path().join("windows.jsonl"),
-        dir.path().join("late.jsonl"),
+    let data = dir.path().join("input.jsonl");
+    let (spec, windows, late) = crate::windows::window_job(
+        dir.path(),
+        &data,
+        "window = { type = \"tumbling\", size_ms = 1000 }\naggregate = \"count\"",
+        1,
+        "rocksdb",
+        0,
     );
-    let spec = format!(
-        r#"
-[job]
-name = "per-partition"
-batch_size = 16
-watermark_interval_ms = 0
-
-[[source]]
-id = "events"
-type = "kafka"
-bootstrap_servers = {servers}
-topic = "in"
-bounded = true
-watermark = {{ max_out_of_orderness_ms = 0 }}
-
-[[operator]]
-id = "w"
-window = {{ type = "tumbling", size_ms = 1000 }}
-aggregate = "count"
-key_by = "key"
-
-[[sink]]
-id = "windows"
-type = "file"
-path = {windows}
-
-[[sink]]
-id = "late"
-type = "file"
-path = {late}
-
-[[edge]]
-from = "events"
-to = "w"
-
-[[edge]]
-from = "w"
-to = "windows"
-
-[[edge]]
-from = "w:late"
-to = "late"
-"#,
-        servers = toml_str(&broker.servers()),
-        windows = crate::util::toml_path(&windows),
-        late = crate::util::toml_path(&late),
+    crate::windows::per_batch_watermarks(&spec, 16);
+    let file_source = format!(
+        "type = \"file\"\npath = {}\nformat = \"json-lines\"\nkey_field = \"k\"\ntimestamp_field = \"ts\"\n",
+        crate::util::toml_path(&data)
     );
-    let path = dir.path().join("job.toml");
-    std::fs::write(&path, spec).unwrap();
-    let out = run_weir(&dir.path().join("cache"), &["run", path.to_str().unwrap()]);
+    let kafka_source = format!(
+        "type = \"kafka\"\nbootstrap_servers = {}\ntopic = \"in\"\nbounded = true\n",
+        toml_str(&broker.servers())
+    );
+    let text = std::fs::read_to_string(&spec).unwrap();
+    assert!(text.contains(&file_source), "{text}");
+    std::fs::write(&spec, text.replace(&file_source, &kafka_source)).unwrap();
+    let out = run_weir(&dir.path().join("cache"), &["run", spec.to_str().unwrap()]);
     assert!(out.status.success(), "{}", describe(&out));
     let late = crate::util::read_sink(&late);
     assert!(
@@ -884,24 +854,14 @@ to = "late"
         late.len(),
         late.first()
     );
-    let mut expected: std::collections::BTreeMap<(String, i64), u64> = Default::default();
+    let mut expected = crate::windows::Windows::new();
     for (key, _, ts) in ahead.iter().chain(&behind) {
+        let start = ts.div_euclid(1000) * 1000;
         *expected
-            .entry((key.clone(), ts.div_euclid(1000) * 1000))
-            .or_default() += 1;
+            .entry((key.clone(), start, start + 1000))
+            .or_default() += 1.0;
     }
-    let mut got: std::collections::BTreeMap<(String, i64), u64> = Default::default();
-    for line in crate::util::read_sink(&windows) {
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-        let window = (
-            v["key"].as_str().unwrap().to_owned(),
-            v["start"].as_i64().unwrap(),
-        );
-        assert!(
-            got.insert(window, v["count"].as_u64().unwrap()).is_none(),
-            "fired twice: {line}"
-        );
-    }
+    let got = crate::windows::parse_windows(&crate::util::read_sink(&windows), "count");
     assert_eq!(got, expected);
 }
 

@@ -19,7 +19,7 @@ use crate::exactly_once::{committed_lines, kill_repeatedly};
 use crate::util::{describe, read_sink, run_weir, toml_path};
 
 /// (key, start, end) → aggregate value.
-type Windows = BTreeMap<(String, i64, i64), f64>;
+pub(crate) type Windows = BTreeMap<(String, i64, i64), f64>;
 
 /// Each record's number: what `sum` adds up.
 fn x_of(r: &Input) -> i64 {
@@ -156,7 +156,7 @@ pub(crate) fn per_batch_watermarks(spec: &Path, batch: usize) {
 }
 
 /// The windows in a sink's lines; `field` is the aggregate's name.
-fn parse_windows(lines: &[String], field: &str) -> Windows {
+pub(crate) fn parse_windows(lines: &[String], field: &str) -> Windows {
     let mut out = Windows::new();
     for line in lines {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));

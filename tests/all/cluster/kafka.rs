@@ -87,6 +87,24 @@ to = "counts"
     )
 }
 
+/// A broker with the count job's topics (`words`, 8 partitions; `counts`,
+/// 4), and its client.
+fn broker_with_topics() -> (KafkaBroker, KafkaClient) {
+    let broker = KafkaBroker::start();
+    let client = broker.client();
+    client.create_topic("words", 8);
+    client.create_topic("counts", 4);
+    (broker, client)
+}
+
+/// Writes the count job into `cluster`'s folder: (its output file, its spec).
+fn write_count_job(cluster: &Cluster, servers: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let out = cluster.dir.path().join("out/counts.txt");
+    let spec = cluster.dir.path().join("job.toml");
+    std::fs::write(&spec, count_spec(servers, &out)).unwrap();
+    (out, spec)
+}
+
 /// Input records `from..to`: (key, value), both the word.
 fn words(from: u64, to: u64) -> Vec<(String, String)> {
     (from..to)
@@ -227,14 +245,9 @@ fn assert_outputs(
 /// every one at least once.
 #[test]
 fn kafka_source_to_count_is_exactly_once_under_taskmanager_kills() {
-    let broker = KafkaBroker::start();
-    let client = broker.client();
-    client.create_topic("words", 8);
-    client.create_topic("counts", 4);
+    let (broker, client) = broker_with_topics();
     let mut cluster = Cluster::start(2, 1, &["--heartbeat-timeout-ms", "2000"]);
-    let out = cluster.dir.path().join("out/counts.txt");
-    let spec = cluster.dir.path().join("job.toml");
-    std::fs::write(&spec, count_spec(&broker.servers(), &out)).unwrap();
+    let (out, spec) = write_count_job(&cluster, &broker.servers());
     let total = 40_000;
     let stop = Arc::new(AtomicBool::new(false));
     let producer = produce_paced(
@@ -262,14 +275,9 @@ fn kafka_source_to_count_is_exactly_once_under_taskmanager_kills() {
 /// timeouts is ridden out without a restart.)
 #[test]
 fn kafka_source_to_count_is_exactly_once_across_a_broker_outage() {
-    let broker = KafkaBroker::start();
-    let client = broker.client();
-    client.create_topic("words", 8);
-    client.create_topic("counts", 4);
+    let (broker, client) = broker_with_topics();
     let cluster = Cluster::start(1, 2, &["--heartbeat-timeout-ms", "2000"]);
-    let out = cluster.dir.path().join("out/counts.txt");
-    let spec = cluster.dir.path().join("job.toml");
-    std::fs::write(&spec, count_spec(&broker.servers(), &out)).unwrap();
+    let (out, spec) = write_count_job(&cluster, &broker.servers());
     let first = 3_000;
     client.produce("words", &words(0, first));
     let id = cluster.submit(&spec);
@@ -358,10 +366,7 @@ fn a_cluster_refuses_a_job_whose_kafka_brokers_are_unreachable() {
 /// still holds every update exactly once.
 #[test]
 fn a_kafka_source_resumes_from_a_savepoint_at_another_parallelism() {
-    let broker = KafkaBroker::start();
-    let client = broker.client();
-    client.create_topic("words", 8);
-    client.create_topic("counts", 4);
+    let (broker, client) = broker_with_topics();
     let cluster = Cluster::start(2, 3, &["--heartbeat-timeout-ms", "5000"]);
     let dir = cluster.dir.path();
     let out = dir.join("out/counts.txt");
