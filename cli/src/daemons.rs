@@ -78,8 +78,11 @@ pub struct JobManagerArgs {
     #[arg(long, value_name = "MS", default_value_t = 600_000)]
     rest_upload_timeout_ms: u64,
 
-    /// Module store, compiled-component cache and the REST token file
-    /// `rest-token` [default: ~/.local/share/weir/jobmanager].
+    /// Module store, compiled-component cache, the REST token file
+    /// `rest-token`, and the jobs a restart takes back (`jobs/`, with the
+    /// checkpoint metadata key `checkpoint-key`): start the JobManager
+    /// again with the same directory and its running jobs restart from
+    /// their latest checkpoints [default: ~/.local/share/weir/jobmanager].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
 
@@ -536,6 +539,7 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
             .await
             .map_err(start_failure)?;
         announce_token(&jm);
+        announce_recovered(&jm.recovered);
         ready(format!(
             "jobmanager ready: rpc {} rest {}://{} {}",
             jm.rpc_address,
@@ -548,6 +552,24 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
         jm.shutdown().await;
         Ok(())
     })
+}
+
+/// Says on stderr which jobs a restarted JobManager took back, and from
+/// which checkpoint, or why not.
+fn announce_recovered(jobs: &[jobmanager::RecoveredJob]) {
+    for job in jobs {
+        match (&job.failure, job.checkpoint) {
+            (Some(why), _) => eprintln!("job {} ({}): {why}", job.id, job.name),
+            (None, Some(n)) => eprintln!(
+                "job {} ({}) taken back: it restarts from checkpoint {n} once TaskManagers register",
+                job.id, job.name
+            ),
+            (None, None) => eprintln!(
+                "job {} ({}) taken back: it restarts once TaskManagers register",
+                job.id, job.name
+            ),
+        }
+    }
 }
 
 pub fn taskmanager(args: TaskManagerArgs) -> Result<(), Failure> {
@@ -667,6 +689,7 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
             .await
             .map_err(start_failure)?;
         announce_token(&jm);
+        announce_recovered(&jm.recovered);
         let mut tms = Vec::new();
         for (i, tm_id) in (0..args.taskmanagers).zip(tm_ids) {
             // Each TaskManager gets the endpoint this process binds for it

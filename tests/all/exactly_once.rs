@@ -108,7 +108,7 @@ pub(crate) fn kill_repeatedly(cluster: &mut Cluster, id: &str, kills: usize) {
 /// two-phase-commit file sink, with its alerts to another. `keys` must be a
 /// multiple of the source parallelism, so that each key's records come
 /// from one source subtask, in order.
-fn sequence_spec(out: &Path, alerts: &Path, count: u64, keys: u64, rate: u64) -> String {
+pub(crate) fn sequence_spec(out: &Path, alerts: &Path, count: u64, keys: u64, rate: u64) -> String {
     assert_eq!(keys % 2, 0);
     format!(
         r#"
@@ -260,7 +260,7 @@ fn storage_holds_only_retained(cluster: &Cluster, id: &str) -> Result<(), String
 /// Asserts [`storage_holds_only_retained`] once the JobManager's storage
 /// work has caught up (deletes of discarded and aborted uploads run after
 /// the job is reported finished).
-fn assert_storage_holds_only_retained(cluster: &Cluster, id: &str) {
+pub(crate) fn assert_storage_holds_only_retained(cluster: &Cluster, id: &str) {
     let deadline = std::time::Instant::now() + crate::cluster::harness::READY_TIMEOUT;
     loop {
         match storage_holds_only_retained(cluster, id) {

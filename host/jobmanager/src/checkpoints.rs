@@ -25,6 +25,10 @@ pub(crate) struct JobCheckpoints {
     pub(crate) unrestorable: BTreeSet<u64>,
     /// Retained checkpoints whose metadata is in storage.
     pub(crate) stored: BTreeSet<u64>,
+    /// Completed checkpoints the TaskManagers have not been told of yet:
+    /// they are told once the metadata is in storage (`announce`), and no
+    /// checkpoint is triggered meanwhile.
+    pub(crate) unannounced: BTreeSet<u64>,
 }
 
 impl JobCheckpoints {
@@ -50,16 +54,18 @@ impl JobCheckpoints {
 /// TaskManagers are told at once, storage work is queued for the job's
 /// drain task ([`storage_io`]) in the order the coordinator gave it.
 ///
-/// `CheckpointComplete` is sent when the checkpoint completes, not after
-/// its metadata is written: nothing restores from `_metadata` alone (a
-/// restart restores from the retained handles in memory, which each
-/// TaskManager checks against `_metadata`, after its sweep, which runs
-/// after the metadata write), and a subtask that learned of a
-/// completion only after storage caught up could take its next
-/// incremental checkpoint on an older base, the case the registry cannot
-/// see ([`weir_runtime::checkpoint::registry`]). Its place among the other
-/// messages to TaskManagers (triggers, cancels, `JobFinished`) stays
-/// what it was.
+/// A completed checkpoint is announced (`CheckpointComplete`, on which
+/// sinks commit) only once its metadata is in storage ([`announce`]), as
+/// Flink's coordinator does: a JobManager killed before that restarts the
+/// job from the checkpoint before, and output committed for this one would
+/// be produced again. Until it is announced the coordinator triggers no
+/// other checkpoint (`tick_jobs`), so a subtask still learns of a
+/// completion before the next trigger, which its next incremental
+/// upload's base needs: built on an older base, it could name files the
+/// completion discarded, the case the registry cannot see
+/// ([`weir_runtime::checkpoint::registry`]). A savepoint's checkpoint is
+/// announced at once: the job stops or drains at it, and its sinks must
+/// commit before they are canceled.
 pub(crate) fn checkpoint_actions(
     taskmanagers: &TaskManagers,
     job: &mut Job,
@@ -109,27 +115,39 @@ pub(crate) fn checkpoint_actions(
                             .collect(),
                     }),
                 };
+                let savepoint = job
+                    .savepoints
+                    .iter()
+                    .any(|s| s.status == SavepointStatus::Pending && s.checkpoint == Some(done.id));
+                let mut queued = false;
                 if let (Ok(path), Ok(bytes)) = (
                     metadata_path(&job.id, done.id),
                     serde_json::to_vec(&metadata),
                 ) {
+                    let tag = jm.journal.get().and_then(|store| {
+                        let at =
+                            weir_runtime::checkpoint::layout::metadata_tag_path(&job.id, done.id);
+                        at.ok().map(|at| (at, store.tag(&bytes)))
+                    });
                     jm.enqueue(
                         job,
                         StorageCommand::WriteMetadata {
                             checkpoint: done.id,
                             path,
                             bytes,
+                            tag,
                         },
                     );
+                    queued = true;
                 }
                 tracing::info!(job = %job.id, checkpoint = done.id, full, incremental, "checkpoint completed");
-                tell(taskmanagers, job, |job, attempt| {
-                    ToTaskManager::CheckpointComplete {
-                        job,
-                        attempt,
-                        checkpoint: done.id,
+                if queued && !savepoint {
+                    if let Some(c) = job.checkpoints.as_mut() {
+                        c.unannounced.insert(done.id);
                     }
-                });
+                } else {
+                    announce(taskmanagers, job, done.id);
+                }
                 let stale = upgrade_checkpointed(job);
                 if !stale.is_empty() {
                     jm.handle.spawn_blocking(move || {
@@ -188,6 +206,21 @@ pub(crate) fn checkpoint_actions(
             }
         }
     }
+}
+
+/// Tells the job's TaskManagers that checkpoint `id` completed (its sinks
+/// commit what they pre-committed up to it), once.
+pub(crate) fn announce(taskmanagers: &TaskManagers, job: &mut Job, id: u64) {
+    if let Some(c) = job.checkpoints.as_mut() {
+        c.unannounced.remove(&id);
+    }
+    tell(taskmanagers, job, |job, attempt| {
+        ToTaskManager::CheckpointComplete {
+            job,
+            attempt,
+            checkpoint: id,
+        }
+    });
 }
 
 /// Queues the deletion of what was uploaded for a checkpoint that will

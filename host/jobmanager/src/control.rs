@@ -61,7 +61,13 @@ impl JobManager {
                         .iter()
                         .flatten()
                         .all(|s| matches!(s, TaskState::Running | TaskState::Finished));
-                    if let Some(c) = job.checkpoints.as_mut().filter(|_| deployed) {
+                    // Nor while a completed one waits for its metadata to be
+                    // announced (`checkpoint_actions`).
+                    if let Some(c) = job
+                        .checkpoints
+                        .as_mut()
+                        .filter(|c| deployed && c.unannounced.is_empty())
+                    {
                         let actions = c.coordinator.tick(now);
                         checkpoint_actions(taskmanagers, job, self, actions);
                     }
@@ -72,6 +78,11 @@ impl JobManager {
                         continue;
                     }
                     job.attempt += 1;
+                    // Recorded before any TaskManager hears of it: a
+                    // restarted JobManager deploys past this attempt.
+                    if let Err(why) = job.persist() {
+                        tracing::error!(job = %job.id, "cannot record the job's attempt: {why}");
+                    }
                     match deploy(taskmanagers, job, self.scheduling, &self.checkpoint_root) {
                         Ok(()) => {
                             job.restart_at = None;
@@ -326,6 +337,7 @@ pub(crate) fn settle(taskmanagers: &TaskManagers, job: &mut Job, now: Instant) {
     }
     if job.state.is_terminal() {
         job.ended_at_ms = Some(now_ms());
+        job.forget();
         if job.upgrade.is_some() {
             let why = format!("the job was {} during the upgrade", job.state.as_str());
             job.end_upgrade(UpgradeStatus::Failed, Some(why));

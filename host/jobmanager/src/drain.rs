@@ -85,7 +85,7 @@ impl JobManager {
         let cell = self.job_cell(id).ok()?;
         let mut job = self.lock_job(&cell);
         for outcome in outcomes {
-            job.record(outcome);
+            job.record(outcome, &self.taskmanagers);
         }
         job.storage.take()
     }

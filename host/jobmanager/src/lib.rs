@@ -17,7 +17,8 @@
 //!   bounded rings (`GET /v1/jobs/{id}/logs`); `metrics`: the Prometheus
 //!   exposition of `GET /metrics`.
 //! - `checkpoints`: a job's coordinator and registry, and carrying out the
-//!   coordinator's actions.
+//!   coordinator's actions; `recovery`: the job store in the data dir,
+//!   checkpoint metadata tags, taking jobs back after a restart.
 //! - `storage_io`: the checkpoint storage commands the JobManager decides
 //!   under a job's lock; `drain`: running them off it, one queue per job.
 //! - `api`: [`ApiError`] and the REST views, with the queries that build
@@ -122,8 +123,11 @@
 //! count only for subtasks placed on it, and an ack naming storage paths
 //! outside the job's own folders is refused (nothing it names is deleted).
 //!
-//! Jobs and registrations live in memory; a restarted JobManager keeps its
-//! modules (on disk) and TaskManagers register again by themselves.
+//! Jobs and registrations live in memory. A restarted JobManager keeps its
+//! modules (on disk), TaskManagers register again by themselves, and
+//! [`JobManager::recover`] takes back every submitted job that had not
+//! ended, from its record in the data dir and its newest tagged checkpoint
+//! in storage (`recovery`).
 //!
 //! This module must not run operators: TaskManagers do.
 
@@ -147,6 +151,7 @@ mod load;
 mod logs;
 mod messages;
 mod metrics;
+mod recovery;
 mod savepoints;
 mod server;
 mod submit;
@@ -205,6 +210,7 @@ use load::LoadWindow;
 pub use load::{Bottleneck, UpstreamPressure};
 use logs::{JobLogs, JobPlacement};
 pub use logs::{JobLogsView, LogLineView, LogQuery, MAX_LINES_PER_ANSWER};
+pub use recovery::{JOBS_DIR, KEY_FILE, RecoveredJob};
 use savepoints::*;
 pub use savepoints::{FromSavepoint, SavepointStatus, SavepointView};
 pub use server::{RunningJobManager, Sockets, bind, serve, start};
@@ -292,6 +298,11 @@ struct Job {
     exceptions: Exceptions,
     /// Recent samples of its counters: rates, time shares, the bottleneck.
     load: LoadWindow,
+    /// Where it is recorded for a restarted JobManager to take back
+    /// ([`recovery`]); `None` for a job nobody takes back (`weir run`'s).
+    journal: Option<Arc<recovery::JobStore>>,
+    /// The attempt its record holds, once recorded.
+    recorded: Option<u32>,
 }
 
 impl Job {
@@ -312,7 +323,7 @@ impl Job {
     }
 
     /// Records what a storage command of the job did ([`JobManager::drain`]).
-    fn record(&mut self, outcome: Outcome) {
+    fn record(&mut self, outcome: Outcome, taskmanagers: &TaskManagers) {
         match outcome {
             Outcome::MetadataStored(id) => {
                 if let Some(c) = self.checkpoints.as_mut()
@@ -320,13 +331,29 @@ impl Job {
                 {
                     c.stored.insert(id);
                 }
+                self.announce_stored(taskmanagers, id);
             }
+            // Told all the same: the next checkpoints' uploads need it as
+            // their base (`checkpoint_actions`). Only a restarted
+            // JobManager cannot restore it.
+            Outcome::MetadataFailed(id) => self.announce_stored(taskmanagers, id),
             Outcome::Swept(attempt) => {
                 if self.sweep == Some(Sweep::Requested(attempt)) {
                     self.sweep = Some(Sweep::Done(attempt));
                 }
             }
             Outcome::Nothing => {}
+        }
+    }
+
+    /// Announces checkpoint `id` if it waited for its metadata.
+    fn announce_stored(&mut self, taskmanagers: &TaskManagers, id: u64) {
+        if self
+            .checkpoints
+            .as_ref()
+            .is_some_and(|c| c.unannounced.contains(&id))
+        {
+            announce(taskmanagers, self, id);
         }
     }
 
@@ -498,6 +525,10 @@ pub struct JobManager {
     me: Weak<JobManager>,
     /// The runtime its drain tasks and their blocking I/O run on.
     handle: tokio::runtime::Handle,
+    /// Where submitted jobs are recorded and checkpoint metadata keyed,
+    /// once [`JobManager::recover`] opened it (the daemon); unset, jobs
+    /// live in memory only (`weir run`).
+    journal: std::sync::OnceLock<Arc<recovery::JobStore>>,
 }
 
 impl std::fmt::Debug for JobManager {
@@ -565,6 +596,7 @@ impl JobManager {
             storage_io: config.storage_io,
             me: me.clone(),
             handle: tokio::runtime::Handle::current(),
+            journal: std::sync::OnceLock::new(),
         })
     }
 

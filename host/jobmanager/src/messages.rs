@@ -274,6 +274,7 @@ impl JobManager {
                     job.advance(Event::Committed { last });
                     if job.state == JobState::Finished {
                         job.ended_at_ms = Some(now_ms());
+                        job.forget();
                         tracing::info!(job = %job.id, "finished: every final commit is done");
                     }
                 }

@@ -247,6 +247,12 @@ impl JobManager {
                 job.name
             )));
         };
+        // A completion whose metadata is still being written is announced
+        // before the trigger, as the coordinator's own triggers wait for
+        // (`checkpoint_actions`): the savepoint's uploads build on it.
+        for earlier in std::mem::take(&mut c.unannounced) {
+            announce(&self.taskmanagers, job, earlier);
+        }
         let view = SavepointView {
             id: job.savepoints.last().map_or(1, |s| s.id + 1),
             dir: dir.display().to_string(),

@@ -25,6 +25,9 @@ pub struct RunningJobManager {
     pub rest_token_file: Option<PathBuf>,
     /// Whether this start generated that token.
     pub rest_token_created: bool,
+    /// The jobs a previous run left, taken back at this start
+    /// ([`JobManager::recover`]).
+    pub recovered: Vec<crate::RecoveredJob>,
     endpoint: quinn::Endpoint,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -142,6 +145,17 @@ pub async fn serve(
             message: e.to_string(),
         })?;
     let jm = JobManager::new(config.core(), runtime, store);
+    // The jobs a previous run left, taken back before anything is served.
+    let recovering = jm.clone();
+    let data_dir = config.data_dir.clone();
+    let recovered = tokio::task::spawn_blocking(move || recovering.recover(&data_dir))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+        .map_err(|message| StartError::DataDir {
+            path: config.data_dir.clone(),
+            message,
+        })?;
     let mut tasks = vec![jm.clone().spawn_clock()];
     let router = rest::router(
         jm.clone(),
@@ -184,6 +198,7 @@ pub async fn serve(
         rest_address,
         rest_token_file: auth.token_file,
         rest_token_created: auth.created,
+        recovered,
         endpoint,
         tasks,
     })

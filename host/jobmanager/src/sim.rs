@@ -15,6 +15,8 @@
 //! Every seed checks:
 //! - every checkpoint whose metadata exists was acked by every subtask, and
 //!   every file it names exists, including while a restart restores it;
+//! - TaskManagers hear that a checkpoint completed only once its metadata
+//!   is in storage;
 //! - once the job ends, the job's shared files are exactly those the
 //!   retained checkpoints name (nothing leaked, nothing lost);
 //! - the job is not stuck: once the faults stop, it finishes.
@@ -393,8 +395,22 @@ impl Sim {
             // A lost notification changes nothing here: commits are the
             // TaskManagers' business, and the next completion subsumes it.
             // Savepoints are not simulated: nothing drains.
-            ToTaskManager::CheckpointComplete { .. }
-            | ToTaskManager::CheckpointAborted { .. }
+            ToTaskManager::CheckpointComplete {
+                job, checkpoint, ..
+            } => {
+                // Announced only once its metadata is stored: sinks commit
+                // on it, and a JobManager killed before the metadata is
+                // written restores the checkpoint before.
+                let metadata = self
+                    .storage_root
+                    .join(&job)
+                    .join(format!("chk-{checkpoint}/_metadata"));
+                assert!(
+                    metadata.is_file(),
+                    "checkpoint {checkpoint} announced before its metadata was stored"
+                );
+            }
+            ToTaskManager::CheckpointAborted { .. }
             | ToTaskManager::Drain { .. }
             | ToTaskManager::Registered { .. }
             | ToTaskManager::Rejected { .. } => {}

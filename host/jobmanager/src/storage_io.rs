@@ -28,7 +28,8 @@
 //!   random token), so a delayed delete never meets a newer file.
 //! * Errors are logged, never retried: a failed delete leaks a file (as
 //!   before), a failed metadata write leaves the checkpoint without
-//!   `_metadata` (it is then never reported as the latest).
+//!   `_metadata` (it is then never reported as the latest, and a
+//!   restarted JobManager cannot restore it).
 //!
 //! Must not touch the JobManager's state: [`run`] sees only a command and
 //! the storage.
@@ -48,6 +49,10 @@ pub(super) enum StorageCommand {
         path: StoragePath,
         /// Its contents (JSON).
         bytes: Vec<u8>,
+        /// Its authentication tag and where it goes (`_metadata.hmac`),
+        /// written first: a JobManager that recovers its jobs trusts only
+        /// metadata whose tag its key confirms ([`crate::recovery`]).
+        tag: Option<(StoragePath, String)>,
     },
     /// Deletes one file.
     Delete(StoragePath),
@@ -72,6 +77,8 @@ pub(super) enum StorageCommand {
 pub(super) enum Outcome {
     /// Checkpoint `0`'s metadata is in storage.
     MetadataStored(u64),
+    /// Checkpoint `0`'s metadata could not be written (logged).
+    MetadataFailed(u64),
     /// The sweep before attempt `0` has run (whether or not it could list
     /// or delete everything: it is best effort, as every delete).
     Swept(u32),
@@ -118,6 +125,7 @@ impl StorageQueue {
 pub(super) fn run(job: &str, command: StorageCommand, storage: &dyn CheckpointStorage) -> Outcome {
     let failed = match &command {
         StorageCommand::Sweep { attempt, .. } => Outcome::Swept(*attempt),
+        StorageCommand::WriteMetadata { checkpoint, .. } => Outcome::MetadataFailed(*checkpoint),
         _ => Outcome::Nothing,
     };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -135,13 +143,21 @@ fn run_unguarded(job: &str, command: StorageCommand, storage: &dyn CheckpointSto
             checkpoint,
             path,
             bytes,
-        } => match storage.put_bytes(&path, &bytes) {
-            Ok(()) => Outcome::MetadataStored(checkpoint),
-            Err(e) => {
-                tracing::error!(job, checkpoint, "cannot write checkpoint metadata: {e}");
-                Outcome::Nothing
+            tag,
+        } => {
+            let written = match &tag {
+                Some((at, tag)) => storage.put_bytes(at, tag.as_bytes()),
+                None => Ok(()),
             }
-        },
+            .and_then(|()| storage.put_bytes(&path, &bytes));
+            match written {
+                Ok(()) => Outcome::MetadataStored(checkpoint),
+                Err(e) => {
+                    tracing::error!(job, checkpoint, "cannot write checkpoint metadata: {e}");
+                    Outcome::MetadataFailed(checkpoint)
+                }
+            }
+        }
         StorageCommand::Delete(path) => {
             if let Err(e) = storage.delete(&path) {
                 tracing::warn!(job, "cannot delete checkpoint file {path}: {e}");
@@ -224,9 +240,11 @@ mod tests {
             checkpoint: 2,
             path: p("j/chk-2/_metadata"),
             bytes: b"{}".to_vec(),
+            tag: Some((p("j/chk-2/_metadata.hmac"), "ab".into())),
         };
         assert_eq!(run("j", write, &s), Outcome::MetadataStored(2));
         assert_eq!(s.get_bytes(&p("j/chk-2/_metadata")).unwrap(), b"{}");
+        assert_eq!(s.get_bytes(&p("j/chk-2/_metadata.hmac")).unwrap(), b"ab");
         let sweep = StorageCommand::Sweep {
             prefix: p("j/shared"),
             keep: [p("j/shared/kept.sst")].into(),
@@ -236,6 +254,9 @@ mod tests {
         assert_eq!(s.list(&p("j/shared")).unwrap(), [p("j/shared/kept.sst")]);
         run("j", StorageCommand::DeletePrefix(p("j/chk-1")), &s);
         run("j", StorageCommand::Delete(p("j/shared/kept.sst")), &s);
-        assert_eq!(s.list(&p("j")).unwrap(), [p("j/chk-2/_metadata")]);
+        assert_eq!(
+            s.list(&p("j")).unwrap(),
+            [p("j/chk-2/_metadata"), p("j/chk-2/_metadata.hmac")]
+        );
     }
 }

@@ -142,13 +142,7 @@ impl JobManager {
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
         drop(turn);
-        let created = self.admit(graph, modules, &loaded, savepoint, Some(spec_text))?;
-        if !kept.is_empty()
-            && let Ok(cell) = self.job_cell(&created.id)
-        {
-            self.lock_job(&cell).overrides = kept;
-        }
-        Ok(created)
+        self.admit(graph, modules, &loaded, savepoint, Some((spec_text, kept)))
     }
 
     /// A turn to check a job ([`MAX_CONCURRENT_CHECKS`] at once), waited for.
@@ -196,14 +190,15 @@ impl JobManager {
         ))
     }
 
-    /// Admits a prepared job: reserves its slots and deploys it.
+    /// Admits a prepared job: records it (a submitted `spec`, with its
+    /// `--set` overrides), reserves its slots and deploys it.
     pub(crate) fn admit(
         &self,
         graph: JobGraph,
         modules: HashSet<String>,
         loaded: &LoadedModules,
         savepoint: Option<weir_runtime::rpc::SavepointDeploy>,
-        spec: Option<String>,
+        spec: Option<(String, Vec<(String, String)>)>,
     ) -> Result<JobCreated, ApiError> {
         let states = keyed_states(&graph, loaded);
         let running = running_modules(&graph, loaded, &self.store);
@@ -226,69 +221,34 @@ impl JobManager {
             }
         };
         let now = self.clock.now();
-        let checkpoints = graph.settings.checkpoints.clone().map(|config| {
-            let subtasks = tasks
-                .iter()
-                .enumerate()
-                .flat_map(|(t, spec)| (0..spec.parallelism).map(move |s| (t as u32, s)))
-                .collect();
-            JobCheckpoints {
-                coordinator: Coordinator::new(config, subtasks, 1, now, now_ms()),
-                registry: SharedStateRegistry::new(),
-                unrestorable: BTreeSet::new(),
-                stored: BTreeSet::new(),
-            }
-        });
-        let mut job = Job {
-            id: id.clone(),
-            name: graph.name.clone(),
-            subtasks: Vec::new(),
-            restarts: Restarts::new(graph.settings.restart),
-            tasks,
-            placement: Vec::new(),
-            graph,
-            state: JobState::Running,
-            failure: None,
-            failure_is_root: false,
-            submitted_at_ms: now_ms(),
-            ended_at_ms: None,
-            modules,
-            reports: HashMap::new(),
-            attempt: 0,
-            restart_at: None,
-            checkpoints,
-            deferred: Vec::new(),
-            committing: BTreeSet::new(),
-            storage: StorageQueue::default(),
-            sweep: None,
-            states,
-            savepoints: Vec::new(),
-            from_savepoint: savepoint.map(Arc::new),
-            spec,
-            overrides: Vec::new(),
-            versions: vec![VersionView {
-                version: 1,
-                since_ms: now_ms(),
-                upgrade: None,
-                modules: running,
-            }],
-            upgrades: Vec::new(),
-            upgrade: None,
-            rollback_of: None,
-            fatal: false,
-            logs: JobLogs::default(),
-            exceptions: Exceptions::default(),
-            load: LoadWindow::default(),
-        };
+        let checkpoints = job_checkpoints(&graph, &tasks, 1, now);
+        let mut job = Job::new(id.clone(), graph, tasks, modules, states, checkpoints);
+        job.from_savepoint = savepoint.map(Arc::new);
+        job.versions[0].modules = running;
+        // A submitted job is recorded before it is deployed: a JobManager
+        // restarted from here on takes it back ([`crate::recovery`]).
+        if let Some((spec, overrides)) = spec {
+            job.journal = self.journal.get().cloned();
+            job.spec = Some(spec);
+            job.overrides = overrides;
+        }
+        job.persist().map_err(|m| {
+            ApiError::internal(format!(
+                "cannot record job {id} in the JobManager's data dir: {m}"
+            ))
+        })?;
         deploy(
             &self.taskmanagers,
             &mut job,
             self.scheduling,
             &self.checkpoint_root,
         )
-        .map_err(|m| ApiError {
-            status: 503,
-            message: m,
+        .map_err(|m| {
+            job.forget();
+            ApiError {
+                status: 503,
+                message: m,
+            }
         })?;
         tracing::info!(job = %id, name = %job.name, "submitted");
         let created = JobCreated {
@@ -391,5 +351,87 @@ impl JobManager {
             .load_modules(&local)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         Ok((graph, hashes, loaded))
+    }
+}
+
+/// The checkpoint coordinator and registry of a job of `graph` chained
+/// into `tasks`, numbering from `next_id`; `None` without checkpoints.
+pub(crate) fn job_checkpoints(
+    graph: &JobGraph,
+    tasks: &[TaskSpec],
+    next_id: u64,
+    now: Instant,
+) -> Option<JobCheckpoints> {
+    graph.settings.checkpoints.clone().map(|config| {
+        let subtasks = tasks
+            .iter()
+            .enumerate()
+            .flat_map(|(t, spec)| (0..spec.parallelism).map(move |s| (t as u32, s)))
+            .collect();
+        JobCheckpoints {
+            coordinator: Coordinator::new(config, subtasks, next_id, now, now_ms()),
+            registry: SharedStateRegistry::new(),
+            unrestorable: BTreeSet::new(),
+            stored: BTreeSet::new(),
+            unannounced: BTreeSet::new(),
+        }
+    })
+}
+
+impl Job {
+    /// A job about to be deployed for the first time (`running`, attempt
+    /// 0, version 1 with no modules listed yet); its caller fills in the
+    /// rest.
+    pub(crate) fn new(
+        id: String,
+        graph: JobGraph,
+        tasks: Vec<TaskSpec>,
+        modules: HashSet<String>,
+        states: HashMap<usize, Vec<weir_runtime::state::StateDescriptor>>,
+        checkpoints: Option<JobCheckpoints>,
+    ) -> Job {
+        Job {
+            id,
+            name: graph.name.clone(),
+            subtasks: Vec::new(),
+            restarts: Restarts::new(graph.settings.restart),
+            tasks,
+            placement: Vec::new(),
+            graph,
+            state: JobState::Running,
+            failure: None,
+            failure_is_root: false,
+            submitted_at_ms: now_ms(),
+            ended_at_ms: None,
+            modules,
+            reports: HashMap::new(),
+            attempt: 0,
+            restart_at: None,
+            checkpoints,
+            deferred: Vec::new(),
+            committing: BTreeSet::new(),
+            storage: StorageQueue::default(),
+            sweep: None,
+            states,
+            savepoints: Vec::new(),
+            from_savepoint: None,
+            spec: None,
+            overrides: Vec::new(),
+            versions: vec![VersionView {
+                version: 1,
+                since_ms: now_ms(),
+                upgrade: None,
+                modules: Vec::new(),
+            }],
+            upgrades: Vec::new(),
+            upgrade: None,
+            rollback_of: None,
+            fatal: false,
+            logs: JobLogs::default(),
+            exceptions: Exceptions::default(),
+            load: LoadWindow::default(),
+            journal: None,
+            recorded: None,
+        }
     }
 }

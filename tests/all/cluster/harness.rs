@@ -197,6 +197,10 @@ pub struct Cluster {
     next_tm: usize,
     /// The command line of each TaskManager (to restart it).
     tm_args: Vec<(String, Vec<String>)>,
+    /// The JobManager's command line (to restart it).
+    jm_args: Vec<String>,
+    /// How often the JobManager was restarted.
+    jm_restarts: usize,
 }
 
 impl Cluster {
@@ -231,6 +235,7 @@ impl Cluster {
         args.push(certs.display().to_string());
         args.extend(allow_paths(dir.path()));
         args.extend(jm_args.iter().map(|s| s.to_string()));
+        let jm_args = args.clone();
         let mut jm = Daemon::spawn(dir.path(), "jobmanager", &args);
         let line = jm.wait_line("jobmanager ready");
         let (rpc, rest, token_file) = parse_ready(&line);
@@ -256,6 +261,8 @@ impl Cluster {
             agent,
             next_tm: 0,
             tm_args: Vec::new(),
+            jm_args,
+            jm_restarts: 0,
         };
         for _ in 0..taskmanagers {
             cluster.add_taskmanager(slots, &[]);
@@ -319,6 +326,27 @@ impl Cluster {
         );
         tm.wait_line("registered with");
         self.tms[i] = tm;
+    }
+
+    /// Starts the JobManager again (same data dir and options, on the
+    /// addresses it had) after killing it (SIGKILL, if it still runs);
+    /// waits until it serves; returns its ready line. TaskManagers
+    /// register again by themselves.
+    pub fn restart_jobmanager(&mut self) -> String {
+        self.jm.kill();
+        let at = |address: &str| address.rsplit("//").next().unwrap().to_owned();
+        let mut args = self.jm_args.clone();
+        for (flag, address) in [("--rpc", at(&self.rpc)), ("--rest", at(&self.rest))] {
+            let i = args.iter().position(|a| a == flag).unwrap();
+            args[i + 1] = address;
+        }
+        self.jm_restarts += 1;
+        self.jm = Daemon::spawn(
+            self.dir.path(),
+            &format!("jobmanager-restart-{}", self.jm_restarts),
+            &args,
+        );
+        self.jm.wait_line("jobmanager ready")
     }
 
     /// GET a REST path with the token; (status, JSON).

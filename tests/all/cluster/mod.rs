@@ -8,6 +8,7 @@ mod identity;
 mod kafka;
 mod nats;
 mod observe;
+mod recovery;
 mod ui;
 
 use std::collections::HashMap;
@@ -392,25 +393,7 @@ fn jobmanager_restart_keeps_modules_and_taskmanagers_come_back() {
     assert!(up.status.success(), "{}", describe(&up));
 
     assert!(cluster.jm.terminate().success());
-    let rpc_port = cluster.rpc.rsplit(':').next().unwrap().to_owned();
-    let rest_port = cluster.rest.rsplit(':').next().unwrap().to_owned();
-    let args: Vec<String> = [
-        "jobmanager",
-        "--rpc",
-        &format!("127.0.0.1:{rpc_port}"),
-        "--rest",
-        &format!("127.0.0.1:{rest_port}"),
-        "--heartbeat-interval-ms",
-        "200",
-        "--data-dir",
-        &cluster.dir.path().join("jm").display().to_string(),
-        "--certs",
-        &cluster.certs().display().to_string(),
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    cluster.jm = Daemon::spawn(cluster.dir.path(), "jobmanager-2", &args);
-    let ready = cluster.jm.wait_line("jobmanager ready");
+    let ready = cluster.restart_jobmanager();
     // The same REST token: the file of the first start, reused.
     let file = word_after(&ready, "token-file").expect("a token file");
     assert_eq!(Some(file.clone().into()), cluster.token_file, "{ready}");

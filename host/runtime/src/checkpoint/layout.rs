@@ -7,6 +7,7 @@
 //! <job>/shared/<token>-<local name>          shared files (RocksDB SSTs), referenced
 //!                                            by any number of checkpoints
 //! <job>/chk-<n>/_metadata                    a completed checkpoint's metadata
+//! <job>/chk-<n>/_metadata.hmac               its tag, keyed by the JobManager
 //! <job>/chk-<n>/<task>-<subtask>/<vertex>/…  one subtask's private files
 //! <job>/chk-<n>/<task>-<subtask>/timers.json its timers
 //! ```
@@ -48,6 +49,13 @@ pub fn metadata_path(job: &str, checkpoint: u64) -> Result<StoragePath, Checkpoi
     StoragePath::new(format!("{job}/chk-{checkpoint}/{METADATA_FILE}"))
 }
 
+/// `<job>/chk-<checkpoint>/_metadata.hmac`: the tag (HMAC-SHA256, hex) a
+/// JobManager wrote beside the metadata, with a key only it holds; a
+/// restarted JobManager restores only metadata its tag confirms.
+pub fn metadata_tag_path(job: &str, checkpoint: u64) -> Result<StoragePath, CheckpointError> {
+    StoragePath::new(format!("{job}/chk-{checkpoint}/{METADATA_FILE}.hmac"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,6 +67,10 @@ mod tests {
         assert_eq!(chk.as_str(), "j/chk-3");
         assert_eq!(shared_dir("j").unwrap().as_str(), "j/shared");
         assert_eq!(metadata_path("j", 3).unwrap().as_str(), "j/chk-3/_metadata");
+        assert_eq!(
+            metadata_tag_path("j", 3).unwrap().as_str(),
+            "j/chk-3/_metadata.hmac"
+        );
         let sub = subtask_dir("j", 3, 1, 0).unwrap();
         assert_eq!(sub.as_str(), "j/chk-3/1-0");
         for p in [&chk, &sub, &metadata_path("j", 3).unwrap()] {
