@@ -21,6 +21,8 @@
 //! validated at once (the others wait their turn).
 
 pub mod auth;
+#[cfg(test)]
+mod fuzz_tests;
 
 use std::net::SocketAddr;
 use std::pin::Pin;
