@@ -82,7 +82,8 @@
 //! arrives before its key is registered waits up to
 //! [`REGISTRATION_TIMEOUT`] (60 s) and is then refused (the sender aborts with a
 //! message saying so); at most [`MAX_WAITING_STREAMS`] streams of one
-//! connection wait at once, one past that is refused at once.
+//! sending TaskManager wait at once, over all its connections; one past
+//! that is refused at once.
 //! [`DataPlane::unregister_job`] resets every stream of
 //! the job that still carries a channel without its `End`; a stream whose
 //! channels all ended only waits for the sender's clean end (the receiving
@@ -128,11 +129,12 @@ pub const SENDER_CAPACITY: usize = 1;
 /// ([`DataPlane::set_registration_timeout`] changes it).
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Streams of one connection (one sending TaskManager) that may wait for
-/// their input's registration at once. A job's early streams from one
-/// TaskManager are one per input it feeds here, far fewer; the bound stops
-/// a peer from parking QUIC's whole stream limit
-/// ([`tls::MAX_STREAMS`]) here for [`REGISTRATION_TIMEOUT`] each.
+/// Streams of one sending TaskManager (over all its connections: it may
+/// open several) that may wait for their input's registration at once. A
+/// job's early streams from one TaskManager are one per input it feeds
+/// here, far fewer; the bound stops a peer from parking QUIC's whole stream
+/// limit ([`tls::MAX_STREAMS`]), or many connections' worth, here for
+/// [`REGISTRATION_TIMEOUT`] each.
 pub const MAX_WAITING_STREAMS: u64 = 1024;
 
 /// The data plane's sizes.
@@ -352,9 +354,12 @@ struct Shared {
     peers: Mutex<HashMap<Peer, Arc<tokio::sync::Mutex<Option<quinn::Connection>>>>>,
     /// How long an early stream waits for its registration, in ms.
     registration_timeout_ms: AtomicU64,
-    /// Streams of one connection that may wait for their registration at
-    /// once ([`MAX_WAITING_STREAMS`], but in tests).
+    /// Streams of one sending TaskManager that may wait for their
+    /// registration at once ([`MAX_WAITING_STREAMS`], but in tests).
     max_waiting: AtomicU64,
+    /// Streams waiting for their registration, per sending TaskManager (the
+    /// id its certificate names): one count over all its connections.
+    waiting: Mutex<HashMap<Arc<str>, Arc<AtomicU64>>>,
     buffered: AtomicU64,
     max_buffered: AtomicU64,
     sent: AtomicU64,
@@ -408,6 +413,7 @@ impl DataPlane {
             peers: Mutex::new(HashMap::new()),
             registration_timeout_ms: AtomicU64::new(REGISTRATION_TIMEOUT.as_millis() as u64),
             max_waiting: AtomicU64::new(MAX_WAITING_STREAMS),
+            waiting: Mutex::new(HashMap::new()),
             buffered: AtomicU64::new(0),
             max_buffered: AtomicU64::new(0),
             sent: AtomicU64::new(0),

@@ -57,8 +57,18 @@ async fn serve_connection(incoming: quinn::Incoming, shared: Weak<Shared>) {
             return;
         }
     };
-    // Streams of this connection waiting for their registration.
-    let waiting = Arc::new(AtomicU64::new(0));
+    // Streams of this sender waiting for their registration, counted over
+    // all its connections (a certificate's holder may open many).
+    let Some(waiting) = shared.upgrade().map(|s| {
+        s.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(sender.clone())
+            .or_default()
+            .clone()
+    }) else {
+        return;
+    };
     while let Ok((send, recv)) = conn.accept_bi().await {
         let Some(shared) = shared.upgrade() else {
             return;

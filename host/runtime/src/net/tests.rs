@@ -585,6 +585,53 @@ async fn streams_waiting_for_their_registration_are_bounded_per_connection() {
     assert!(!abort.is_set());
 }
 
+/// Issue 10: the bound holds per sending TaskManager, not per connection:
+/// a second process holding the same certificate (its own connection)
+/// shares the first one's allowance of waiting streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_waiting_for_their_registration_are_bounded_per_sender_over_its_connections() {
+    let ca = ClusterCa::generate().unwrap();
+    let a = plane(&ca.issue_taskmanager("tm-a").unwrap(), NetConfig::default());
+    let again = plane(&ca.issue_taskmanager("tm-a").unwrap(), NetConfig::default());
+    let b = plane(&ca.issue_taskmanager("tm-b").unwrap(), NetConfig::default());
+    b.set_max_waiting_streams(2);
+    let abort = Abort::new();
+    let mut waiting = Vec::new();
+    for (subtask, from) in [(0, &a), (1, &again)] {
+        let (tx, task) = from.open_channel_with_handle(
+            to(&b),
+            key("early", subtask),
+            opts(Duration::from_millis(1)),
+            abort.clone(),
+        );
+        tx.send(Message::End { channel: 0 }).await.unwrap();
+        timeout(PATIENCE, b.shared.waiter_added.notified())
+            .await
+            .unwrap();
+        waiting.push((tx, task));
+    }
+    // The second connection's second stream is the sender's third.
+    let third = Abort::new();
+    let (tx, task) = again.open_channel_with_handle(
+        to(&b),
+        key("early", 2),
+        opts(Duration::from_millis(1)),
+        third.clone(),
+    );
+    tx.send(Message::End { channel: 0 }).await.unwrap();
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(err.to_string().contains("too many"), "{err}");
+    assert!(third.is_set());
+    for (subtask, (tx, task)) in waiting.into_iter().enumerate() {
+        let (input, mut rx) = mpsc::channel(1);
+        b.register_input(key("early", subtask as u32), gate(input));
+        assert!(matches!(recv(&mut rx).await, Message::End { channel: 0 }));
+        drop(tx);
+        timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+    }
+    assert!(!abort.is_set());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_for_an_input_never_registered_is_refused() {
     let (a, b) = pair(NetConfig::default());
