@@ -568,6 +568,132 @@ mod tests {
         assert!(!stranger.verify(b"{\"checkpoint\":3}", tag.as_bytes()));
     }
 
+    /// A JobManager core on `dir` (data dir `dir/jm`) allowing files under
+    /// `root`, with its job store opened.
+    fn core(dir: &Path, root: &Path) -> (Arc<JobManager>, Vec<RecoveredJob>) {
+        let data_dir = dir.join("jm");
+        let runtime = Arc::new(
+            weir_runtime::wasm::Runtime::new(weir_runtime::wasm::RuntimeConfig { cache_dir: None })
+                .unwrap(),
+        );
+        let jm = JobManager::new(
+            CoreConfig {
+                data_dir: data_dir.clone(),
+                heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+                heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
+                scheduling: Strategy::Pack,
+                max_module_bytes: 1 << 20,
+                checkpoint_dir: Some(dir.join("checkpoints")),
+                checkpoint_storage: None,
+                clock: Clock::Real,
+                storage_io: StorageIo::Background,
+                max_job_state_bytes: None,
+                allowed_roots: AllowedRoots::new([root]).unwrap(),
+            },
+            runtime,
+            ModuleStore::open(&data_dir.join("modules")).unwrap(),
+        );
+        let recovered = jm.recover(&data_dir).unwrap();
+        (jm, recovered)
+    }
+
+    fn spec(name: &str, source: &str) -> String {
+        format!(
+            "[job]\nname = \"{name}\"\n\n{source}\n\n[[sink]]\nid = \"out\"\ntype = \"blackhole\"\n\n\
+             [[edge]]\nfrom = \"in\"\nto = \"out\"\n"
+        )
+    }
+
+    /// The core of a restart, without processes: what a first JobManager
+    /// submitted is taken back by a second one on the same data dir,
+    /// `restarting`, and deployed past the attempt the first one recorded
+    /// once a TaskManager registers; a job whose file the second one no
+    /// longer allows is listed `failed`, saying why; an unreadable record
+    /// is moved aside.
+    #[test]
+    fn a_restarted_jobmanager_takes_back_its_jobs_and_says_what_it_cannot() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = rt.enter();
+        let inputs = dir.path().join("in");
+        std::fs::create_dir_all(&inputs).unwrap();
+        std::fs::write(inputs.join("lines.txt"), "a\nb\n").unwrap();
+
+        let (first, recovered) = core(dir.path(), dir.path());
+        assert!(recovered.is_empty(), "{recovered:?}");
+        let (_, _tm) = first.register_in_process("tm", 8);
+        let generator =
+            "[[source]]\nid = \"in\"\ntype = \"generator\"\nkind = \"sequence\"\nrate = 10";
+        let running = rt
+            .block_on(first.submit(spec("generated", generator), None))
+            .unwrap()
+            .id;
+        let file = format!(
+            "[[source]]\nid = \"in\"\ntype = \"file\"\npath = {:?}",
+            inputs.join("lines.txt").display().to_string()
+        );
+        let confined = rt
+            .block_on(first.submit(spec("confined", &file), None))
+            .unwrap()
+            .id;
+        let jobs = dir.path().join("jm").join(JOBS_DIR);
+        std::fs::write(jobs.join("00000000000000ff.json"), b"{\"format\": 1, ").unwrap();
+        drop(first);
+
+        // Started again, allowing another folder only.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let (second, mut recovered) = core(dir.path(), &elsewhere);
+        recovered.sort_by_key(|r| r.name.clone());
+        assert_eq!(recovered.len(), 2, "{recovered:?}");
+        let why = recovered[0].failure.as_deref().unwrap_or_default();
+        assert_eq!(recovered[0].id, confined);
+        assert!(
+            why.contains("not taken back") && why.contains("lines.txt"),
+            "{why}"
+        );
+        assert_eq!(
+            recovered[1],
+            RecoveredJob {
+                id: running.clone(),
+                name: "generated".into(),
+                checkpoint: None,
+                failure: None,
+            }
+        );
+        assert!(
+            !jobs.join(format!("{confined}.json")).exists(),
+            "its record is gone"
+        );
+        assert!(jobs.join("00000000000000ff.json.unreadable").exists());
+        assert!(!jobs.join("00000000000000ff.json").exists());
+        let state = |id: &str| second.job(id).unwrap().summary.state;
+        assert_eq!(state(&confined), JobState::Failed);
+        assert_eq!(state(&running), JobState::Restarting);
+
+        // Deployed once a TaskManager registers, past the recorded attempt.
+        let (_, mut tm) = second.register_in_process("tm", 8);
+        second.tick();
+        assert_eq!(state(&running), JobState::Running);
+        let deployed = std::iter::from_fn(|| tm.try_recv().ok())
+            .find_map(|m| match m {
+                weir_runtime::rpc::ToTaskManager::Deploy(d) => Some(d),
+                _ => None,
+            })
+            .expect("a deployment");
+        assert_eq!(
+            (deployed.job.as_str(), deployed.attempt),
+            (running.as_str(), 1)
+        );
+        let record: JobRecord =
+            serde_json::from_slice(&std::fs::read(jobs.join(format!("{running}.json"))).unwrap())
+                .unwrap();
+        assert_eq!(record.attempt, 1, "recorded before it was deployed");
+    }
+
     #[cfg(unix)]
     #[test]
     fn the_key_and_the_records_are_private() {

@@ -393,10 +393,13 @@ impl Job {
         Job {
             id,
             name: graph.name.clone(),
-            subtasks: Vec::new(),
+            // Nothing placed until it is deployed: views and cancels see
+            // no subtask (one empty list per task, as after an upgrade's
+            // swap).
+            subtasks: tasks.iter().map(|_| Vec::new()).collect(),
             restarts: Restarts::new(graph.settings.restart),
+            placement: tasks.iter().map(|_| Vec::new()).collect(),
             tasks,
-            placement: Vec::new(),
             graph,
             state: JobState::Running,
             failure: None,
