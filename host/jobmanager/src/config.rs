@@ -131,6 +131,31 @@ pub struct CoreConfig {
     pub max_job_state_bytes: Option<u64>,
 }
 
+#[cfg(test)]
+impl CoreConfig {
+    /// The defaults of a JobManager under test: real clock, storage work
+    /// in the background, packed scheduling, 1 MiB modules, no state quota.
+    pub(crate) fn for_tests(
+        data_dir: PathBuf,
+        checkpoint_dir: PathBuf,
+        allowed_roots: AllowedRoots,
+    ) -> CoreConfig {
+        CoreConfig {
+            data_dir,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
+            scheduling: Strategy::Pack,
+            max_module_bytes: 1 << 20,
+            checkpoint_dir: Some(checkpoint_dir),
+            checkpoint_storage: None,
+            clock: Clock::Real,
+            storage_io: StorageIo::Background,
+            max_job_state_bytes: None,
+            allowed_roots,
+        }
+    }
+}
+
 /// Who runs the JobManager's checkpoint storage commands (see the module
 /// docs: decided under the job's lock, run off it, in order per job).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -49,7 +49,7 @@
 //! history, logs and metrics.
 
 use super::*;
-use crate::submit::{job_checkpoints, keyed_states};
+use crate::submit::{job_checkpoints, keyed_states, subtask_ids};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::path::Path;
@@ -287,12 +287,18 @@ impl JobManager {
                 Err(why) => {
                     // Kept aside for a person to look at, never read again.
                     let aside = path.with_extension("json.unreadable");
-                    tracing::error!(
-                        "cannot take back the job recorded in {}: {why}; moved to {}",
-                        path.display(),
-                        aside.display()
-                    );
-                    let _ = std::fs::rename(&path, &aside);
+                    match std::fs::rename(&path, &aside) {
+                        Ok(()) => tracing::error!(
+                            "cannot take back the job recorded in {}: {why}; moved to {}",
+                            path.display(),
+                            aside.display()
+                        ),
+                        Err(e) => tracing::error!(
+                            "cannot take back the job recorded in {}: {why}; nor move it \
+                             aside ({e}): it is read again at the next start",
+                            path.display()
+                        ),
+                    }
                     continue;
                 }
             };
@@ -448,11 +454,7 @@ impl JobManager {
             *folders.entry(n).or_default() |= rest == METADATA_FILE;
         }
         found.next_id = folders.keys().next_back().map_or(1, |n| n + 1);
-        let subtasks: BTreeSet<(u32, u32)> = tasks
-            .iter()
-            .enumerate()
-            .flat_map(|(t, spec)| (0..spec.parallelism).map(move |s| (t as u32, s)))
-            .collect();
+        let subtasks: BTreeSet<(u32, u32)> = subtask_ids(tasks).collect();
         for (n, has_metadata) in folders {
             if !has_metadata {
                 if let Ok(dir) = weir_runtime::checkpoint::layout::checkpoint_dir(id, n) {
@@ -577,19 +579,11 @@ mod tests {
                 .unwrap(),
         );
         let jm = JobManager::new(
-            CoreConfig {
-                data_dir: data_dir.clone(),
-                heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
-                heartbeat_timeout: DEFAULT_HEARTBEAT_TIMEOUT,
-                scheduling: Strategy::Pack,
-                max_module_bytes: 1 << 20,
-                checkpoint_dir: Some(dir.join("checkpoints")),
-                checkpoint_storage: None,
-                clock: Clock::Real,
-                storage_io: StorageIo::Background,
-                max_job_state_bytes: None,
-                allowed_roots: AllowedRoots::new([root]).unwrap(),
-            },
+            CoreConfig::for_tests(
+                data_dir.clone(),
+                dir.join("checkpoints"),
+                AllowedRoots::new([root]).unwrap(),
+            ),
             runtime,
             ModuleStore::open(&data_dir.join("modules")).unwrap(),
         );

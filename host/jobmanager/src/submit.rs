@@ -354,6 +354,15 @@ impl JobManager {
     }
 }
 
+/// Every subtask of a job chained into `tasks`, as (task, subtask): what
+/// each checkpoint must hear from.
+pub(crate) fn subtask_ids(tasks: &[TaskSpec]) -> impl Iterator<Item = (u32, u32)> + '_ {
+    tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(t, spec)| (0..spec.parallelism).map(move |s| (t as u32, s)))
+}
+
 /// The checkpoint coordinator and registry of a job of `graph` chained
 /// into `tasks`, numbering from `next_id`; `None` without checkpoints.
 pub(crate) fn job_checkpoints(
@@ -363,11 +372,7 @@ pub(crate) fn job_checkpoints(
     now: Instant,
 ) -> Option<JobCheckpoints> {
     graph.settings.checkpoints.clone().map(|config| {
-        let subtasks = tasks
-            .iter()
-            .enumerate()
-            .flat_map(|(t, spec)| (0..spec.parallelism).map(move |s| (t as u32, s)))
-            .collect();
+        let subtasks = subtask_ids(tasks).collect();
         JobCheckpoints {
             coordinator: Coordinator::new(config, subtasks, next_id, now, now_ms()),
             registry: SharedStateRegistry::new(),

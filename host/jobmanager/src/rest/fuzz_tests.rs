@@ -20,8 +20,7 @@ use tower::ServiceExt;
 
 use super::{RestOptions, router};
 use crate::modules::ModuleStore;
-use crate::scheduler::Strategy as Scheduling;
-use crate::{Clock, CoreConfig, JobManager, StorageIo};
+use crate::{CoreConfig, JobManager};
 use weir_fuzz::{config, mutate, mutations};
 use weir_runtime::connectors::AllowedRoots;
 use weir_runtime::wasm::{Runtime, RuntimeConfig};
@@ -74,19 +73,11 @@ impl Fixture {
         let data_dir = dir.path().join("jobmanager");
         let store = ModuleStore::open(&data_dir.join("modules")).unwrap();
         let jm = JobManager::new(
-            CoreConfig {
+            CoreConfig::for_tests(
                 data_dir,
-                heartbeat_interval: crate::DEFAULT_HEARTBEAT_INTERVAL,
-                heartbeat_timeout: crate::DEFAULT_HEARTBEAT_TIMEOUT,
-                scheduling: Scheduling::Pack,
-                max_module_bytes: 1 << 20,
-                checkpoint_dir: Some(dir.path().join("checkpoints")),
-                checkpoint_storage: None,
-                clock: Clock::Real,
-                storage_io: StorageIo::Background,
-                max_job_state_bytes: None,
-                allowed_roots: AllowedRoots::none(),
-            },
+                dir.path().join("checkpoints"),
+                AllowedRoots::none(),
+            ),
             runtime,
             store,
         );
@@ -116,7 +107,6 @@ impl Fixture {
 
     /// The status `request` is answered with.
     fn status(&self, request: Request<Body>) -> u16 {
-        let _entered = self.rt.enter();
         let response = self
             .rt
             .block_on(self.router.clone().oneshot(request))

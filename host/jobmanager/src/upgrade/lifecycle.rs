@@ -159,12 +159,7 @@ pub(crate) fn swap_in(job: &mut Job, now: Instant) -> bool {
     job.reports.clear();
     job.restarts = Restarts::new(job.graph.settings.restart);
     job.from_savepoint = Some(Arc::new(from));
-    let subtasks: Vec<(u32, u32)> = job
-        .tasks
-        .iter()
-        .enumerate()
-        .flat_map(|(t, spec)| (0..spec.parallelism).map(move |s| (t as u32, s)))
-        .collect();
+    let subtasks: Vec<(u32, u32)> = crate::submit::subtask_ids(&job.tasks).collect();
     if let Some(c) = job.checkpoints.as_mut() {
         // `check_upgrade` refuses a version without checkpoints.
         let config = job
