@@ -94,6 +94,7 @@ impl Cli {
         ChannelOptions {
             buffer_size: self.buffer_kb << 10,
             buffer_timeout,
+            ..ChannelOptions::default()
         }
     }
 }
@@ -138,6 +139,7 @@ fn bench_input(tx: mpsc::Sender<Message>) -> Input {
         tx,
         channels: 1,
         senders: std::sync::Arc::new(["sender".to_string()].into()),
+        max_record_bytes: ChannelOptions::default().max_record_bytes,
     }
 }
 

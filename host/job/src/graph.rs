@@ -625,6 +625,31 @@ impl JobGraph {
         order
     }
 
+    /// The longest record (key and value bytes) that may travel between
+    /// TaskManagers in this job: `job.limits.max_output_mb` (no guest call
+    /// emits more), or twice the longest record a source of the job makes,
+    /// if larger (a line, plus at most a key taken from it). A receiver
+    /// holds no more than about this of one message; a longer record fails
+    /// its channel at the sender, naming its size.
+    pub fn max_record_bytes(&self) -> u64 {
+        let sources = self.vertices.iter().map(|v| match &v.kind {
+            VertexKind::Source(SourceSpec::File(f)) => f.max_record_bytes,
+            VertexKind::Source(SourceSpec::Generator(GeneratorSpec {
+                kind:
+                    GeneratorKind::Sequence {
+                        record_bytes: Some(bytes),
+                        ..
+                    },
+                ..
+            })) => u64::from(*bytes),
+            _ => 0,
+        });
+        let output = u64::from(self.settings.limits.max_output_mb) << 20;
+        sources
+            .map(|bytes| bytes.saturating_mul(2))
+            .fold(output, u64::max)
+    }
+
     /// Checks that every operator's module given as a path exists and is a
     /// file. Named modules (`name@version`) are not checked here. Reports
     /// every missing module, naming the operator and the path.

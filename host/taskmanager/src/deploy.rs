@@ -93,6 +93,7 @@ impl Exchange for NetExchange<'_> {
                 tx,
                 channels,
                 senders: self.senders.clone(),
+                max_record_bytes: self.options.max_record_bytes,
             },
         );
     }
@@ -235,6 +236,7 @@ pub(crate) async fn run_job(
             let options = ChannelOptions {
                 buffer_size: inner.buffer_size,
                 buffer_timeout: Duration::from_millis(graph.settings.buffer_timeout_ms),
+                max_record_bytes: graph.max_record_bytes(),
             };
             let exchange = NetExchange {
                 me: &inner.id,

@@ -261,6 +261,34 @@ fn file_source_max_record_bytes_has_a_default_and_bounds() {
 }
 
 #[test]
+fn the_longest_record_between_taskmanagers_is_the_output_cap_or_twice_a_sources_record() {
+    let file = "[[source]]\nid = \"lines\"\ntype = \"file\"\npath = \"x.txt\"\n";
+    let job = |source: &str, limits: &str| {
+        valid(&format!("{limits}{source}{SINK}{}", edge("lines", "out"))).max_record_bytes()
+    };
+    // The defaults: 16 MiB lines, 16 MiB of output per call.
+    assert_eq!(job(file, ""), 32 << 20);
+    assert_eq!(
+        job(&format!("{file}max_record_bytes = 1000\n"), ""),
+        16 << 20
+    );
+    assert_eq!(
+        job(
+            &format!("{file}max_record_bytes = 1000\n"),
+            "[job.limits]\nmax_output_mb = 64\n"
+        ),
+        64 << 20
+    );
+    assert_eq!(
+        job(&format!("{file}max_record_bytes = {}\n", 100 << 20), ""),
+        200 << 20
+    );
+    let generator = "[[source]]\nid = \"lines\"\ntype = \"generator\"\nkind = \"sequence\"\nrecord_bytes = 1048576\n";
+    assert_eq!(job(generator, ""), 16 << 20);
+    assert_eq!(job(generator, "[job.limits]\nmax_output_mb = 1\n"), 2 << 20);
+}
+
+#[test]
 fn relative_file_paths_are_listed_with_their_field() {
     let spec = parse(&format!(
         "{JOB}[[source]]\nid = \"lines\"\ntype = \"file\"\npath = \"in/x.txt\"\n\

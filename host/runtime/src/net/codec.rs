@@ -15,7 +15,10 @@
 //! channel cuts into network buffers without regard for message boundaries
 //! ([`Encoder`] yields it piece by piece, so a large batch never needs a
 //! second, serialized copy in memory); the [`Decoder`] reassembles messages
-//! across buffers.
+//! across buffers. A batch whose encoding is longer than [`SPLIT_BYTES`]
+//! goes as several `Records` messages (between records, in order), so a
+//! receiver can refuse any message longer than that or than one of the
+//! job's longest records ([`max_message_bytes`], [`Decoder::with_limit`]).
 //!
 //! Decoding validates every length (a batch must pass [`Batch::validate`])
 //! and returns a [`DecodeError`] on corrupt input; it never panics.
@@ -30,11 +33,47 @@ const TAG_BARRIER: u8 = 3;
 const TAG_IDLE: u8 = 4;
 const TAG_LATENCY: u8 = 5;
 
-/// Largest encoded message accepted: a batch is `batch_size` records and an
-/// operator's output per call is capped (`max_output_mb`, 16 MiB by
-/// default), so anything near this is corruption, not data. It bounds what
-/// a corrupt length could make the decoder buffer.
+/// Largest encoded message a [`Decoder`] accepts unless told a smaller
+/// limit: anything near it is corruption, not data. It bounds what a
+/// corrupt length could make a decoder without a limit buffer.
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 30;
+
+/// A batch whose encoding is longer than this goes on the wire as several
+/// `Records` messages (cut between records, in order), so what a receiver
+/// holds of one message is bounded by this or by one record, whichever is
+/// larger ([`max_message_bytes`]).
+pub const SPLIT_BYTES: usize = 4 << 20;
+
+/// Bytes of a `Records` message's header.
+const RECORDS_HEAD: usize = 13;
+/// Column bytes per record (timestamp, key length, value length).
+const COLUMN_BYTES: usize = 16;
+
+/// The longest message a sender that splits at [`SPLIT_BYTES`] and sends
+/// no record (key and value) larger than `max_record_bytes` puts on the
+/// wire: what a receiver's [`Decoder::with_limit`] must accept.
+pub fn max_message_bytes(max_record_bytes: u64) -> u64 {
+    (SPLIT_BYTES as u64).max((RECORDS_HEAD + COLUMN_BYTES) as u64 + max_record_bytes)
+}
+
+/// The first record of `batch` whose key and value together are longer
+/// than `limit` bytes, as `(index, bytes)`.
+pub fn record_over(batch: &Batch, limit: u64) -> Option<(usize, u64)> {
+    if batch.data.len() as u64 <= limit {
+        return None;
+    }
+    batch
+        .key_lens
+        .iter()
+        .zip(&batch.value_lens)
+        .map(|(&k, &v)| record_bytes(k, v) as u64)
+        .enumerate()
+        .find(|&(_, bytes)| bytes > limit)
+}
+
+fn record_bytes(key_len: i32, value_len: u32) -> usize {
+    key_len.max(0) as usize + value_len as usize
+}
 
 /// Column entries converted per piece by the [`Encoder`] (`× 8` bytes of
 /// scratch at most).
@@ -57,7 +96,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
 /// Encoded size of `msg` in bytes.
 pub fn encoded_len(msg: &Message) -> usize {
     match msg {
-        Message::Records { batch: b, .. } => 13 + b.len() * 16 + b.data.len(),
+        Message::Records { batch: b, .. } => encoded_len_of(b),
         Message::Watermark { .. } => 13,
         Message::End { .. } => 5,
         Message::Idle { .. } => 6,
@@ -76,20 +115,80 @@ enum Step {
     Done,
 }
 
+/// The records of a batch one `Records` message carries: `first..end`,
+/// whose keys and values are `data_from..data_to` of the batch's data.
+#[derive(Debug, Clone, Copy, Default)]
+struct Segment {
+    first: usize,
+    end: usize,
+    data_from: usize,
+    data_to: usize,
+}
+
+impl Segment {
+    /// The records after `self` whose encoding fits `split` bytes (at
+    /// least one record, however long).
+    fn next(self, b: &Batch, split: usize) -> Segment {
+        let (first, data_from) = (self.end, self.data_to);
+        if first == 0 && encoded_len_of(b) <= split {
+            return Segment {
+                first,
+                end: b.len(),
+                data_from,
+                data_to: b.data.len(),
+            };
+        }
+        let mut seg = Segment {
+            first,
+            end: first,
+            data_from,
+            data_to: data_from,
+        };
+        let mut size = RECORDS_HEAD;
+        while seg.end < b.len() {
+            let bytes = COLUMN_BYTES + record_bytes(b.key_lens[seg.end], b.value_lens[seg.end]);
+            if seg.end > first && size + bytes > split {
+                break;
+            }
+            size += bytes;
+            seg.data_to += bytes - COLUMN_BYTES;
+            seg.end += 1;
+        }
+        seg
+    }
+}
+
+fn encoded_len_of(b: &Batch) -> usize {
+    RECORDS_HEAD + b.len() * COLUMN_BYTES + b.data.len()
+}
+
 /// Yields a message's encoding as a sequence of byte slices, each either
 /// borrowed from the batch or converted into a bounded scratch buffer.
 #[derive(Debug)]
 pub struct Encoder<'m> {
     msg: &'m Message,
     step: Step,
+    /// A batch whose encoding is longer goes as several messages.
+    split: usize,
+    /// The records of the `Records` message being encoded.
+    segment: Segment,
 }
 
 impl<'m> Encoder<'m> {
-    /// Starts encoding `msg`.
+    /// Starts encoding `msg` as one message.
     pub fn new(msg: &'m Message) -> Encoder<'m> {
+        Encoder::splitting(msg, usize::MAX)
+    }
+
+    /// Starts encoding `msg`; a batch whose encoding is longer than
+    /// `split` bytes becomes several `Records` messages of at most `split`
+    /// bytes each (or of one record, if that alone is longer).
+    pub fn splitting(msg: &'m Message, split: usize) -> Encoder<'m> {
         Encoder {
             msg,
             step: Step::Head,
+            split,
+            segment: Segment::default(),
         }
     }
 
@@ -100,14 +199,20 @@ impl<'m> Encoder<'m> {
     {
         scratch.clear();
         loop {
+            let seg = self.segment;
             match (self.step, self.msg) {
                 (Step::Head, msg) => {
                     match msg {
                         Message::Records { channel, batch: b } => {
+                            let seg = seg.next(b, self.split);
+                            self.segment = seg;
                             scratch.push(TAG_RECORDS);
                             scratch.extend_from_slice(&channel.to_le_bytes());
-                            scratch.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                            scratch.extend_from_slice(&(b.data.len() as u32).to_le_bytes());
+                            scratch
+                                .extend_from_slice(&((seg.end - seg.first) as u32).to_le_bytes());
+                            scratch.extend_from_slice(
+                                &((seg.data_to - seg.data_from) as u32).to_le_bytes(),
+                            );
                             self.step = Step::Timestamps(0);
                         }
                         Message::Watermark { channel, watermark } => {
@@ -146,7 +251,7 @@ impl<'m> Encoder<'m> {
                     return Some(scratch);
                 }
                 (Step::Timestamps(i), Message::Records { batch: b, .. }) => {
-                    let Some(chunk) = next_chunk(&b.timestamps, i) else {
+                    let Some(chunk) = next_chunk(&b.timestamps[seg.first..seg.end], i) else {
                         self.step = Step::KeyLens(0);
                         continue;
                     };
@@ -157,7 +262,7 @@ impl<'m> Encoder<'m> {
                     return Some(scratch);
                 }
                 (Step::KeyLens(i), Message::Records { batch: b, .. }) => {
-                    let Some(chunk) = next_chunk(&b.key_lens, i) else {
+                    let Some(chunk) = next_chunk(&b.key_lens[seg.first..seg.end], i) else {
                         self.step = Step::ValueLens(0);
                         continue;
                     };
@@ -168,7 +273,7 @@ impl<'m> Encoder<'m> {
                     return Some(scratch);
                 }
                 (Step::ValueLens(i), Message::Records { batch: b, .. }) => {
-                    let Some(chunk) = next_chunk(&b.value_lens, i) else {
+                    let Some(chunk) = next_chunk(&b.value_lens[seg.first..seg.end], i) else {
                         self.step = Step::Data;
                         continue;
                     };
@@ -179,11 +284,16 @@ impl<'m> Encoder<'m> {
                     return Some(scratch);
                 }
                 (Step::Data, Message::Records { batch: b, .. }) => {
-                    self.step = Step::Done;
-                    if b.data.is_empty() {
+                    // The next message starts with the next record, if any.
+                    self.step = if seg.end < b.len() {
+                        Step::Head
+                    } else {
+                        Step::Done
+                    };
+                    if seg.data_to == seg.data_from {
                         continue;
                     }
-                    return Some(&b.data);
+                    return Some(&b.data[seg.data_from..seg.data_to]);
                 }
                 _ => return None,
             }
@@ -197,16 +307,35 @@ fn next_chunk<T>(column: &[T], from: usize) -> Option<&[T]> {
 }
 
 /// Reassembles messages from a channel's byte stream, whatever the cuts.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Decoder {
     /// The start of a message whose end has not arrived yet.
     pending: Vec<u8>,
+    /// The longest message accepted.
+    limit: u64,
+}
+
+impl Default for Decoder {
+    fn default() -> Decoder {
+        Decoder::with_limit(MAX_MESSAGE_BYTES)
+    }
 }
 
 impl Decoder {
-    /// A decoder at a message boundary.
+    /// A decoder at a message boundary, accepting messages up to
+    /// [`MAX_MESSAGE_BYTES`].
     pub fn new() -> Decoder {
         Decoder::default()
+    }
+
+    /// A decoder that fails on a message longer than `limit` bytes (as
+    /// soon as its header announces it), so it never holds more than that
+    /// of one message.
+    pub fn with_limit(limit: u64) -> Decoder {
+        Decoder {
+            pending: Vec::new(),
+            limit: limit.min(MAX_MESSAGE_BYTES),
+        }
     }
 
     /// True at a message boundary (no partial message held).
@@ -223,7 +352,7 @@ impl Decoder {
     pub fn feed(&mut self, mut input: &[u8], out: &mut Vec<Message>) -> Result<(), DecodeError> {
         // Finish the message started in earlier input.
         while !self.pending.is_empty() && !input.is_empty() {
-            let want = match message_len(&self.pending)? {
+            let want = match message_len(&self.pending, self.limit)? {
                 Some(total) => total - self.pending.len(),
                 // Header incomplete: move just enough to complete it.
                 None => head_len(self.pending[0])? - self.pending.len(),
@@ -231,7 +360,7 @@ impl Decoder {
             let n = want.min(input.len());
             self.pending.extend_from_slice(&input[..n]);
             input = &input[n..];
-            if let Some(total) = message_len(&self.pending)?
+            if let Some(total) = message_len(&self.pending, self.limit)?
                 && total == self.pending.len()
             {
                 out.push(decode_exact(&self.pending)?);
@@ -240,7 +369,7 @@ impl Decoder {
         }
         // Whole messages straight from the input; keep the tail.
         while !input.is_empty() {
-            match message_len(input)? {
+            match message_len(input, self.limit)? {
                 Some(total) if total <= input.len() => {
                     out.push(decode_exact(&input[..total])?);
                     input = &input[total..];
@@ -262,7 +391,7 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 /// Length of the fixed header of a message with `tag`.
 fn head_len(tag: u8) -> Result<usize, DecodeError> {
     match tag {
-        TAG_RECORDS => Ok(13),
+        TAG_RECORDS => Ok(RECORDS_HEAD),
         TAG_WATERMARK => Ok(13),
         TAG_END => Ok(5),
         TAG_IDLE => Ok(6),
@@ -273,8 +402,8 @@ fn head_len(tag: u8) -> Result<usize, DecodeError> {
 }
 
 /// The total encoded length of the message `bytes` starts with, once its
-/// header is complete.
-fn message_len(bytes: &[u8]) -> Result<Option<usize>, DecodeError> {
+/// header is complete; an error if it is longer than `limit`.
+fn message_len(bytes: &[u8], limit: u64) -> Result<Option<usize>, DecodeError> {
     let Some(&tag) = bytes.first() else {
         return Ok(None);
     };
@@ -287,10 +416,10 @@ fn message_len(bytes: &[u8]) -> Result<Option<usize>, DecodeError> {
     }
     let n = u64::from(u32_at(bytes, 5));
     let data_len = u64::from(u32_at(bytes, 9));
-    let total = 13 + n * 16 + data_len;
-    if total > MAX_MESSAGE_BYTES {
+    let total = RECORDS_HEAD as u64 + n * COLUMN_BYTES as u64 + data_len;
+    if total > limit {
         return Err(DecodeError(format!(
-            "batch of {n} records and {data_len} data bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit"
+            "batch of {n} records and {data_len} data bytes exceeds the {limit}-byte limit"
         )));
     }
     Ok(Some(total as usize))
@@ -493,6 +622,112 @@ mod tests {
             assert!(piece.len() <= (COLUMN_CHUNK * 8).max(big.data.len()));
         }
         assert!(scratch.capacity() <= COLUMN_CHUNK * 8 * 2);
+    }
+
+    /// Encodes `msg` cut at `split`, decodes it with `limit`.
+    fn split_round_trip(msg: &Message, split: usize, limit: u64) -> Vec<Message> {
+        let mut encoder = Encoder::splitting(msg, split);
+        let mut scratch = Vec::new();
+        let mut bytes = Vec::new();
+        while let Some(piece) = encoder.next_piece(&mut scratch) {
+            bytes.extend_from_slice(piece);
+        }
+        let mut decoder = Decoder::with_limit(limit);
+        let mut out = Vec::new();
+        for piece in bytes.chunks(977) {
+            decoder.feed(piece, &mut out).unwrap();
+        }
+        assert!(decoder.is_idle());
+        out
+    }
+
+    #[test]
+    fn a_long_batch_goes_as_several_messages_no_longer_than_the_split_or_one_record() {
+        let msgs = sample();
+        let Message::Records { batch: big, .. } = &msgs[3] else {
+            unreachable!()
+        };
+        // One record far longer than the split, among short ones.
+        let mut batch = big.clone();
+        batch.push(Some(b"long"), &[7; 5000], 99);
+        batch.push(None, b"after", 100);
+        let whole = RECORDS_HEAD + batch.len() * COLUMN_BYTES + batch.data.len();
+        let msg = Message::Records { channel: 6, batch };
+        for split in [1, 40, 1000, whole - 1, whole, usize::MAX] {
+            let longest = (split as u64).max((RECORDS_HEAD + COLUMN_BYTES + 5004) as u64);
+            let out = split_round_trip(&msg, split, longest);
+            let mut joined = Batch::new();
+            for m in &out {
+                let Message::Records { channel: 6, batch } = m else {
+                    panic!("split {split}: {m:?}");
+                };
+                assert!(!batch.is_empty(), "split {split}: an empty message");
+                let len = RECORDS_HEAD + batch.len() * COLUMN_BYTES + batch.data.len();
+                assert!(
+                    len <= split || batch.len() == 1,
+                    "split {split}: a message of {} records, {len} bytes",
+                    batch.len()
+                );
+                for r in batch.iter() {
+                    joined.push(r.key, r.value, r.timestamp);
+                }
+            }
+            let Message::Records { batch, .. } = &msg else {
+                unreachable!()
+            };
+            assert_eq!(&joined, batch, "split {split}");
+            assert_eq!(
+                out.len() == 1,
+                split >= whole,
+                "split {split}: {} messages",
+                out.len()
+            );
+        }
+        // An empty batch is still one (empty) message.
+        let empty = Message::Records {
+            channel: 1,
+            batch: Batch::new(),
+        };
+        assert!(same(&split_round_trip(&empty, 1, 13)[0], &empty));
+    }
+
+    #[test]
+    fn a_decoder_with_a_limit_refuses_a_longer_message_from_its_header() {
+        let mut b = Batch::new();
+        b.push(Some(b"k"), &[1; 100], 1);
+        let msg = Message::Records {
+            channel: 0,
+            batch: b,
+        };
+        let len = encoded_len(&msg) as u64;
+        assert_eq!(split_round_trip(&msg, usize::MAX, len).len(), 1);
+        let mut bytes = Vec::new();
+        encode(&msg, &mut bytes);
+        // Only the header has arrived: refused before anything is held.
+        let err = Decoder::with_limit(len - 1)
+            .feed(&bytes[..RECORDS_HEAD], &mut Vec::new())
+            .unwrap_err();
+        assert!(
+            err.0
+                .contains(&format!("exceeds the {}-byte limit", len - 1)),
+            "{err}"
+        );
+        assert_eq!(max_message_bytes(0), SPLIT_BYTES as u64);
+        assert_eq!(
+            max_message_bytes(16 << 20),
+            (16 << 20) + (RECORDS_HEAD + COLUMN_BYTES) as u64
+        );
+    }
+
+    #[test]
+    fn record_over_names_the_first_record_longer_than_the_limit() {
+        let mut b = Batch::new();
+        b.push(Some(b"key"), b"12345", 1);
+        b.push(None, b"123456789", 2);
+        b.push(Some(b"k"), b"1234567890", 3);
+        assert_eq!(record_over(&b, 100), None);
+        assert_eq!(record_over(&b, 9), Some((2, 11)));
+        assert_eq!(record_over(&b, 8), Some((1, 9)));
     }
 
     #[test]

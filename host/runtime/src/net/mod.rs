@@ -203,6 +203,11 @@ pub struct Input {
     pub channels: u32,
     /// The TaskManagers that may open streams to it (the job's placement).
     pub senders: Arc<BTreeSet<String>>,
+    /// The longest record its senders send ([`ChannelOptions::max_record_bytes`]):
+    /// a stream announcing a longer message fails before any of it is
+    /// buffered, so one stream never holds more than
+    /// [`codec::max_message_bytes`] of this.
+    pub max_record_bytes: u64,
 }
 
 /// How one outgoing channel batches its bytes.
@@ -212,14 +217,21 @@ pub struct ChannelOptions {
     pub buffer_size: usize,
     /// A buffer that is not full goes out this long after its first byte.
     pub buffer_timeout: Duration,
+    /// The longest record (key and value) the channel carries: a longer
+    /// one fails the channel at the sender, with its size, since the
+    /// receiver refuses a message longer than [`codec::max_message_bytes`]
+    /// of this (the job's [`JobGraph::max_record_bytes`](crate::job::JobGraph::max_record_bytes)).
+    pub max_record_bytes: u64,
 }
 
 impl Default for ChannelOptions {
-    /// 32 KiB buffers and Flink's default buffer timeout of 100 ms.
+    /// 32 KiB buffers, Flink's default buffer timeout of 100 ms, and
+    /// records up to the default `max_output_mb`.
     fn default() -> Self {
         ChannelOptions {
             buffer_size: NetConfig::default().buffer_size,
             buffer_timeout: Duration::from_millis(100),
+            max_record_bytes: u64::from(crate::job::DEFAULT_MAX_OUTPUT_MB) << 20,
         }
     }
 }
@@ -370,7 +382,8 @@ struct Shared {
     in_flight: AtomicU64,
     credits: AtomicU64,
     credit_wait_ns: AtomicU64,
-    /// Signalled when a stream starts waiting for its registration.
+    /// Signalled when a stream starts waiting for its registration (once
+    /// it holds its place among the sender's waiting streams).
     #[cfg(test)]
     waiter_added: tokio::sync::Notify,
 }
@@ -573,8 +586,6 @@ impl Shared {
         }
         let (waiter, wait) = oneshot::channel();
         job.waiting.entry(gate).or_default().push(waiter);
-        #[cfg(test)]
-        self.waiter_added.notify_one();
         (Lookup::Wait(wait), alive)
     }
 

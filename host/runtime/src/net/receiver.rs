@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::codec::Decoder;
+use super::codec::{self, Decoder};
 use super::tls::{self, Role};
 use super::{Input, InputKey, Lookup, Shared, wire};
 use crate::channel::Message;
@@ -141,6 +141,7 @@ async fn serve(
         tx,
         channels,
         senders,
+        max_record_bytes,
     } = match lookup {
         Lookup::Ready(input) => input,
         Lookup::Wait(wait) => {
@@ -157,6 +158,8 @@ async fn serve(
                     ),
                 ));
             };
+            #[cfg(test)]
+            shared.waiter_added.notify_one();
             match tokio::time::timeout(shared.registration_timeout(), wait).await {
                 Ok(Ok(input)) => input,
                 Ok(Err(_)) => return Err(unregistered()),
@@ -189,7 +192,7 @@ async fn serve(
         r = send.write_all(&grant) => r.map_err(|e| lost(&key, e))?,
     }
     let open = Counted::take(&shared.channels_in, u64::MAX);
-    let mut decoder = Decoder::new();
+    let mut decoder = Decoder::with_limit(codec::max_message_bytes(max_record_bytes));
     let mut messages = Vec::new();
     let one_credit = 1u32.to_le_bytes();
     // One stream carries the channels of every upstream subtask on the

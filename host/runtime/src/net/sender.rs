@@ -15,7 +15,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::codec::Encoder;
+use super::codec::{self, Encoder};
 use super::credit::CreditLedger;
 use super::{ChannelOptions, InputKey, NetError, Peer, Shared, aborted, wire};
 use crate::channel::{Abort, Message};
@@ -183,7 +183,18 @@ impl Writer {
                 m = rx.recv() => m,
             };
             let Some(msg) = msg else { break };
-            let mut encoder = Encoder::new(&msg);
+            if let Message::Records { batch, .. } = &msg
+                && let Some((i, bytes)) = codec::record_over(batch, opts.max_record_bytes)
+            {
+                // The receiver would refuse it as corrupt; say what it is.
+                return Err(Stop::Failed(format!(
+                    "record {i} of a batch has {bytes} bytes of key and value, more than the \
+                     {} a record between TaskManagers may have (the job's \
+                     limits.max_output_mb, or its sources' largest record if larger)",
+                    opts.max_record_bytes
+                )));
+            }
+            let mut encoder = Encoder::splitting(&msg, codec::SPLIT_BYTES);
             while let Some(mut piece) = encoder.next_piece(&mut scratch) {
                 while !piece.is_empty() {
                     let filled = self.frame.len() - PREFIX;

@@ -33,6 +33,7 @@ fn gate(tx: mpsc::Sender<Message>) -> Input {
         tx,
         channels: 8,
         senders: Arc::new(["tm-a".to_string()].into()),
+        max_record_bytes: ChannelOptions::default().max_record_bytes,
     }
 }
 
@@ -67,6 +68,7 @@ fn opts(buffer_timeout: Duration) -> ChannelOptions {
     ChannelOptions {
         buffer_size: 32 * 1024,
         buffer_timeout,
+        ..ChannelOptions::default()
     }
 }
 
@@ -257,6 +259,7 @@ async fn stalled_consumer_bounds_buffered_bytes_and_blocks_the_sender() {
         ChannelOptions {
             buffer_size: 64 * 1024, // capped to the receiver's 8 KiB
             buffer_timeout: Duration::from_millis(1),
+            ..ChannelOptions::default()
         },
         abort.clone(),
     );
@@ -635,9 +638,8 @@ async fn a_bad_channel_index_fails_the_stream_not_the_subtask() {
     b.register_input(
         key("j", 0),
         Input {
-            tx,
             channels: 2,
-            senders: Arc::new(["tm-a".to_string()].into()),
+            ..gate(tx)
         },
     );
     let abort = Abort::new();
@@ -674,6 +676,127 @@ async fn a_bad_channel_index_fails_the_stream_not_the_subtask() {
     drop(good);
     assert!(matches!(recv(&mut rx).await, Message::End { channel: 0 }));
     timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+}
+
+/// A batch far longer than [`codec::SPLIT_BYTES`] crosses as several
+/// messages, none longer than what the receiver accepts for the job's
+/// record size, and arrives whole and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_longer_than_a_receiver_accepts_in_one_message_arrives_split() {
+    let (a, b) = pair(NetConfig::default());
+    let (tx, mut rx) = mpsc::channel(64);
+    let max_record_bytes = 64 * 1024;
+    b.register_input(
+        key("j", 0),
+        Input {
+            max_record_bytes,
+            ..gate(tx)
+        },
+    );
+    let options = ChannelOptions {
+        max_record_bytes,
+        ..opts(Duration::ZERO)
+    };
+    let (out, task) = a.open_channel_with_handle(to(&b), key("j", 0), options, Abort::new());
+    // Over 3 × 4 MiB in 40 KiB records, then one record of the largest size.
+    let mut big = batch(0, 320, 40 * 1024);
+    big.push(None, &vec![9; max_record_bytes as usize], 320);
+    assert!(big.byte_size() > 3 * codec::SPLIT_BYTES);
+    out.send(Message::Records {
+        channel: 0,
+        batch: big.clone(),
+    })
+    .await
+    .unwrap();
+    out.send(Message::End { channel: 0 }).await.unwrap();
+    drop(out);
+    let mut got = Batch::new();
+    let mut messages = 0;
+    loop {
+        match recv(&mut rx).await {
+            Message::Records { channel: 0, batch } => {
+                messages += 1;
+                assert!(
+                    batch.byte_size() + 13 <= codec::max_message_bytes(max_record_bytes) as usize
+                );
+                for r in batch.iter() {
+                    got.push(r.key, r.value, r.timestamp);
+                }
+            }
+            Message::End { channel: 0 } => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(got, big);
+    assert!(messages >= 4, "{messages} messages");
+    timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+}
+
+/// A record longer than the job allows fails its channel at the sender,
+/// saying how long it is, instead of reaching the receiver as "corrupt".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_longer_than_the_job_allows_fails_the_sender_saying_so() {
+    let (a, b) = pair(NetConfig::default());
+    let (tx, mut rx) = mpsc::channel(4);
+    b.register_input(key("j", 0), gate(tx));
+    let options = ChannelOptions {
+        max_record_bytes: 1000,
+        ..opts(Duration::ZERO)
+    };
+    let abort = Abort::new();
+    let (out, task) = a.open_channel_with_handle(to(&b), key("j", 0), options, abort.clone());
+    let mut b2 = Batch::new();
+    b2.push(Some(b"k"), &[1; 999], 1);
+    b2.push(Some(b"k"), &[1; 1000], 2);
+    let _ = out
+        .send(Message::Records {
+            channel: 0,
+            batch: b2,
+        })
+        .await;
+    let err = timeout(PATIENCE, task).await.unwrap().unwrap().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("record 1 of a batch has 1001 bytes of key and value, more than the 1000"),
+        "{err}"
+    );
+    assert!(abort.is_set());
+    assert!(rx.try_recv().is_err(), "nothing of the batch was delivered");
+}
+
+/// Issue 10: a peer in the placement could announce a batch of up to
+/// 1 GiB and send it slowly, and the receiver buffered all of it. Now a
+/// message longer than the job's records allow fails the stream as soon
+/// as its header arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_announced_longer_than_the_job_allows_fails_the_stream_at_its_header() {
+    let (a, b) = pair(NetConfig::default());
+    let (tx, mut rx) = mpsc::channel(4);
+    b.register_input(key("j", 0), gate(tx));
+    // What a modified sender does: a valid stream header, then a buffer
+    // holding only the header of a 100 MiB batch.
+    let conn = a.shared.connection(&to(&b)).await.unwrap();
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&wire::header(&key("j", 0))).await.unwrap();
+    let mut grant = [0u8; 8];
+    timeout(PATIENCE, recv.read_exact(&mut grant))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut records = vec![0u8]; // the tag of `Records`
+    records.extend_from_slice(&0u32.to_le_bytes());
+    records.extend_from_slice(&0u32.to_le_bytes());
+    records.extend_from_slice(&(100u32 << 20).to_le_bytes());
+    let mut frame = (records.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&records);
+    send.write_all(&frame).await.unwrap();
+    // The receiver resets the stream rather than wait for the rest.
+    let mut rest = [0u8; 4];
+    let refused = timeout(PATIENCE, recv.read_exact(&mut rest))
+        .await
+        .expect("the receiver refuses the stream instead of waiting for 100 MiB");
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(rx.try_recv().is_err());
 }
 
 /// Issue 10, finding 8: any node with a cluster certificate could feed any
@@ -760,9 +883,8 @@ async fn a_revoked_certificate_opens_no_channel_and_its_reissue_does() {
     );
     let (input, mut rx) = mpsc::channel(4);
     let from_x = Input {
-        tx: input,
-        channels: 8,
         senders: Arc::new(["tm-x".to_string()].into()),
+        ..gate(input)
     };
     b.register_input(key("j", 0), from_x);
 
