@@ -295,7 +295,7 @@ fn tokio_runtime() -> Result<tokio::runtime::Runtime, Failure> {
 
 fn classify_run_error(e: RunError) -> Failure {
     match e {
-        RunError::Io { .. } => failed(e),
+        RunError::Io { .. } | RunError::Restore(_) => failed(e),
         RunError::Operator(_) | RunError::Plan(_) => bad_input(e),
     }
 }

@@ -390,7 +390,7 @@ struct Latest {
 /// committed output is still exactly once (the parts the newer checkpoint
 /// had committed are rolled back, their records emitted again); a shared
 /// file nobody acked is swept away at the restart.
-fn falls_back_from_a_damaged_latest_checkpoint(damage: impl FnOnce(&Latest)) {
+fn falls_back_from_a_damaged_latest_checkpoint(damage: impl FnOnce(&mut Cluster, &Latest)) {
     let mut cluster = Cluster::start(1, 2, &["--heartbeat-timeout-ms", "2000"]);
     let out = cluster.dir.path().join("out/seq.txt");
     let alerts = cluster.dir.path().join("out/alerts.txt");
@@ -431,10 +431,13 @@ fn falls_back_from_a_damaged_latest_checkpoint(damage: impl FnOnce(&Latest)) {
         storage.join(only_latest.first().unwrap_or_else(|| {
             panic!("checkpoint {latest} has no file of its own beside {previous}")
         }));
-    damage(&Latest {
-        victim,
-        metadata: storage.join(&id).join(format!("chk-{latest}/_metadata")),
-    });
+    damage(
+        &mut cluster,
+        &Latest {
+            victim,
+            metadata: storage.join(&id).join(format!("chk-{latest}/_metadata")),
+        },
+    );
 
     // What a TaskManager killed between an upload and its ack leaves: a
     // shared file no checkpoint references. The restart sweeps it away.
@@ -468,7 +471,7 @@ fn falls_back_from_a_damaged_latest_checkpoint(damage: impl FnOnce(&Latest)) {
 /// duplicated records).
 #[test]
 fn a_corrupt_latest_checkpoint_falls_back_to_the_one_before() {
-    falls_back_from_a_damaged_latest_checkpoint(|latest| {
+    falls_back_from_a_damaged_latest_checkpoint(|_, latest| {
         let len = std::fs::metadata(&latest.victim).unwrap().len();
         std::fs::OpenOptions::new()
             .write(true)
@@ -485,7 +488,7 @@ fn a_corrupt_latest_checkpoint_falls_back_to_the_one_before() {
 #[test]
 fn a_latest_checkpoint_changed_without_changing_its_size_falls_back() {
     use std::io::{Read, Seek, SeekFrom, Write};
-    falls_back_from_a_damaged_latest_checkpoint(|latest| {
+    falls_back_from_a_damaged_latest_checkpoint(|_, latest| {
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -519,11 +522,82 @@ fn a_latest_checkpoint_changed_without_changing_its_size_falls_back() {
     });
 }
 
+/// Issue 10: a restore whose files all matched their hashes but that
+/// RocksDB refused (an SST file broken before it was uploaded, so its
+/// hash is of the broken bytes) failed every restart from the same
+/// checkpoint. While the JobManager is down, the latest checkpoint's SST
+/// file is cut in half and its metadata rewritten (and tagged with the
+/// JobManager's key) to name the cut file's size and hash: the download
+/// passes, RocksDB refuses the file, and the job falls back.
+#[test]
+fn a_latest_checkpoint_rocksdb_refuses_falls_back() {
+    use hmac::Mac;
+    use sha2::Digest;
+    falls_back_from_a_damaged_latest_checkpoint(|cluster, latest| {
+        cluster.jm.kill();
+        assert!(
+            latest.victim.extension().is_some_and(|e| e == "sst"),
+            "{} is not an SST file",
+            latest.victim.display()
+        );
+        let bytes = std::fs::read(&latest.victim).unwrap();
+        let cut = &bytes[..bytes.len() / 2];
+        std::fs::write(&latest.victim, cut).unwrap();
+        let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let sha256 = hex(&sha2::Sha256::digest(cut));
+        let name = latest.victim.file_name().unwrap().to_str().unwrap();
+        let mut metadata: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&latest.metadata).unwrap()).unwrap();
+        let mut changed = 0;
+        rewrite_handles(&mut metadata, name, &mut |handle| {
+            handle["size"] = serde_json::Value::from(cut.len());
+            handle["sha256"] = serde_json::Value::from(sha256.clone());
+            changed += 1;
+        });
+        assert!(changed > 0, "no handle names {name}: {metadata}");
+        let text = serde_json::to_vec(&metadata).unwrap();
+        let key = std::fs::read_to_string(cluster.dir.path().join("jm/checkpoint-key")).unwrap();
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.trim().as_bytes()).unwrap();
+        mac.update(&text);
+        let tag = hex(&mac.finalize().into_bytes());
+        std::fs::write(latest.metadata.with_file_name("_metadata.hmac"), tag).unwrap();
+        std::fs::write(&latest.metadata, text).unwrap();
+        cluster.restart_jobmanager();
+    });
+}
+
+/// Calls `f` on every file handle (an object with a `path` and a `size`)
+/// in `v` whose path ends with `/name`.
+fn rewrite_handles(
+    v: &mut serde_json::Value,
+    name: &str,
+    f: &mut dyn FnMut(&mut serde_json::Value),
+) {
+    match v {
+        serde_json::Value::Object(map) => {
+            let named = map.get("size").is_some()
+                && map
+                    .get("path")
+                    .and_then(|p| p.as_str())
+                    .is_some_and(|p| p.ends_with(&format!("/{name}")));
+            if named {
+                f(v);
+            } else {
+                map.values_mut().for_each(|x| rewrite_handles(x, name, f));
+            }
+        }
+        serde_json::Value::Array(items) => {
+            items.iter_mut().for_each(|x| rewrite_handles(x, name, f))
+        }
+        _ => {}
+    }
+}
+
 /// Issue 10: `_metadata` was written, never read back. With the latest
 /// checkpoint's deleted, it is not restored from.
 #[test]
 fn a_latest_checkpoint_without_its_metadata_falls_back() {
-    falls_back_from_a_damaged_latest_checkpoint(|latest| {
+    falls_back_from_a_damaged_latest_checkpoint(|_, latest| {
         std::fs::remove_file(&latest.metadata).unwrap();
     });
 }

@@ -230,14 +230,32 @@ impl JobManager {
                 if job.attempt != attempt {
                     return;
                 }
-                if let Some(c) = job.checkpoints.as_mut()
-                    && c.coordinator.retained().any(|r| r.id == checkpoint)
-                {
-                    tracing::warn!(
-                        job = %job.id, checkpoint, taskmanager = %tm_id,
-                        "checkpoint cannot be restored, restarts fall back to an older one: {reason}"
+                let Some(c) = job.checkpoints.as_mut() else {
+                    return;
+                };
+                if !c.coordinator.retained().any(|r| r.id == checkpoint) {
+                    return;
+                }
+                tracing::warn!(
+                    job = %job.id, checkpoint, taskmanager = %tm_id,
+                    "checkpoint cannot be restored, restarts fall back to an older one: {reason}"
+                );
+                c.unrestorable.insert(checkpoint);
+                // With none left, a restart would start over (or from the
+                // savepoint the job began with) and emit output the
+                // retained checkpoints committed a second time.
+                if c.restore_point().0.is_none() && !job.fatal {
+                    job.fatal = true;
+                    let passed: Vec<String> =
+                        c.coordinator.retained().map(|r| r.id.to_string()).collect();
+                    let cause = format!(
+                        "no retained checkpoint can be restored ({} could not; {checkpoint}: \
+                         {reason}); not restarted, since starting over would emit committed \
+                         output again",
+                        passed.join(", ")
                     );
-                    c.unrestorable.insert(checkpoint);
+                    tracing::error!(job = %job.id, "{cause}");
+                    fail(taskmanagers, job, Cause::new(cause), true, now);
                 }
             }
             ToJobManager::Decline {

@@ -110,6 +110,11 @@ struct Sim {
     uploads: u64,
     /// Steps checkpoint storage stays stalled.
     storage_stalled: u32,
+    /// TaskManagers refuse every restore from a checkpoint (as RocksDB
+    /// refusing its files): `RestoreFailed`, then their subtasks fail.
+    refuse_restores: bool,
+    /// Deployments without a restore point while `refuse_restores`.
+    from_scratch: u32,
 }
 
 impl Sim {
@@ -216,6 +221,8 @@ impl Sim {
             ToTaskManager::Deploy(d) => {
                 if let Some(point) = &d.restore {
                     check_restorable(&self.storage_root, &d.job, point.checkpoint);
+                } else if self.refuse_restores {
+                    self.from_scratch += 1;
                 }
                 let me = self.tms[t].id.clone();
                 let subtasks: BTreeMap<(u32, u32), bool> = d
@@ -230,6 +237,35 @@ impl Sim {
                             .map(move |(s, _)| ((task as u32, s as u32), true))
                     })
                     .collect();
+                if let Some(point) = d.restore.as_ref().filter(|_| self.refuse_restores) {
+                    // What the TaskManager's deployment does when RocksDB
+                    // refuses the downloaded files.
+                    self.send(
+                        t,
+                        0,
+                        ToJobManager::RestoreFailed {
+                            job: d.job.clone(),
+                            attempt: d.attempt,
+                            checkpoint: point.checkpoint,
+                            reason: "RocksDB refused 000009.sst".into(),
+                        },
+                    );
+                    for &(task, subtask) in subtasks.keys() {
+                        self.send(
+                            t,
+                            0,
+                            ToJobManager::TaskState {
+                                job: d.job.clone(),
+                                attempt: d.attempt,
+                                task,
+                                subtask,
+                                state: TaskState::Failed,
+                                error: Some("cannot restore its state".into()),
+                            },
+                        );
+                    }
+                    return;
+                }
                 for &(task, subtask) in subtasks.keys() {
                     let delay = self.rng.below(5);
                     self.send(
@@ -647,6 +683,8 @@ fn start(seed: u64, runtime: &Arc<Runtime>, dir: &Path, rt: &tokio::runtime::Run
         job: created.id,
         uploads: 0,
         storage_stalled: 0,
+        refuse_restores: false,
+        from_scratch: 0,
     }
 }
 
@@ -873,6 +911,50 @@ fn a_taskmanager_lost_after_its_subtasks_finished_restarts_the_job() {
         assert!(steps < 4_000, "stuck in {:?}", state(&sim));
     }
     assert_eq!(sim.jm.checkpoints(&sim.job).unwrap().restores.len(), 1);
+}
+
+/// Every retained checkpoint refused by the TaskManagers (as RocksDB
+/// refusing files that passed their hashes): each restart falls back to an
+/// older one, and with none left the job fails, saying why, instead of
+/// starting over and committing its output a second time.
+#[test]
+fn with_no_retained_checkpoint_restorable_the_job_fails_rather_than_start_over() {
+    let env = Env::new();
+    let _guard = env.rt.enter();
+    let mut sim = checkpointed(&env, 13);
+    let state = |sim: &Sim| sim.jm.job(&sim.job).unwrap().summary.state;
+    sim.refuse_restores = true;
+    sim.kill(0, Some("killed to restart the job"), 5);
+    let mut steps = 0;
+    while state(&sim) != JobState::Failed {
+        assert_ne!(state(&sim), JobState::Running, "running again");
+        sim.step();
+        steps += 1;
+        assert!(steps < 3_000, "stuck in {:?}", state(&sim));
+    }
+    assert_eq!(sim.from_scratch, 0, "a deployment without a restore point");
+    let history = sim.jm.checkpoints(&sim.job).unwrap();
+    let tried: Vec<Option<u64>> = history.restores.iter().map(|r| r.checkpoint).collect();
+    assert!(
+        tried.len() >= 2,
+        "one restart per retained checkpoint: {tried:?}"
+    );
+    assert!(
+        tried.windows(2).all(|w| w[1].is_some() && w[0] > w[1]),
+        "each from an older one: {tried:?}"
+    );
+    let failure = sim
+        .jm
+        .job(&sim.job)
+        .unwrap()
+        .summary
+        .failure
+        .unwrap_or_default();
+    assert!(
+        failure.contains("no retained checkpoint can be restored"),
+        "{failure}"
+    );
+    assert!(failure.contains("RocksDB refused 000009.sst"), "{failure}");
 }
 
 /// The simulated cluster under 1,000 random failure schedules.

@@ -67,6 +67,11 @@ pub enum RunError {
     /// The job cannot run as specified (beyond what spec validation checks).
     #[error("{0}")]
     Plan(String),
+    /// A keyed state backend could not be restored from the files given
+    /// (RocksDB refused them): the checkpoint they came from cannot be
+    /// restored here, whatever their hashes said.
+    #[error("{0}")]
+    Restore(String),
     /// Setting up the work directory failed.
     #[error("{path}: {source}")]
     Io {
@@ -404,15 +409,19 @@ impl LocalCluster {
                             };
                             let from = restored.and_then(|r| r.states.get(&v));
                             let backend = match from {
-                                Some(from) => restore_backend(config, from),
-                                None => open_backend(config),
-                            }
-                            .map_err(|e| {
-                                RunError::Plan(format!(
-                                    "operator `{}`: cannot open its state backend: {e}",
-                                    vertex.id.0
-                                ))
-                            })?;
+                                Some(from) => restore_backend(config, from).map_err(|e| {
+                                    RunError::Restore(format!(
+                                        "operator `{}`: cannot restore its state: {e}",
+                                        vertex.id.0
+                                    ))
+                                }),
+                                None => open_backend(config).map_err(|e| {
+                                    RunError::Plan(format!(
+                                        "operator `{}`: cannot open its state backend: {e}",
+                                        vertex.id.0
+                                    ))
+                                }),
+                            }?;
                             Ok::<_, RunError>((backend, range))
                         };
                         let instance = match &vertex.kind {

@@ -301,6 +301,17 @@ pub(crate) async fn run_job(
         Ok(Ok(d)) => d,
         Ok(Err(e)) => {
             inner.unregister_job(&key);
+            // Files that passed their hashes but that RocksDB refused: as a
+            // failed download, the checkpoint cannot be restored, and the
+            // JobManager falls back to an older one.
+            if let (weir_runtime::local::RunError::Restore(reason), Some(point)) = (&e, &restore) {
+                inner.send(ToJobManager::RestoreFailed {
+                    job: job.clone(),
+                    attempt,
+                    checkpoint: point.checkpoint,
+                    reason: reason.clone(),
+                });
+            }
             fail_all(e.to_string());
             return;
         }
