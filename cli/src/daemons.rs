@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use weir_host::connectors::AllowedRoots;
+use weir_host::connectors::{AllowedAddresses, AllowedRoots};
 use weir_host::jobmanager::rest::auth::{RestAuth, TOKEN_FILE};
 use weir_host::jobmanager::scheduler::Strategy;
 use weir_host::jobmanager::{self, JobManagerConfig, RunningJobManager, StartError};
@@ -127,6 +127,15 @@ pub struct JobManagerArgs {
     /// Give the same directories to the TaskManagers, which check again.
     #[arg(long = "allow-path", value_name = "DIR")]
     allow_paths: Vec<PathBuf>,
+
+    /// A NATS server or Kafka broker jobs' network connectors may reach:
+    /// HOST (any port), HOST:PORT ([V6]:PORT), or * (any address).
+    /// Repeatable. None by default: a job with a NATS or Kafka source or
+    /// sink is refused at submit, and is never contacted. Hosts are
+    /// compared as written (a name is not resolved). Give the same to the
+    /// TaskManagers, which check again.
+    #[arg(long = "allow-address", value_name = "HOST[:PORT]")]
+    allow_addresses: Vec<String>,
 }
 
 /// How the REST API authenticates requests (`weir jobmanager`, `weir local`).
@@ -236,6 +245,13 @@ pub struct TaskManagerArgs {
     #[arg(long = "allow-path", value_name = "DIR")]
     allow_paths: Vec<PathBuf>,
 
+    /// A NATS server or Kafka broker jobs' network connectors may reach:
+    /// HOST (any port), HOST:PORT ([V6]:PORT), or * (any address).
+    /// Repeatable. None by default: a subtask with a NATS or Kafka source
+    /// or sink fails without contacting it.
+    #[arg(long = "allow-address", value_name = "HOST[:PORT]")]
+    allow_addresses: Vec<String>,
+
     /// Serve Prometheus metrics at http://ADDR/metrics: per job, vertex and
     /// subtask records and bytes in/out, busy/idle/backpressured time and
     /// watermarks, and the operators' own counters and gauges. Off by
@@ -309,6 +325,12 @@ pub struct LocalArgs {
     /// [default: the current directory].
     #[arg(long = "allow-path", value_name = "DIR")]
     allow_paths: Vec<PathBuf>,
+
+    /// A NATS server or Kafka broker jobs' network connectors may reach:
+    /// HOST (any port), HOST:PORT ([V6]:PORT), or * (any address).
+    /// Repeatable [default: any address].
+    #[arg(long = "allow-address", value_name = "HOST[:PORT]")]
+    allow_addresses: Vec<String>,
 
     /// Serve each TaskManager's Prometheus metrics (as `weir taskmanager
     /// --metrics`): TaskManager N at ADDR's port + N - 1, or each at a
@@ -444,6 +466,22 @@ fn identity(certs: &CertArgs, role: &str, name: &str) -> Result<NodeIdentity, Fa
         .map_err(bad_input)
 }
 
+/// The addresses `--allow-address` flags name, or `default` without any;
+/// `hint` ends refusals.
+pub fn allowed_addresses(
+    rules: &[String],
+    default: AllowedAddresses,
+    hint: &str,
+) -> Result<AllowedAddresses, Failure> {
+    let addresses = if rules.is_empty() {
+        default
+    } else {
+        AllowedAddresses::parse(rules)
+            .map_err(|e| bad_input(anyhow::anyhow!("--allow-address {e}")))?
+    };
+    Ok(addresses.with_hint(hint))
+}
+
 /// The roots a daemon's `--allow-path` flags name; `hint` ends refusals.
 pub fn allowed_roots(dirs: &[PathBuf], hint: &str) -> Result<AllowedRoots, Failure> {
     AllowedRoots::new(dirs)
@@ -510,7 +548,12 @@ pub fn jobmanager(args: JobManagerArgs) -> Result<(), Failure> {
     let roots = allowed_roots(
         &args.allow_paths,
         "the JobManager allows only the directories given with --allow-path",
-    )?;
+    )?
+    .with_addresses(allowed_addresses(
+        &args.allow_addresses,
+        AllowedAddresses::none(),
+        "the JobManager allows only the addresses given with --allow-address",
+    )?);
     let id = identity(&args.certs, "jobmanager", "jobmanager")?;
     let data_dir = args
         .data_dir
@@ -579,7 +622,12 @@ pub fn taskmanager(args: TaskManagerArgs) -> Result<(), Failure> {
     let roots = allowed_roots(
         &args.allow_paths,
         "the TaskManager allows only the directories given with --allow-path",
-    )?;
+    )?
+    .with_addresses(allowed_addresses(
+        &args.allow_addresses,
+        AllowedAddresses::none(),
+        "the TaskManager allows only the addresses given with --allow-address",
+    )?);
     let name = match (&args.id, &args.certs.node_name) {
         (Some(id), _) => format!("taskmanager-{id}"),
         (None, Some(name)) => name.clone(),
@@ -663,7 +711,12 @@ pub fn local(args: LocalArgs) -> Result<(), Failure> {
             &args.allow_paths,
             "weir local allows only the directories given with --allow-path",
         )?
-    };
+    }
+    .with_addresses(allowed_addresses(
+        &args.allow_addresses,
+        AllowedAddresses::any(),
+        "weir local allows only the addresses given with --allow-address",
+    )?);
     let (data_dir, _temp) = match &args.data_dir {
         Some(d) => (d.clone(), None),
         None => {

@@ -171,6 +171,12 @@ struct RunArgs {
     #[arg(long = "allow-path", value_name = "DIR")]
     allow_paths: Vec<PathBuf>,
 
+    /// A NATS server or Kafka broker the job's network connectors may
+    /// reach: HOST (any port), HOST:PORT ([V6]:PORT), or * (any address).
+    /// Repeatable [default: any address].
+    #[arg(long = "allow-address", value_name = "HOST[:PORT]")]
+    allow_addresses: Vec<String>,
+
     /// Serve the job's Prometheus metrics at http://ADDR/metrics while it
     /// runs (as `weir taskmanager --metrics`: per vertex and subtask
     /// records, bytes, busy/idle/backpressured time, watermarks, the
@@ -371,7 +377,12 @@ fn run(args: RunArgs) -> Result<(), Failure> {
     let roots = daemons::allowed_roots(
         &dirs,
         "weir run allows the job spec's folder, the current directory and the directories given with --allow-path",
-    )?;
+    )?
+    .with_addresses(daemons::allowed_addresses(
+        &args.allow_addresses,
+        weir_host::connectors::AllowedAddresses::any(),
+        "weir run allows only the addresses given with --allow-address",
+    )?);
     let work_root = args.work_dir.clone().unwrap_or_else(default_work_dir);
     std::fs::create_dir_all(&work_root)
         .with_context(|| format!("cannot create the work directory {}", work_root.display()))

@@ -4,6 +4,8 @@
 //! submit by the JobManager, and again by the TaskManager that would open
 //! the file). What sinks create is not readable by other users, and a line
 //! longer than a source's cap fails the job instead of filling memory.
+//! Network connectors (NATS, Kafka) likewise reach only the addresses
+//! allowed with `--allow-address`, and a refused one is never contacted.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -300,4 +302,109 @@ fn a_cluster_refuses_files_outside_its_allowed_directories() {
         "{job}"
     );
     assert!(!output.exists());
+}
+
+/// A NATS source `orders` and a Kafka sink `copies`, both at `host:port`.
+fn network_spec(host: &str, port: u16) -> String {
+    format!(
+        r#"
+[job]
+name = "reach"
+
+[[source]]
+id = "orders"
+type = "nats"
+url = "nats://{host}:{port}"
+stream = "ORDERS"
+
+[[sink]]
+id = "copies"
+type = "kafka"
+bootstrap_servers = "{host}:{port}"
+topic = "copies"
+
+[[edge]]
+from = "orders"
+to = "copies"
+"#
+    )
+}
+
+/// A listener nothing should connect to, and its port.
+fn untouched_listener(host: &str) -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind((host, 0)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+fn assert_never_contacted(listener: &std::net::TcpListener) {
+    let contacted = listener.accept();
+    assert!(
+        contacted
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "something connected to the refused address: {contacted:?}"
+    );
+}
+
+/// Network connectors reach only the addresses the cluster allows: the
+/// test cluster allows 127.0.0.1 (`--allow-address`), so a job whose NATS
+/// source and Kafka sink are at 127.0.0.2 is refused at submit, naming
+/// both, and the JobManager never connects there (not even to probe).
+#[test]
+fn a_cluster_refuses_network_connectors_at_addresses_it_does_not_allow() {
+    let (listener, port) = untouched_listener("127.0.0.2");
+    let cluster = Cluster::start(1, 1, &[]);
+    let spec = cluster.dir.path().join("reach.toml");
+    std::fs::write(&spec, network_spec("127.0.0.2", port)).unwrap();
+    let out = cluster.weir(&["submit", &spec.display().to_string()]);
+    let refused = format!("`127.0.0.2:{port}` is not an address network connectors may reach");
+    assert_fails_with(
+        &out,
+        2,
+        &[
+            &format!("source `orders`: {refused}"),
+            &format!("sink `copies`: {refused}"),
+            "--allow-address",
+        ],
+    );
+    let (_, jobs) = cluster.get("/v1/jobs");
+    assert_eq!(jobs.as_array().map(Vec::len), Some(0), "{jobs}");
+    assert_never_contacted(&listener);
+}
+
+/// `weir run` allows any address unless told otherwise; with
+/// `--allow-address` only those given.
+#[test]
+fn weir_run_with_allow_address_refuses_other_addresses() {
+    let s = Setup::new();
+    let (listener, port) = untouched_listener("127.0.0.1");
+    let out = run(
+        s.dir(),
+        &network_spec("127.0.0.1", port),
+        &[
+            "--allow-address",
+            "127.0.0.1:1",
+            "--allow-address",
+            "nats.example",
+        ],
+    );
+    assert_fails_with(
+        &out,
+        2,
+        &[
+            &format!("source `orders`: `127.0.0.1:{port}` is not an address"),
+            "--allow-address",
+        ],
+    );
+    assert_never_contacted(&listener);
+    // A rule that does not parse is an error naming it, before anything runs.
+    let out = run(
+        s.dir(),
+        &network_spec("127.0.0.1", port),
+        &["--allow-address", "127.0.0.1:http"],
+    );
+    assert_fails_with(&out, 2, &["--allow-address", "`127.0.0.1:http`", "port"]);
+    assert_never_contacted(&listener);
 }

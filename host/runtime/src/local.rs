@@ -934,7 +934,8 @@ fn build_sink(
 }
 
 /// Checks the connectors of `graph`: every file source and sink against
-/// `roots`, every NATS source and sink against its server
+/// `roots`, every NATS and Kafka address against `roots`' addresses, every
+/// NATS source and sink against its server
 /// ([`crate::connectors::nats::check`]) and every Kafka one against its
 /// brokers ([`crate::connectors::kafka::check`]), before
 /// anything is opened or created: a path outside every root, a symlink out
@@ -973,16 +974,46 @@ pub fn check_connectors(graph: &JobGraph, roots: &AllowedRoots) -> Result<(), St
         }
     }
     // Not files, but checked at the same two moments (submit, deploy):
-    // NATS servers reachable, streams present.
-    problems.extend(crate::connectors::nats::check(&nats_connectors(graph)));
-    // And Kafka brokers reachable, topics present.
-    problems.extend(crate::connectors::kafka::check(&kafka_connectors(graph)));
+    // first that their addresses are allowed (one refused is never
+    // contacted, not even to say whether it answers), then NATS servers
+    // reachable, streams present,
+    use crate::connectors::kafka::KafkaConnector;
+    use crate::connectors::nats::NatsConnector;
+    let addresses = roots.addresses();
+    let mut allowed = |what: &str, id: &str, list: &str, default_port: u16| {
+        let refused = addresses.check(&format!("{what} `{id}`"), list, default_port);
+        refused.map_err(|e| problems.push(e)).is_ok()
+    };
+    let nats: Vec<_> = nats_connectors(graph)
+        .into_iter()
+        .filter(|(id, c)| match c {
+            NatsConnector::Source(s) => allowed("source", id, &s.url, NATS_PORT),
+            NatsConnector::Sink(s) => allowed("sink", id, &s.url, NATS_PORT),
+        })
+        .collect();
+    let kafka: Vec<_> = kafka_connectors(graph)
+        .into_iter()
+        .filter(|(id, c)| match c {
+            KafkaConnector::Source(s) => allowed("source", id, &s.bootstrap_servers, KAFKA_PORT),
+            KafkaConnector::Sink { spec, .. } => {
+                allowed("sink", id, &spec.bootstrap_servers, KAFKA_PORT)
+            }
+        })
+        .collect();
+    problems.extend(crate::connectors::nats::check(&nats));
+    // and Kafka brokers reachable, topics present.
+    problems.extend(crate::connectors::kafka::check(&kafka));
     if problems.is_empty() {
         Ok(())
     } else {
         Err(problems.join("\n"))
     }
 }
+
+/// NATS's port where a URL names none.
+const NATS_PORT: u16 = 4222;
+/// Kafka's port where a broker address names none.
+const KAFKA_PORT: u16 = 9092;
 
 /// The NATS sources and sinks of `graph`, by id.
 fn nats_connectors(graph: &JobGraph) -> Vec<(String, crate::connectors::nats::NatsConnector<'_>)> {

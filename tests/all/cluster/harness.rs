@@ -135,14 +135,18 @@ pub fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// The `--allow-path` flags every daemon of a [`Cluster`] gets: its
-/// temporary directory (job outputs) and the bundled data.
+/// The `--allow-path` and `--allow-address` flags every daemon of a
+/// [`Cluster`] gets: its temporary directory (job outputs), the bundled
+/// data, and any port on 127.0.0.1 (the tests' NATS servers and Kafka
+/// brokers).
 fn allow_paths(dir: &Path) -> Vec<String> {
     vec![
         "--allow-path".into(),
         dir.display().to_string(),
         "--allow-path".into(),
         crate::util::data_dir().display().to_string(),
+        "--allow-address".into(),
+        "127.0.0.1".into(),
     ]
 }
 

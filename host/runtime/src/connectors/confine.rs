@@ -33,6 +33,7 @@
 //! This module knows nothing of jobs or vertices; callers add the vertex to
 //! the message.
 
+use super::addresses::AllowedAddresses;
 use std::ffi::OsString;
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -48,15 +49,18 @@ pub const FILE_MODE: u32 = 0o640;
 /// Mode of the directories sinks create.
 pub const DIR_MODE: u32 = 0o750;
 
-/// The directories file connectors may use.
+/// The directories file connectors may use, and the network addresses
+/// network connectors may reach ([`AllowedAddresses`]): what a job's
+/// connectors may touch outside the sandbox.
 ///
-/// Cheap to clone (the list is shared).
+/// Cheap to clone (the lists are shared).
 #[derive(Debug, Clone, Default)]
 pub struct AllowedRoots {
     roots: Arc<[PathBuf]>,
     /// Appended to refusals: how to allow a path here (e.g. "start the
     /// TaskManager with --allow-path DIR").
     hint: Option<Arc<str>>,
+    addresses: AllowedAddresses,
 }
 
 /// Why a path was refused or could not be used.
@@ -164,7 +168,20 @@ impl AllowedRoots {
         Ok(AllowedRoots {
             roots: roots.into(),
             hint: None,
+            addresses: AllowedAddresses::none(),
         })
+    }
+
+    /// The same roots, and `addresses` for network connectors (none
+    /// unless given).
+    pub fn with_addresses(mut self, addresses: AllowedAddresses) -> AllowedRoots {
+        self.addresses = addresses;
+        self
+    }
+
+    /// The addresses network connectors may reach.
+    pub fn addresses(&self) -> &AllowedAddresses {
+        &self.addresses
     }
 
     /// The same roots; refusals end with `hint` (how to allow a path).

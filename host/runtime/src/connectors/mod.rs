@@ -23,6 +23,7 @@
 //! source's cap ([`FileSource::with_max_record_bytes`]): memory per record
 //! is bounded.
 
+pub mod addresses;
 pub mod confine;
 pub mod file_source;
 mod generator;
@@ -31,6 +32,7 @@ pub mod nats;
 mod sink;
 mod wal;
 
+pub use addresses::AllowedAddresses;
 pub use confine::{AllowedRoots, ConfineError};
 pub use file_source::{
     CsvFormat, DEFAULT_MAX_RECORD_BYTES, FOLLOW_POLL, FileFormat, FileSource, FileSourceConfig,

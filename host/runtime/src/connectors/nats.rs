@@ -132,6 +132,9 @@ async fn connect(who: &str, url: &str) -> Result<async_nats::Client, ConnectorEr
         ))
     };
     let options = async_nats::ConnectOptions::new()
+        // Only the servers the spec names (and `--allow-address` allowed),
+        // not others a server advertises for its cluster.
+        .ignore_discovered_servers()
         .connection_timeout(CONNECT_TIMEOUT)
         .request_timeout(Some(REQUEST_TIMEOUT))
         .name("weir");
