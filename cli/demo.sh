@@ -3,7 +3,8 @@
 # the bundled King James Bible (public domain) on the embedded local cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tests/setup.sh
+# What the build needs (libclang, the toolchain); not the test tools.
+bash tests/setup.sh --build-only
 echo "weir: building the demo's operators (udfs/tokenize, udfs/word-count; wasm32-wasip2)..." >&2
 # Only the two the job uses: the test suite builds the other examples.
 cargo build --release --target wasm32-wasip2 --manifest-path udfs/Cargo.toml --target-dir udfs/target \

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Installs the system packages Weir's build and tests need, if missing:
-# libclang (rust-rocksdb generates its bindings with bindgen at build time)
-# and Debian's prometheus (the server and promtool: the monitoring test
-# scrapes the daemons with the real server, tests/all/cluster/observe.rs)
-# and Debian's chromium (the web UI test drives it headless,
-# tests/all/cluster/ui.rs; no browser is downloaded by any tool), Debian's
-# nats-server (the NATS connector tests), DuckDB for Python (the Nexmark
-# oracle, into the tool folder) and the tansu Kafka broker (built from its
-# crate into the tool folder).
+# Installs what Weir's build and tests need, if missing. For the build:
+# the toolchain and its wasm32-wasip2 target (from rust-toolchain.toml) and
+# libclang (rust-rocksdb generates its bindings with bindgen at build
+# time); that is all `--build-only` installs (the demo, cli/demo.sh). For
+# the tests, also: Debian's prometheus (the server and promtool: the
+# monitoring test scrapes the daemons with the real server,
+# tests/all/cluster/observe.rs), Debian's chromium (the web UI test drives
+# it headless, tests/all/cluster/ui.rs; no browser is downloaded by any
+# tool), Debian's nats-server (the NATS connector tests), DuckDB for Python
+# (the Nexmark oracle, into the tool folder) and the tansu Kafka broker
+# (built from its crate into the tool folder, about 10 minutes once).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -22,6 +24,12 @@ apt_install() {
 if ! ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'; then
     echo "weir: installing libclang-dev (needed to build RocksDB bindings)" >&2
     apt_install libclang-dev
+fi
+# The toolchain, its components and the wasm32-wasip2 target, from
+# rust-toolchain.toml (a no-op when present; needed where RUSTUP_AUTO_INSTALL=0).
+rustup toolchain install >/dev/null
+if [ "${1:-}" = "--build-only" ]; then
+    exit 0
 fi
 if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
     echo "weir: installing prometheus (the monitoring test runs the real server)" >&2
@@ -74,6 +82,3 @@ if [ ! -x "$TANSU_DIR/bin/tansu" ]; then
         --root "$TANSU_DIR.tmp" --target-dir "$TANSU_DIR.build"
     rm -rf "$TANSU_DIR" "$TANSU_DIR.build" && mv "$TANSU_DIR.tmp" "$TANSU_DIR"
 fi
-# The toolchain, its components and the wasm32-wasip2 target, from
-# rust-toolchain.toml (a no-op when present; needed where RUSTUP_AUTO_INSTALL=0).
-rustup toolchain install >/dev/null
