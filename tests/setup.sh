@@ -28,9 +28,11 @@ fi
 # The toolchain, its components and the wasm32-wasip2 target, from
 # rust-toolchain.toml (a no-op when present; needed where RUSTUP_AUTO_INSTALL=0).
 rustup toolchain install >/dev/null
-if [ "${1:-}" = "--build-only" ]; then
-    exit 0
-fi
+case "${1:-}" in
+    --build-only) exit 0 ;;
+    "") ;;
+    *) echo "tests/setup.sh: unknown argument \`$1\` (expected nothing or --build-only)" >&2; exit 2 ;;
+esac
 if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
     echo "weir: installing prometheus (the monitoring test runs the real server)" >&2
     apt_install --no-install-recommends prometheus

@@ -135,7 +135,7 @@ impl AllowedAddresses {
 
 /// The `(host, port)` of every address of a comma-separated list (hosts
 /// lowercase, IPv6 without brackets).
-pub fn endpoints(list: &str, default_port: u16) -> Result<Vec<(String, u16)>, String> {
+fn endpoints(list: &str, default_port: u16) -> Result<Vec<(String, u16)>, String> {
     let mut out = Vec::new();
     for item in list.split(',').map(str::trim) {
         let item = item.split_once("://").map_or(item, |(_, rest)| rest);
