@@ -55,14 +55,18 @@ fn main() -> anyhow::Result<()> {
     // Queries in the CSV's order; series in a fixed order.
     let mut queries: Vec<String> = Vec::new();
     let mut bars: BTreeMap<String, Vec<Bar>> = BTreeMap::new();
-    let mut events = 0.0;
+    // The events per query: one number, or the range where queries were
+    // run at different sizes.
+    let (mut fewest, mut most) = (f64::INFINITY, 0.0f64);
     for line in lines {
         let f: Vec<&str> = line.split(',').collect();
         let query = f[q].to_string();
         if !queries.contains(&query) {
             queries.push(query.clone());
         }
-        events = f[ev].parse::<f64>()?;
+        let events = f[ev].parse::<f64>()?;
+        fewest = fewest.min(events);
+        most = most.max(events);
         let secs = f[cpu].parse::<f64>()? - f[scpu].parse::<f64>()?;
         bars.entry(query).or_default().push(Bar {
             series: format!("{} p={}", f[sys], f[p]),
@@ -102,8 +106,12 @@ fn main() -> anyhow::Result<()> {
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "Nexmark, {:.0} K events: events per CPU-second (start-up excluded)",
-                events / 1e3
+                "Nexmark, {} events: events per CPU-second (start-up excluded)",
+                if fewest == most {
+                    format!("{:.0} K", most / 1e3)
+                } else {
+                    format!("{:.0}–{:.0} K", fewest / 1e3, most / 1e3)
+                }
             ),
             ("sans-serif", 22),
         )
