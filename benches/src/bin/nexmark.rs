@@ -539,8 +539,6 @@ fn generate(path: &Path, events: u64, event_rate: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The committed `qN.toml` with a file source over `events` and a
-/// blackhole sink, written into `dir`.
 /// The file source's format for `query` (see `Cli::source`).
 fn source_format(query: &str, source: &str) -> &'static str {
     match (source, query) {
@@ -549,6 +547,8 @@ fn source_format(query: &str, source: &str) -> &'static str {
     }
 }
 
+/// The committed `qN.toml` with a file source over `events` (in `format`)
+/// and a blackhole sink, written into `dir`.
 fn bench_spec(
     query: &str,
     events: &Path,
