@@ -23,8 +23,8 @@
 //!   `timestamp_field = "date_time"` (the host parses each line to read the
 //!   field, and checks it is JSON); for the stateless q0–q2, where no
 //!   operator reads a timestamp, `lines`, as the generator's records reach
-//!   the operator in the committed jobs: unparsed by the host, parsed (and
-//!   refused when they are not JSON) by the operator alone.
+//!   the operator in the committed jobs: unparsed by the host, each bid
+//!   parsed by the operator alone (which drops the lines that are no bid).
 //!   `--source json-lines` uses the parsing source for every query. At each
 //!   `--parallelism`, pinned with
 //!   `taskset` to that many cores. Wall time is the job's as `weir run`
