@@ -330,6 +330,54 @@ fn exactly_once_under_repeated_taskmanager_kills() {
     assert_storage_holds_only_retained(&cluster, &id);
 }
 
+/// A TaskManager frozen (SIGSTOP) past the heartbeat timeout and thawed
+/// while its QUIC connection is still open: the JobManager, which declared
+/// it lost, closes its session, so it registers again and the job restarts
+/// on it from its checkpoint, exactly once. Before, it stayed lost on a
+/// connection that never closed, and the job waited for slots forever.
+#[test]
+fn a_taskmanager_frozen_past_its_heartbeat_timeout_registers_again() {
+    let cluster = Cluster::start(1, 2, &["--heartbeat-timeout-ms", "2000"]);
+    let out = cluster.dir.path().join("out/seq.txt");
+    let alerts = cluster.dir.path().join("out/alerts.txt");
+    let spec = cluster.dir.path().join("job.toml");
+    let count = 60_000;
+    std::fs::write(&spec, sequence_spec(&out, &alerts, count, 26, 4_000)).unwrap();
+    let id = cluster.submit(&spec);
+    wait_for("a checkpoint before the freeze", || {
+        (!completed_checkpoints(&cluster, &id).is_empty()).then_some(())
+    });
+    let tm = cluster.taskmanager("tm-1");
+    let registered = tm["registered_at_ms"].as_u64().expect("registered_at_ms");
+    let restores_before = restores(&cluster, &id);
+    let signal = |signal: &str| {
+        let pid = cluster.tms[0].pid().to_string();
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} {pid}: {status}");
+    };
+    signal("-STOP");
+    wait_for(
+        "the JobManager to declare the frozen TaskManager lost",
+        || (cluster.taskmanager("tm-1")["state"] == "lost").then_some(()),
+    );
+    signal("-CONT");
+    wait_for("the TaskManager to register again", || {
+        let tm = cluster.taskmanager("tm-1");
+        (tm["state"] == "active" && tm["registered_at_ms"].as_u64() > Some(registered))
+            .then_some(())
+    });
+    let job = cluster.wait_job(&id, |s| s == "finished" || s == "failed");
+    assert_eq!(job["state"], "finished", "{job}");
+    assert!(
+        restores(&cluster, &id) > restores_before,
+        "restored after the freeze"
+    );
+    assert_exactly_once(&out, &alerts, count);
+}
+
 /// Word count with the same kills: the committed counts equal the
 /// independent count.
 #[test]

@@ -116,7 +116,10 @@
 //!
 //! A TaskManager sends a heartbeat every `heartbeat_interval`; one not heard
 //! from for `heartbeat_timeout` (or whose connection closed) is declared
-//! lost: its slots leave the pool and its jobs fail, naming it.
+//! lost: its slots leave the pool and its jobs fail, naming it. Its control
+//! stream is then closed, so a TaskManager that was only late (frozen,
+//! starved) notices, cancels its subtasks and registers again with its
+//! slots, as after a restart.
 //!
 //! A TaskManager registers only under the id its certificate names
 //! ([`weir_runtime::net::tls::peer_role`]); its acks, declines and task states

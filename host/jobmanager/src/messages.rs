@@ -395,6 +395,12 @@ impl JobManager {
             tracing::warn!(taskmanager = tm_id, "lost: {reason}");
             tm.lost = Some(reason.clone());
             tm.occupied.clear();
+            // Dropping its only sender ends the session's writer, which
+            // closes the control stream: a TaskManager lost while its
+            // connection stays open (it missed heartbeats, frozen or
+            // starved) sees its session end, cancels its subtasks and
+            // registers again, instead of staying lost with its slots.
+            drop(std::mem::replace(&mut tm.tx, mpsc::unbounded_channel().0));
             tm.data_address
         };
         for cell in self.job_cells() {

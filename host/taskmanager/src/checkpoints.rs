@@ -204,10 +204,26 @@ impl JobCheckpoints {
                     reason,
                 }),
                 Command::Commit(committable) => {
-                    if let Err(e) = weir_runtime::connectors::commit(
-                        &committable,
-                        self.inner.cluster.allowed_roots(),
-                    ) {
+                    let commit = || {
+                        weir_runtime::connectors::commit(
+                            &committable,
+                            self.inner.cluster.allowed_roots(),
+                        )
+                    };
+                    // A commit waits on the network (a broker's acks, for
+                    // up to its request timeout): off this async worker,
+                    // so the heartbeats and the session's other tasks run
+                    // meanwhile (they stopped for as long as a broker was
+                    // gone, and the JobManager declared this process lost).
+                    let multi_thread = tokio::runtime::Handle::try_current().is_ok_and(|h| {
+                        h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+                    });
+                    let committed = if multi_thread {
+                        tokio::task::block_in_place(commit)
+                    } else {
+                        commit()
+                    };
+                    if let Err(e) = committed {
                         // The data stays pending; a restore commits it again.
                         tracing::error!(job = %self.job, "sink commit failed: {e}");
                         failed.get_or_insert_with(|| format!("sink commit failed: {e}"));
