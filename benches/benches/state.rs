@@ -14,6 +14,15 @@
 //!
 //! Keys: [`KEYS`] distinct keys, visited in a fixed pseudo-random order (a
 //! multiplicative permutation), so every run does the same work.
+//!
+//! `state_cold_batch` is the read path of a keyed operator whose keys do
+//! not fit the backend's buffer, as in the checkpointing benchmark: a batch
+//! of 1024 records of [`COLD_KEYS`] keys (each read and rewritten), a
+//! checkpoint (`snapshot_local`: a memtable flush into a level-0 file) every
+//! [`COLD_CHECKPOINT_EVERY`] batches. `multi_get` reads each batch's keys
+//! with `value_get_many_into`, as `value-get-many` does (one RocksDB
+//! `MultiGet` for the keys the buffer misses); `one_by_one` reads them with
+//! `value_get_into`, one point lookup each, as before it.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rocksdb::{
@@ -31,6 +40,15 @@ const KEYS: u64 = 100_000;
 /// Multiplier of the visiting order; coprime with `KEYS`, so `i * STRIDE % KEYS`
 /// is a permutation.
 const STRIDE: u64 = 48_271;
+
+/// Distinct keys of `state_cold_batch`: about 90 MB of buffer slots, so
+/// most reads miss the backend's 32 MiB buffer.
+const COLD_KEYS: u64 = 1_000_000;
+/// Batches between two checkpoints in `state_cold_batch`: about a second's
+/// worth at the rate a subtask reaches in the checkpointing benchmark.
+const COLD_CHECKPOINT_EVERY: u64 = 300;
+/// Records per batch.
+const BATCH: u64 = 1024;
 
 /// The key of the `i`-th record.
 fn key(i: u64) -> [u8; 12] {
@@ -127,10 +145,72 @@ fn bench_raw_rocksdb(c: &mut Criterion) {
     group.finish();
 }
 
+/// The key of the `i`-th record of `state_cold_batch`.
+fn cold_key(i: u64) -> [u8; 12] {
+    let mut k = *b"user\0\0\0\0\0\0\0\0";
+    k[4..].copy_from_slice(&((i * STRIDE) % COLD_KEYS).to_be_bytes());
+    k
+}
+
+fn bench_cold_batch(c: &mut Criterion, name: &str, batched: bool) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut backend = open(BackendKind::RocksDb, &dir.path().join("db"));
+    for i in 0..COLD_KEYS {
+        backend
+            .value_set(0, &cold_key(i), &0u64.to_le_bytes())
+            .expect("set");
+    }
+    backend.flush().expect("flush");
+    let (mut i, mut batches, mut checkpoints) = (0u64, 0u64, 0u64);
+    let (mut out, mut lens) = (Vec::new(), Vec::new());
+    let mut group = c.benchmark_group("state_cold_batch");
+    group.throughput(Throughput::Elements(BATCH));
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            let keys: Vec<[u8; 12]> = (i..i + BATCH).map(cold_key).collect();
+            let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+            out.clear();
+            lens.clear();
+            if batched {
+                backend
+                    .value_get_many_into(0, &keys, &mut out, &mut lens)
+                    .expect("get many");
+            } else {
+                for key in &keys {
+                    let start = out.len();
+                    let found = backend.value_get_into(0, key, &mut out).expect("get");
+                    lens.push(found.then(|| out.len() - start));
+                }
+            }
+            let mut at = 0;
+            for (key, len) in keys.iter().zip(&lens) {
+                let n = count(len.map(|len| {
+                    at += len;
+                    &out[at - len..at]
+                }));
+                backend
+                    .value_set(0, key, &(n + 1).to_le_bytes())
+                    .expect("set");
+            }
+            i += BATCH;
+            batches += 1;
+            if batches % COLD_CHECKPOINT_EVERY == 0 {
+                let snapshot = dir.path().join(format!("checkpoint-{checkpoints}"));
+                backend.snapshot_local(&snapshot).expect("checkpoint");
+                std::fs::remove_dir_all(&snapshot).expect("remove checkpoint");
+                checkpoints += 1;
+            }
+        })
+    });
+    group.finish();
+}
+
 fn state(c: &mut Criterion) {
     bench_backend(c, "rocksdb", BackendKind::RocksDb);
     bench_backend(c, "heap", BackendKind::Heap);
     bench_raw_rocksdb(c);
+    bench_cold_batch(c, "multi_get", true);
+    bench_cold_batch(c, "one_by_one", false);
 }
 
 criterion_group!(benches, state);

@@ -208,6 +208,29 @@ pub trait KeyedStateBackend: Send {
             None => false,
         })
     }
+    /// [`value_get_into`](Self::value_get_into) for many keys in one call,
+    /// as `value-get-many` asks: appends each key's value, in order, to
+    /// `out` and pushes its length (`None`: no value) to `lens`. The same
+    /// key may come more than once. On an error, what was appended so far
+    /// is meaningless.
+    ///
+    /// The RocksDB backend reads all keys that miss its buffer with one
+    /// `MultiGet`, which probes each SST file's bloom filter and blocks for
+    /// the whole batch at once instead of once per key.
+    fn value_get_many_into(
+        &mut self,
+        state: u32,
+        keys: &[&[u8]],
+        out: &mut Vec<u8>,
+        lens: &mut Vec<Option<usize>>,
+    ) -> Result<(), StateError> {
+        for key in keys {
+            let start = out.len();
+            let found = self.value_get_into(state, key, out)?;
+            lens.push(found.then(|| out.len() - start));
+        }
+        Ok(())
+    }
     /// Sets the value for `key`.
     fn value_set(&mut self, state: u32, key: &[u8], value: &[u8]) -> Result<(), StateError>;
     /// All elements of the list for `key`, oldest first (empty if none).

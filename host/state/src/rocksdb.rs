@@ -35,6 +35,12 @@
 //!   not hints: every change to the database goes through the buffer. A list
 //!   is cached clean only as known-absent (after a flushed clear); its merged
 //!   value exists only in the database.
+//! * A batched read (`value_get_many_into`, the host's `value-get-many`)
+//!   reads all the keys of a batch that miss the buffer with one RocksDB
+//!   `MultiGet`, which probes each SST file's bloom filter and index for
+//!   the whole batch in turn (prefetching) rather than walking every file
+//!   once per key: what a read that misses costs once checkpoints have left
+//!   several level-0 files.
 //! * Before any iteration (`map_entries`, `clear` of a map) the buffer is
 //!   flushed, so iterators see a complete database.
 //! * Bounds: the buffer flushes itself when its dirty slots hold more than
@@ -256,6 +262,11 @@ pub struct RocksDbBackend {
     buffer_limit: usize,
     /// Scratch for the stored key of the current call.
     key_buf: Vec<u8>,
+    /// Scratch of [`KeyedStateBackend::value_get_many_into`], kept for
+    /// its allocations: stored keys end to end, each's end, the misses.
+    many_keys: Vec<u8>,
+    many_ends: Vec<usize>,
+    many_misses: Vec<usize>,
     /// Imported entries not written yet, per state (see
     /// [`IMPORT_BATCH_BYTES`]); written by [`KeyedStateBackend::flush`] at
     /// the latest.
@@ -320,6 +331,9 @@ impl RocksDbBackend {
             write_back_limit: WRITE_BACK_LIMIT_BYTES,
             buffer_limit: BUFFER_LIMIT_BYTES,
             key_buf: Vec::with_capacity(64),
+            many_keys: Vec::new(),
+            many_ends: Vec::new(),
+            many_misses: Vec::new(),
             imports: vec![Vec::new(); states.len()],
             import_bytes: 0,
             ingested: 0,
@@ -399,31 +413,13 @@ impl RocksDbBackend {
     ) -> Result<bool, StateError> {
         let state = state as usize;
         let key = &self.key_buf[..];
-        let found = match self.buffer.get(state, key) {
-            Some(Slot::Put(stored) | Slot::Clean(Some(stored))) => ttl::decode(stored, now)?
-                .map(|value| out.extend_from_slice(value))
-                .is_some(),
-            Some(Slot::Delete | Slot::Clean(None)) => return Ok(false),
-            Some(Slot::List { .. }) => return Err(mixed_slot()),
+        let found = match read_buffered(&mut self.buffer, state, key, now, out)? {
+            Some(found) => found,
             None => {
-                let stored = self.store.get(state, key)?.map(|s| s.to_vec());
-                let found = match &stored {
-                    Some(stored) => ttl::decode(stored, now)?
-                        .map(|value| out.extend_from_slice(value))
-                        .is_some(),
-                    None => {
-                        self.buffer.insert_clean(state, key, None);
-                        self.enforce_limits()?;
-                        return Ok(false);
-                    }
-                };
-                self.buffer.insert_clean(state, key, stored);
-                found
+                let stored = self.store.get(state, key)?;
+                cache_stored(&mut self.buffer, state, key, stored.as_deref(), now, out)?
             }
         };
-        if !found {
-            self.buffer.set_dirty(state, key, Slot::Delete);
-        }
         self.enforce_limits()?;
         Ok(found)
     }
@@ -438,6 +434,55 @@ impl RocksDbBackend {
             Ok(())
         }
     }
+}
+
+/// What the buffer holds for the point entry (value or map entry) at
+/// `key`: `Some(found)`, with the value appended to `out`, or `None` if it
+/// holds nothing for `key`. An entry found expired reads as absent and is
+/// deleted.
+fn read_buffered(
+    buffer: &mut Buffer,
+    state: usize,
+    key: &[u8],
+    now: Option<u64>,
+    out: &mut Vec<u8>,
+) -> Result<Option<bool>, StateError> {
+    let found = match buffer.get(state, key) {
+        Some(Slot::Put(stored) | Slot::Clean(Some(stored))) => ttl::decode(stored, now)?
+            .map(|value| out.extend_from_slice(value))
+            .is_some(),
+        Some(Slot::Delete | Slot::Clean(None)) => return Ok(Some(false)),
+        Some(Slot::List { .. }) => return Err(mixed_slot()),
+        None => return Ok(None),
+    };
+    if !found {
+        buffer.set_dirty(state, key, Slot::Delete);
+    }
+    Ok(Some(found))
+}
+
+/// Caches `stored`, the database's point entry at `key` (which the buffer
+/// does not hold), as a clean slot and appends its value to `out`; whether
+/// there was one. An entry found expired reads as absent and is deleted.
+fn cache_stored(
+    buffer: &mut Buffer,
+    state: usize,
+    key: &[u8],
+    stored: Option<&[u8]>,
+    now: Option<u64>,
+    out: &mut Vec<u8>,
+) -> Result<bool, StateError> {
+    let found = match stored {
+        Some(stored) => ttl::decode(stored, now)?
+            .map(|value| out.extend_from_slice(value))
+            .is_some(),
+        None => false,
+    };
+    buffer.insert_clean(state, key, stored.map(<[u8]>::to_vec));
+    if stored.is_some() && !found {
+        buffer.set_dirty(state, key, Slot::Delete);
+    }
+    Ok(found)
 }
 
 impl KeyedStateBackend for RocksDbBackend {
@@ -456,6 +501,85 @@ impl KeyedStateBackend for RocksDbBackend {
         let (kg, meta) = self.schema.check(state, Some(StateKind::Value), key)?;
         layout::encode_key(&mut self.key_buf, kg, key)?;
         self.read_point_into(state, self.schema.now(meta), out)
+    }
+
+    /// Keys are served from the buffer in order until the first that
+    /// misses it; from there on, every key is first encoded and looked up,
+    /// the misses are read with one `MultiGet`, and then all are served in
+    /// order. A batch of hot keys thus costs one hash lookup per key, as
+    /// single reads do.
+    fn value_get_many_into(
+        &mut self,
+        state: u32,
+        keys: &[&[u8]],
+        out: &mut Vec<u8>,
+        lens: &mut Vec<Option<usize>>,
+    ) -> Result<(), StateError> {
+        let idx = state as usize;
+        let mut now = None;
+        // From the first miss on: the stored keys, end to end, each's end,
+        // and which of them miss the buffer (indices into `ends`).
+        let mut stored = mem::take(&mut self.many_keys);
+        let mut ends = mem::take(&mut self.many_ends);
+        let mut misses = mem::take(&mut self.many_misses);
+        stored.clear();
+        ends.clear();
+        misses.clear();
+        for (i, key) in keys.iter().enumerate() {
+            let (kg, meta) = self.schema.check(state, Some(StateKind::Value), key)?;
+            if i == 0 {
+                now = self.schema.now(meta);
+            }
+            layout::encode_key(&mut self.key_buf, kg, key)?;
+            if ends.is_empty() {
+                let start = out.len();
+                if let Some(found) = read_buffered(&mut self.buffer, idx, &self.key_buf, now, out)?
+                {
+                    lens.push(found.then(|| out.len() - start));
+                    continue;
+                }
+            }
+            if self.buffer.get(idx, &self.key_buf).is_none() {
+                misses.push(ends.len());
+            }
+            stored.extend_from_slice(&self.key_buf);
+            ends.push(stored.len());
+        }
+        let key_at = |j: usize| &stored[if j == 0 { 0 } else { ends[j - 1] }..ends[j]];
+        if !ends.is_empty() {
+            let cf = self.store.cf(idx)?;
+            let mut read = self
+                .store
+                .db
+                .batched_multi_get_cf_opt(
+                    cf,
+                    misses.iter().map(|&j| key_at(j)),
+                    false,
+                    &self.store.read_opts,
+                )
+                .into_iter();
+            let mut next_miss = misses.iter().peekable();
+            for j in 0..ends.len() {
+                let key = key_at(j);
+                let entry = next_miss.next_if_eq(&&j).and_then(|_| read.next());
+                let start = out.len();
+                // A key asked for twice is cached at its first read and
+                // served from the buffer at its second.
+                let found = match read_buffered(&mut self.buffer, idx, key, now, out)? {
+                    Some(found) => found,
+                    None => {
+                        let entry = match entry {
+                            Some(entry) => entry.map_err(backend_err)?,
+                            None => self.store.get(idx, key)?,
+                        };
+                        cache_stored(&mut self.buffer, idx, key, entry.as_deref(), now, out)?
+                    }
+                };
+                lens.push(found.then(|| out.len() - start));
+            }
+        }
+        (self.many_keys, self.many_ends, self.many_misses) = (stored, ends, misses);
+        self.enforce_limits()
     }
 
     fn value_set(&mut self, state: u32, key: &[u8], value: &[u8]) -> Result<(), StateError> {

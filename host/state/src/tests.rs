@@ -87,6 +87,15 @@ impl KeyedStateBackend for FlushEveryWrite {
     fn value_get(&mut self, s: u32, k: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
         self.0.value_get(s, k)
     }
+    fn value_get_many_into(
+        &mut self,
+        s: u32,
+        keys: &[&[u8]],
+        out: &mut Vec<u8>,
+        lens: &mut Vec<Option<usize>>,
+    ) -> Result<(), StateError> {
+        self.0.value_get_many_into(s, keys, out, lens)
+    }
     fn value_set(&mut self, s: u32, k: &[u8], v: &[u8]) -> Result<(), StateError> {
         self.0.value_set(s, k, v)?;
         self.0.flush()
@@ -161,6 +170,32 @@ fn elems(items: &[&[u8]]) -> Vec<Vec<u8>> {
     items.iter().map(|e| e.to_vec()).collect()
 }
 
+/// The values of `keys` by one batched read, unpacked; checks that the
+/// read appends after what its buffer already held.
+fn get_many(
+    b: &mut dyn KeyedStateBackend,
+    state: u32,
+    keys: &[&[u8]],
+) -> Result<Vec<Option<Vec<u8>>>, StateError> {
+    let mut out = b"held".to_vec();
+    let mut lens = vec![Some(99)];
+    b.value_get_many_into(state, keys, &mut out, &mut lens)?;
+    assert_eq!((&out[..4], lens[0]), (&b"held"[..], Some(99)));
+    assert_eq!(lens.len(), keys.len() + 1);
+    let mut at = 4;
+    let values = lens[1..]
+        .iter()
+        .map(|len| {
+            len.map(|len| {
+                at += len;
+                out[at - len..at].to_vec()
+            })
+        })
+        .collect();
+    assert_eq!(at, out.len(), "every byte appended belongs to a value");
+    Ok(values)
+}
+
 fn entries(items: &[(&[u8], &[u8])]) -> MapEntries {
     items
         .iter()
@@ -186,6 +221,50 @@ fn value_semantics(h: Harness) {
     b.flush().unwrap();
     assert_eq!(b.value_get(0, b"").unwrap(), v(b""));
     assert_eq!(b.value_get(0, b"k").unwrap(), None);
+}
+
+/// A batched read answers as single reads would, key by key: for keys
+/// never set, set, set and flushed, cleared, the empty key, a key asked
+/// for twice (also before and after a miss), and across the buffer's
+/// bounds (the tiny-buffer backends empty it while the keys are written).
+fn batched_reads_answer_as_single_reads(h: Harness) {
+    let mut b = h.open(&[value("v"), list("l")]);
+    let keys: Vec<Vec<u8>> = (0..300u32).map(|i| format!("k{i}").into_bytes()).collect();
+    let mut model: HashMap<&[u8], Vec<u8>> = HashMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        let value = format!("value {i}").into_bytes();
+        if i % 4 != 0 {
+            b.value_set(0, k, &value).unwrap();
+            model.insert(k, value);
+        }
+        if i % 4 == 3 {
+            b.clear(0, k).unwrap();
+            model.remove(&k[..]);
+        }
+        if i == 150 {
+            b.flush().unwrap();
+        }
+    }
+    b.value_set(0, b"", b"").unwrap();
+    model.insert(b"", Vec::new());
+    let mut asked: Vec<&[u8]> = vec![&keys[1], b"", &keys[1]];
+    asked.extend(keys.iter().rev().map(|k| &k[..]));
+    asked.extend([&keys[5][..], &keys[5], b"never", &keys[1]]);
+    let expected: Vec<_> = asked.iter().map(|k| model.get(k).cloned()).collect();
+    assert_eq!(get_many(&mut *b, 0, &asked).unwrap(), expected);
+    // Again, now that the first read cached what it found.
+    assert_eq!(get_many(&mut *b, 0, &asked).unwrap(), expected);
+    let single: Vec<_> = asked.iter().map(|k| b.value_get(0, k).unwrap()).collect();
+    assert_eq!(single, expected);
+    assert_eq!(get_many(&mut *b, 0, &[]).unwrap(), vec![]);
+    assert!(matches!(
+        get_many(&mut *b, 1, &asked),
+        Err(StateError::WrongKind { .. })
+    ));
+    assert!(matches!(
+        get_many(&mut *b, 2, &asked),
+        Err(StateError::UnknownState(2))
+    ));
 }
 
 fn list_semantics(h: Harness) {
@@ -506,6 +585,7 @@ fn keys_outside_the_subtask_key_groups_are_rejected(h: Harness) {
     out(b.map_remove(2, k, b"u"));
     out(b.map_entries(2, k).map(drop));
     out(b.clear(0, k));
+    out(get_many(&mut *b, 0, &[inside, k]).map(drop));
     // The kind is checked before the key group.
     assert!(matches!(
         b.list_get(0, k),
@@ -623,14 +703,20 @@ fn expired_entries_are_removed_when_read(h: Harness) {
         b.list_add(1, k, b"x").unwrap();
         b.map_put(2, k, b"u", b"x").unwrap();
     }
+    b.value_set(0, b"read in a batch", b"x").unwrap();
     b.flush().unwrap();
     h.advance_ms(100);
     assert_eq!(b.value_get(0, b"read").unwrap(), None);
+    assert_eq!(
+        get_many(&mut *b, 0, &[b"read in a batch", b"read in a batch"]).unwrap(),
+        [None, None]
+    );
     assert_eq!(b.list_get(1, b"read").unwrap(), elems(&[]));
     assert_eq!(b.map_entries(2, b"read").unwrap(), entries(&[]));
     b.flush().unwrap();
     h.clock.set(t0);
     assert_eq!(b.value_get(0, b"read").unwrap(), None);
+    assert_eq!(b.value_get(0, b"read in a batch").unwrap(), None);
     assert_eq!(b.list_get(1, b"read").unwrap(), elems(&[]));
     assert_eq!(b.map_get(2, b"read", b"u").unwrap(), None);
     assert_eq!(b.value_get(0, b"unread").unwrap(), v(b"x"));
@@ -667,7 +753,7 @@ fn matches_a_model_under_random_operations(h: Harness) {
         let k = keys[rng.below(keys.len() as u64) as usize];
         let uk = user_keys[rng.below(user_keys.len() as u64) as usize];
         let val = step.to_le_bytes();
-        match rng.below(14) {
+        match rng.below(15) {
             0 => b
                 .value_set(0, k, &val)
                 .map(|_| values.insert(k.to_vec(), val.to_vec()))
@@ -737,6 +823,18 @@ fn matches_a_model_under_random_operations(h: Harness) {
                 Ok(())
             }
             11 => b.clear(2, k).map(|_| maps.remove(k)).map(drop),
+            12 => {
+                let asked: Vec<&[u8]> = (0..1 + rng.below(8))
+                    .map(|_| keys[rng.below(keys.len() as u64) as usize])
+                    .collect();
+                let expected: Vec<_> = asked.iter().map(|k| values.get(*k).cloned()).collect();
+                assert_eq!(
+                    get_many(&mut *b, 0, &asked).unwrap(),
+                    expected,
+                    "step {step}"
+                );
+                Ok(())
+            }
             _ => b.flush(),
         }
         .unwrap();
@@ -850,6 +948,52 @@ fn heap_size_is_kept_exactly_under_random_operations() {
     assert_eq!(restored.size_bytes(), b.size_bytes());
 }
 
+/// A batched read of keys that are all in the database and none in the
+/// buffer (a reopened database): every one is read by the `MultiGet`, in
+/// any order, with duplicates, expired entries and absent keys among them;
+/// an expired entry read so is deleted for good.
+#[test]
+fn rocksdb_batched_reads_of_a_cold_buffer() {
+    let h = Harness::new(BackendKind::RocksDb, false);
+    let states = [value("v"), value("t").with_ttl(Duration::from_millis(100))];
+    let keys: Vec<Vec<u8>> = (0..2_000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+    {
+        let mut b = h.open(&states);
+        for k in keys.iter().step_by(2) {
+            b.value_set(0, k, k).unwrap();
+            b.value_set(1, k, k).unwrap();
+        }
+        b.flush().unwrap();
+        h.advance_ms(50);
+        // Written later: still live when the others have expired.
+        b.value_set(1, &keys[0], b"late").unwrap();
+        b.flush().unwrap();
+    }
+    let mut asked: Vec<&[u8]> = keys.iter().rev().map(|k| &k[..]).collect();
+    asked.extend([&keys[2][..], &keys[3], &keys[2]]);
+    let expected: Vec<_> = asked
+        .iter()
+        .map(|k| (u32::from_be_bytes((*k).try_into().unwrap()) % 2 == 0).then(|| k.to_vec()))
+        .collect();
+    let mut b = h.open(&states);
+    assert_eq!(get_many(&mut *b, 0, &asked).unwrap(), expected);
+    h.advance_ms(60);
+    let live: Vec<_> = asked
+        .iter()
+        .map(|k| (*k == &keys[0][..]).then(|| b"late".to_vec()))
+        .collect();
+    assert_eq!(get_many(&mut *b, 1, &asked).unwrap(), live);
+    b.flush().unwrap();
+    drop(b);
+    // Back before the expiry: what the batch found expired stays deleted.
+    h.clock.set(h.clock.now_millis() - 60);
+    let mut b = h.open(&states);
+    assert_eq!(
+        get_many(&mut *b, 1, &[&keys[2], &keys[0]]).unwrap(),
+        [None, v(b"late")]
+    );
+}
+
 #[test]
 fn rocksdb_state_survives_close_and_reopen() {
     let h = Harness::new(BackendKind::RocksDb, false);
@@ -932,6 +1076,7 @@ macro_rules! suite {
 
 suite!(
     value_semantics,
+    batched_reads_answer_as_single_reads,
     list_semantics,
     map_semantics,
     map_entries_are_ordered_by_user_key_bytes,

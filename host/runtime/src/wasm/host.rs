@@ -210,26 +210,21 @@ impl state::Host for InstanceState {
         state: u32,
         keys: state::Packed,
     ) -> Result<state::Packed, state::StateError> {
-        let keys = unpack(&keys)?;
+        let keys = unpack(&keys)?
+            .into_iter()
+            .map(|key| key.ok_or_else(|| bad_packed("an absent key")))
+            .collect::<Result<Vec<_>, _>>()?;
         let backend = self.guest_backend(state)?;
-        let mut out = state::Packed {
-            lens: Vec::with_capacity(keys.len()),
-            data: Vec::new(),
-        };
-        for key in keys {
-            let key = key.ok_or_else(|| bad_packed("an absent key"))?;
-            let start = out.data.len();
-            let len = if backend
-                .value_get_into(state, key, &mut out.data)
-                .map_err(to_wit)?
-            {
-                packed_len(out.data.len() - start)?
-            } else {
-                -1
-            };
-            out.lens.push(len);
-        }
-        Ok(out)
+        let mut data = Vec::new();
+        let mut found = Vec::with_capacity(keys.len());
+        backend
+            .value_get_many_into(state, &keys, &mut data, &mut found)
+            .map_err(to_wit)?;
+        let lens = found
+            .into_iter()
+            .map(|len| len.map_or(Ok(-1), packed_len))
+            .collect::<Result<_, _>>()?;
+        Ok(state::Packed { lens, data })
     }
 
     fn value_set_many(
