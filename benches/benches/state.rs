@@ -23,6 +23,12 @@
 //! with `value_get_many_into`, as `value-get-many` does (one RocksDB
 //! `MultiGet` for the keys the buffer misses); `one_by_one` reads them with
 //! `value_get_into`, one point lookup each, as before it.
+//!
+//! `state_flush` is the synchronous work of a checkpoint (and of the
+//! buffer's write-back limit) when most of the buffer is dirty: the time of
+//! one `flush` — the dirty slots sorted and written to RocksDB in one
+//! `WriteBatch` — after [`FLUSH_KEYS`] distinct keys were each written once
+//! (the writes themselves are not timed).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rocksdb::{
@@ -49,6 +55,10 @@ const COLD_KEYS: u64 = 1_000_000;
 const COLD_CHECKPOINT_EVERY: u64 = 300;
 /// Records per batch.
 const BATCH: u64 = 1024;
+
+/// Dirty keys per `state_flush` flush: about 27 MB of buffer slots, under
+/// the buffer's 32 MiB limits, so the buffer does not flush them itself.
+const FLUSH_KEYS: u64 = 300_000;
 
 /// The key of the `i`-th record.
 fn key(i: u64) -> [u8; 12] {
@@ -205,12 +215,40 @@ fn bench_cold_batch(c: &mut Criterion, name: &str, batched: bool) {
     group.finish();
 }
 
+fn bench_flush(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut backend = open(BackendKind::RocksDb, &dir.path().join("db"));
+    let mut round = 0u64;
+    let mut group = c.benchmark_group("state_flush");
+    group.throughput(Throughput::Elements(FLUSH_KEYS));
+    group.sample_size(20);
+    group.bench_function("dirty_300k", |b| {
+        b.iter_custom(|iters| {
+            let mut timed = std::time::Duration::ZERO;
+            for _ in 0..iters {
+                round += 1;
+                for i in 0..FLUSH_KEYS {
+                    backend
+                        .value_set(0, &cold_key(i), &round.to_le_bytes())
+                        .expect("set");
+                }
+                let start = std::time::Instant::now();
+                backend.flush().expect("flush");
+                timed += start.elapsed();
+            }
+            timed
+        })
+    });
+    group.finish();
+}
+
 fn state(c: &mut Criterion) {
     bench_backend(c, "rocksdb", BackendKind::RocksDb);
     bench_backend(c, "heap", BackendKind::Heap);
     bench_raw_rocksdb(c);
     bench_cold_batch(c, "multi_get", true);
     bench_cold_batch(c, "one_by_one", false);
+    bench_flush(c);
 }
 
 criterion_group!(benches, state);

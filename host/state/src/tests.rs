@@ -1095,6 +1095,7 @@ suite!(
     matches_a_model_under_random_operations,
     export_imports_into_either_backend_unchanged,
     export_state_gives_one_states_entries_of_the_export,
+    flushes_of_most_or_of_few_dirty_slots_reach_the_database,
     import_splits_by_key_group,
     import_refuses_malformed_entries,
     import_in_any_order_keeps_the_last_value_of_a_key,

@@ -89,6 +89,39 @@ pub(super) fn export_imports_into_either_backend_unchanged(h: Harness) {
     }
 }
 
+/// A flush writes whatever is dirty, whether most of the buffer is (the
+/// RocksDB buffer then walks its slots in memory order) or a few slots among
+/// many clean ones (it then looks each dirty key up): the database holds
+/// what the heap backend holds after the same calls.
+pub(super) fn flushes_of_most_or_of_few_dirty_slots_reach_the_database(h: Harness) {
+    let mut b = h.open(&states());
+    let mut heap = Harness::new(BackendKind::Heap, false).open(&states());
+    for backend in [&mut b, &mut heap] {
+        // Every slot dirty: values, list appends, map entries, deletes.
+        fill(backend.as_mut());
+        backend.flush().unwrap();
+        // Thousands of clean slots, then a few dirty ones of each kind.
+        for round in 0..3u32 {
+            let _ = reads(backend.as_mut());
+            for i in (round..300).step_by(97) {
+                let key = format!("key-{i}");
+                let key = key.as_bytes();
+                backend
+                    .value_set(0, key, &(i + round).to_be_bytes())
+                    .unwrap();
+                backend.list_add(1, key, &round.to_le_bytes()).unwrap();
+                backend.map_put(2, key, b"r", &round.to_le_bytes()).unwrap();
+                backend.clear(3, key).unwrap();
+            }
+            backend.flush().unwrap();
+        }
+    }
+    let expected = export_all(heap.as_mut());
+    assert!(expected.len() > 300, "{} entries", expected.len());
+    assert_eq!(export_all(b.as_mut()), expected);
+    assert_eq!(reads(b.as_mut()), reads(heap.as_mut()));
+}
+
 pub(super) fn export_state_gives_one_states_entries_of_the_export(h: Harness) {
     let mut b = h.open(&states());
     fill(b.as_mut());
