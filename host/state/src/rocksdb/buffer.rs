@@ -245,15 +245,15 @@ impl Buffer {
     /// and marks it clean (slots with appended list elements are dropped
     /// instead: only the database knows the merged list).
     ///
-    /// The keys are sorted because a skip list takes keys in order fastest,
-    /// and they are sorted through their leading bytes ([`sort_prefix`]) so
-    /// that a comparison rarely follows a key's heap pointer. When most
-    /// slots are dirty (a write-back flush, most checkpoints) the map is
-    /// walked in memory order instead of being probed once per dirty key:
-    /// with 400 000 dirty slots, probing each (in sorted, so random, order)
-    /// took about 300 ms of the task thread per flush, the walk takes about
-    /// 150 ms (benches/README.md, "What the task thread waits for,
-    /// measured").
+    /// The keys are sorted because a skip list takes keys in order fastest.
+    /// When most slots are dirty (a write-back flush, most checkpoints) the
+    /// map is walked in memory order instead of being probed once per dirty
+    /// key, and the walk's entries are sorted through their leading bytes
+    /// ([`sort_prefix`]), read during the walk, so that a comparison rarely
+    /// follows a key's heap pointer. With 400 000 dirty slots, probing each
+    /// (in sorted, so random, order) took about 300 ms of the task thread
+    /// per flush; the walk takes about 150 ms (benches/README.md, "What the
+    /// task thread waits for, measured").
     pub(super) fn drain_dirty(
         &mut self,
         store: &Store,
@@ -279,16 +279,8 @@ impl Buffer {
                     }
                 }
             } else {
-                let dirty = &st.dirty;
-                let mut order: Vec<(u128, u32)> = (dirty.iter().enumerate())
-                    .map(|(i, key)| (sort_prefix(key), i as u32))
-                    .collect();
-                order.sort_unstable_by(|a, b| {
-                    a.0.cmp(&b.0)
-                        .then_with(|| dirty[a.1 as usize].cmp(&dirty[b.1 as usize]))
-                });
-                for (_, i) in order {
-                    let key = &dirty[i as usize];
+                st.dirty.sort_unstable();
+                for key in &st.dirty {
                     if let Some(slot) = st.slots.get_mut(&key[..])
                         && !write_slot(batch, cf, key, slot)
                     {
