@@ -60,10 +60,9 @@ impl Slot {
 /// One state's slots.
 pub(super) struct StateSlots {
     pub(super) slots: FastHashMap<Vec<u8>, Slot>,
-    /// How many slots are dirty.
-    pub(super) dirty: usize,
     /// The keys of the dirty slots, each once, kept while they are at most
-    /// a quarter of the slots; `None` once they were more. A flush then
+    /// a quarter of the slots; `None` once they were more (so some slots
+    /// are dirty), empty when none is. A flush then
     /// walks the map instead ([`Buffer::drain_dirty`]), so a buffer whose
     /// slots are mostly dirty (the common case: a write-back flush, most
     /// checkpoints) does not copy each key into this list on the hot path.
@@ -74,19 +73,17 @@ impl Default for StateSlots {
     fn default() -> Self {
         Self {
             slots: FastHashMap::default(),
-            dirty: 0,
             dirty_keys: Some(Vec::new()),
         }
     }
 }
 
 impl StateSlots {
-    /// Counts a slot that has just become dirty (`key`'s; call it before
-    /// a new slot is inserted), noting its key while dirty slots are few.
+    /// Notes a slot that has just become dirty (`key`'s; call it before
+    /// a new slot is inserted): lists its key while dirty slots are few.
     fn mark_dirty(&mut self, key: &[u8]) {
-        self.dirty += 1;
         if let Some(keys) = &mut self.dirty_keys {
-            if self.dirty <= self.slots.len() / 4 {
+            if keys.len() < self.slots.len() / 4 {
                 keys.push(key.to_vec());
             } else {
                 self.dirty_keys = None;
@@ -94,9 +91,13 @@ impl StateSlots {
         }
     }
 
-    /// Forgets the dirty slots' count and keys (all are clean or gone).
+    /// Whether any slot is dirty.
+    fn any_dirty(&self) -> bool {
+        self.dirty_keys.as_ref().is_none_or(|keys| !keys.is_empty())
+    }
+
+    /// Forgets the dirty slots' keys (all are clean or gone).
     fn reset_dirty(&mut self) {
-        self.dirty = 0;
         match &mut self.dirty_keys {
             Some(keys) => keys.clear(),
             None => self.dirty_keys = Some(Vec::new()),
@@ -301,7 +302,7 @@ impl Buffer {
         batch: &mut WriteBatch,
     ) -> Result<(), StateError> {
         for (state, st) in self.states.iter_mut().enumerate() {
-            if st.dirty == 0 {
+            if !st.any_dirty() {
                 continue;
             }
             let cf = store.cf(state)?;
@@ -374,22 +375,27 @@ mod tests {
             // Dirty again: counted once.
             buffer.put(0, &i.to_be_bytes(), None, b"w").unwrap();
         }
+        let dirty = |buffer: &Buffer| {
+            let st = &buffer.states[0];
+            assert_eq!(st.any_dirty(), st.slots.values().any(Slot::is_dirty));
+            st.slots.values().filter(|slot| slot.is_dirty()).count()
+        };
+        assert_eq!(dirty(&buffer), 25);
         let st = &buffer.states[0];
-        assert_eq!(st.dirty, 25);
         let mut listed = st.dirty_keys.clone().expect("25 of 100 slots are listed");
         listed.sort();
         let expected: Vec<Vec<u8>> = (0..25u32).map(|i| i.to_be_bytes().to_vec()).collect();
         assert_eq!(listed, expected);
 
         buffer.put(0, &25u32.to_be_bytes(), None, b"v").unwrap();
-        assert_eq!(buffer.states[0].dirty, 26);
+        assert_eq!(dirty(&buffer), 26);
         assert!(
             buffer.states[0].dirty_keys.is_none(),
             "26 of 100 are not listed"
         );
 
         buffer.clear();
-        assert_eq!(buffer.states[0].dirty, 0);
+        assert_eq!(dirty(&buffer), 0);
         assert_eq!(buffer.states[0].dirty_keys, Some(Vec::new()));
         // A new key in an empty buffer is more than a quarter of its slots.
         buffer.put(0, b"new", None, b"v").unwrap();
