@@ -61,11 +61,11 @@ impl Slot {
 pub(super) struct StateSlots {
     pub(super) slots: FastHashMap<Vec<u8>, Slot>,
     /// The keys of the dirty slots, each once, kept while they are at most
-    /// a quarter of the slots; `None` once they were more (so some slots
-    /// are dirty), empty when none is. A flush then
-    /// walks the map instead ([`Buffer::drain_dirty`]), so a buffer whose
-    /// slots are mostly dirty (the common case: a write-back flush, most
-    /// checkpoints) does not copy each key into this list on the hot path.
+    /// a quarter of the slots (empty: no slot is dirty). `None` once they
+    /// were more, so some slots are dirty: a flush then walks the map
+    /// instead ([`Buffer::drain_dirty`]), and a buffer whose slots are
+    /// mostly dirty (the common case: a write-back flush, most checkpoints)
+    /// does not copy each key into this list on the hot path.
     pub(super) dirty_keys: Option<Vec<Vec<u8>>>,
 }
 
@@ -98,10 +98,7 @@ impl StateSlots {
 
     /// Forgets the dirty slots' keys (all are clean or gone).
     fn reset_dirty(&mut self) {
-        match &mut self.dirty_keys {
-            Some(keys) => keys.clear(),
-            None => self.dirty_keys = Some(Vec::new()),
-        }
+        self.dirty_keys.get_or_insert_with(Vec::new).clear();
     }
 }
 
@@ -372,7 +369,7 @@ mod tests {
         }
         for i in 0..25u32 {
             buffer.put(0, &i.to_be_bytes(), None, b"v").unwrap();
-            // Dirty again: counted once.
+            // Dirty again: listed once.
             buffer.put(0, &i.to_be_bytes(), None, b"w").unwrap();
         }
         let dirty = |buffer: &Buffer| {
