@@ -373,18 +373,16 @@ mod tests {
 
     /// The checkpointing benchmark's state per subtask (500 000 keys,
     /// decimal strings as its generator makes them, each with an 8-byte
-    /// count) fits in the
-    /// buffer, so it is not emptied at every fill and its reads stay out of
-    /// RocksDB's level-0 files (see [`BUFFER_LIMIT_BYTES`]).
+    /// count) fits in the buffer, so it is not emptied at every fill and
+    /// its reads stay out of RocksDB's level-0 files (see
+    /// [`BUFFER_LIMIT_BYTES`]).
     #[test]
     fn half_a_million_counters_fit_in_the_buffer() {
         let mut buffer = Buffer::new(1);
+        let mut key = Vec::new();
         for n in 0..500_000u32 {
-            let user_key = n.to_string();
-            let mut key = Vec::with_capacity(6 + user_key.len());
-            key.extend_from_slice(&((n % 32_768) as u16).to_be_bytes());
-            key.extend_from_slice(&(user_key.len() as u32).to_be_bytes());
-            key.extend_from_slice(user_key.as_bytes());
+            let kg = crate::KeyGroup((n % 32_768) as u16);
+            layout::encode_key(&mut key, kg, n.to_string().as_bytes()).unwrap();
             buffer
                 .put(0, &key, None, &u64::from(n).to_le_bytes())
                 .unwrap();
