@@ -3,7 +3,10 @@
 //! Hash partitioning computes the key with a [`KeyExtractor`], maps it to a
 //! key group and the key group to the subtask that owns it (see
 //! [`crate::state`]); the extracted key becomes the record's key, so the
-//! keyed operator downstream scopes its state by it.
+//! keyed operator downstream scopes its state by it. An edge keyed by the
+//! record's key with one downstream subtask (p = 1) passes each batch on
+//! whole: that subtask owns every key group, so there is nothing to hash
+//! and nothing to copy, only the check that every record has a key.
 
 use crate::connectors::json_key_bytes;
 use crate::json_fields;
@@ -63,6 +66,17 @@ impl Partitioning {
                     append(p, batch.clone());
                 }
             }
+            // One target owns every key group, and the records keep their
+            // keys: the batch goes as it is, with no hash and no copy.
+            Partitioning::Hash {
+                key: KeyExtractor::RecordKey,
+                ..
+            } if n == 1 => {
+                if let Some(i) = batch.key_lens.iter().position(|&len| len < 0) {
+                    return Err(no_key(i));
+                }
+                append(&mut pending[0], batch);
+            }
             Partitioning::Hash {
                 key,
                 max_parallelism,
@@ -70,12 +84,7 @@ impl Partitioning {
                 for (i, r) in batch.iter().enumerate() {
                     let owned;
                     let k: &[u8] = match key {
-                        KeyExtractor::RecordKey => r.key.ok_or_else(|| {
-                            format!(
-                                "record {i} has no key, but key_by = \"key\" needs one \
-                                 (key it upstream, or use key_by = \"value\" or \"json:<field>\")"
-                            )
-                        })?,
+                        KeyExtractor::RecordKey => r.key.ok_or_else(|| no_key(i))?,
                         KeyExtractor::Value => r.value,
                         KeyExtractor::JsonField(field) => {
                             let v = json_fields::field(r.value, field).map_err(|e| {
@@ -97,6 +106,14 @@ impl Partitioning {
         }
         Ok(())
     }
+}
+
+/// Why record `i` cannot go through a `key_by = "key"` edge.
+fn no_key(i: usize) -> String {
+    format!(
+        "record {i} has no key, but key_by = \"key\" needs one \
+         (key it upstream, or use key_by = \"value\" or \"json:<field>\")"
+    )
 }
 
 fn append(into: &mut Batch, mut batch: Batch) {
@@ -138,6 +155,24 @@ mod tests {
                 assert_eq!(subtask_for_key_group(128, 4, kg) as usize, t);
             }
         }
+    }
+
+    #[test]
+    fn one_target_gets_the_whole_batch_and_a_keyless_record_is_named() {
+        let p = Partitioning::Hash {
+            key: KeyExtractor::RecordKey,
+            max_parallelism: 128,
+        };
+        let mut pending = vec![Batch::new(); 1];
+        p.partition(keyed(&["a", "b"]), &mut pending, &mut 0)
+            .unwrap();
+        p.partition(keyed(&["c"]), &mut pending, &mut 0).unwrap();
+        assert_eq!(pending[0], keyed(&["a", "b", "c"]));
+        let mut bad = keyed(&["d"]);
+        bad.push(None, b"v", 0);
+        let err = p.partition(bad, &mut pending, &mut 0).unwrap_err();
+        assert!(err.starts_with("record 1 has no key"), "{err}");
+        assert_eq!(pending[0].len(), 3, "a refused batch adds nothing");
     }
 
     #[test]
