@@ -6,7 +6,9 @@
 //! keyed operator downstream scopes its state by it. An edge keyed by the
 //! record's key with one downstream subtask (p = 1) passes each batch on
 //! whole: that subtask owns every key group, so there is nothing to hash
-//! and nothing to copy, only the check that every record has a key.
+//! and nothing to copy, only the check that every record has a key. Other
+//! extractors with one target skip the hash but still copy the extracted
+//! key into each record.
 
 use crate::connectors::json_key_bytes;
 use crate::json_fields;
@@ -98,8 +100,12 @@ impl Partitioning {
                             &owned
                         }
                     };
-                    let kg = key_group_of(k, *max_parallelism);
-                    let target = subtask_for_key_group(*max_parallelism, n as u32, kg) as usize;
+                    let target = if n == 1 {
+                        0
+                    } else {
+                        let kg = key_group_of(k, *max_parallelism);
+                        subtask_for_key_group(*max_parallelism, n as u32, kg) as usize
+                    };
                     pending[target].push(Some(k), r.value, r.timestamp);
                 }
             }
